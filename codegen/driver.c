@@ -1,0 +1,91 @@
+/* driver.c: source text -> checked IR -> passes -> Plan and CUDA source. Used by the C API
+ * (ffn_program_compile) and by `ffnc build`. */
+#include "driver.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int parse_arch(const char *s, int *sm, char *err, size_t errlen) {
+  if (!s || strncmp(s, "sm_", 3) != 0 || !s[3]) {
+    snprintf(err, errlen, "--arch %s: expected sm_XX (sm_80, sm_89, sm_90...)", s ? s : "(null)");
+    return -1;
+  }
+  char *end;
+  long v = strtol(s + 3, &end, 10);
+  if (*end || v < 10 || v > 200) {
+    snprintf(err, errlen, "--arch %s: expected sm_XX (sm_80, sm_89, sm_90...)", s);
+    return -1;
+  }
+  if (v < 80) {
+    snprintf(err, errlen, "--arch %s: ffnc generates tensor-core code for sm_80 and newer", s);
+    return -1;
+  }
+  *sm = (int)v;
+  return 0;
+}
+
+int driver_compile(const char *text, size_t len, const char *name, const DriverOptions *o, Diags *d, Plan **plan,
+                   Graph **graph_out) {
+  FrontendOptions fo = {o->prec, o->nprec, o->fuse, o->nfuse};
+  Graph *g = frontend_compile_string(text, len, name, &fo, d);
+  if (!g)
+    return -1;
+  /* inputs keep their declaration order through the passes */
+  int idx = 0;
+  for (int i = 0; i < g->nodes.len; i++)
+    if (GRAPH_NODE(g, i)->op == OP_INPUT)
+      GRAPH_NODE(g, i)->ival[0] = idx++;
+  if (g->nfuse) {
+    diag_error(d, &(SourceFile){name, text, len}, g->fuse[0].loc,
+               "FFN Fusion (`fuse ffn`) is not implemented yet; remove the request to compile this model unfused");
+    graph_destroy(g);
+    return -1;
+  }
+  SourceFile src = {name, text, len};
+  Compile c = {.g = g, .src = &src, .diags = d, .arch = o->sm, .opt_level = o->opt_level};
+  int rc = passes_run(&c, o->dump_after, o->dump ? o->dump : stdout);
+  if (rc == 0 && plan)
+    rc = codegen_cuda(&c, plan);
+  if (rc == 0 && graph_out)
+    *graph_out = g;
+  else
+    graph_destroy(g);
+  return rc;
+}
+
+int read_file(const char *path, char **text, size_t *len, char *err, size_t errlen) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    snprintf(err, errlen, "%s: cannot open: %m", path);
+    return -1;
+  }
+  size_t cap = 4096, n = 0;
+  char *buf = malloc(cap);
+  for (;;) {
+    if (n + 1 >= cap) {
+      if (cap > ((size_t)1 << 30)) {
+        snprintf(err, errlen, "%s: too large for a model description", path);
+        free(buf);
+        fclose(f);
+        return -1;
+      }
+      cap *= 2;
+      buf = realloc(buf, cap);
+    }
+    size_t r = fread(buf + n, 1, cap - n - 1, f);
+    n += r;
+    if (r == 0)
+      break;
+  }
+  bool bad = ferror(f);
+  fclose(f);
+  if (bad) {
+    snprintf(err, errlen, "%s: read error", path);
+    free(buf);
+    return -1;
+  }
+  buf[n] = 0;
+  *text = buf;
+  *len = n;
+  return 0;
+}

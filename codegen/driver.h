@@ -1,0 +1,29 @@
+/* driver.h: the whole compiler as one call. */
+#ifndef FFNC_DRIVER_H
+#define FFNC_DRIVER_H
+
+#include "codegen.h"
+
+typedef struct {
+  int sm;        /* target arch, e.g. 90 */
+  int opt_level; /* 0..3 */
+  const PrecOverride *prec;
+  int nprec;
+  const FuseRequest *fuse;
+  int nfuse;
+  const char *dump_after; /* --dump-ir-after */
+  FILE *dump;
+} DriverOptions;
+
+/* Parses, checks, optimizes and generates code. plan and graph_out (the optimized graph)
+ * may be NULL. Returns 0, or -1 with diagnostics in d. */
+int driver_compile(const char *text, size_t len, const char *name, const DriverOptions *o, Diags *d, Plan **plan,
+                   Graph **graph_out);
+
+/* "sm_90" -> 90; sm_80 and newer only. */
+int parse_arch(const char *s, int *sm, char *err, size_t errlen);
+
+/* Reads a whole file (NUL-terminated). */
+int read_file(const char *path, char **text, size_t *len, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,106 @@
+/* plan.h: a compiled program, as the runtime sees it.
+ *
+ * The code generator turns the optimized IR into a Plan: the tensors the program touches,
+ * the load-time steps that derive weights (gain folding, concatenation, interleaving...),
+ * and the run-time steps (kernel launches and copies) in order, plus the CUDA source of
+ * the kernels. The runtime needs nothing else, so a Plan plus a cubin is the AOT output
+ * (plan_to_json / plan_from_json). Shapes may hold dynamic dims, bound at each run.
+ */
+#ifndef FFNC_PLAN_H
+#define FFNC_PLAN_H
+
+#include "../ir/ir.h"
+#include "../kernels/gemm_host.h"
+
+typedef enum {
+  PT_INPUT,   /* the model input `index` (the caller's buffer) */
+  PT_OUTPUT,  /* written straight into the caller's output `index` */
+  PT_WEIGHT,  /* read from the weights (name) */
+  PT_DERIVED, /* computed at load time by a prep step */
+  PT_SCRATCH, /* run-time intermediate in the workspace; lifetime [first, last] steps */
+} PlanTensorKind;
+
+typedef struct {
+  PlanTensorKind kind;
+  DType dtype;
+  int rank;
+  Dim dims[FFN_MAX_RANK];
+  int index;        /* PT_INPUT, PT_OUTPUT: position in the model's inputs/outputs */
+  const char *name; /* PT_WEIGHT: tensor name; PT_INPUT/PT_OUTPUT: the model's name */
+  int first, last;  /* PT_SCRATCH: first and last run step touching it */
+  bool keep;        /* PT_WEIGHT, PT_DERIVED: needed at run time (else freed after prep) */
+} PlanTensor;
+
+/* A load-time step: out = op(args) with the IR op's semantics (ir/ops.def). */
+typedef struct {
+  Op op;
+  int out;
+  int nargs;
+  int args[8];
+  int64_t ival[2];
+  double fval;
+} PrepStep;
+
+typedef enum { KK_GEMM, KK_ROWWISE } KernelKind;
+
+/* One compiled variant of a kernel (GEMM kernels have one per tile configuration). */
+typedef struct {
+  const char *func;    /* the __global__ function's name */
+  int threads;
+  int smem;            /* dynamic shared memory bytes */
+  int64_t max_m;       /* use this variant when M <= max_m; 0: any M */
+  ffn_gemm_config cfg; /* GEMM: the tile configuration (cfg.name points into the plan) */
+} KernelVariant;
+
+typedef struct {
+  KernelKind kind;
+  int nvariants;
+  KernelVariant variants[4];
+  /* GEMM: output columns per stream, inner dim, streams */
+  int64_t n, k;
+  int streams;
+  bool splittable; /* tensor-core GEMMs can split K across CTAs */
+} PlanKernel;
+
+typedef enum { STEP_LAUNCH, STEP_COPY } StepKind;
+
+typedef struct {
+  StepKind kind;
+  int kernel;          /* STEP_LAUNCH: index into kernels */
+  int nargs;
+  int args[30];        /* tensor ids, in the order the kernel's KArgs.p[] expects */
+  int nrowdims;        /* M = product of these dims (the leading dims of the rows) */
+  Dim rowdims[FFN_MAX_RANK];
+  int src, dst;        /* STEP_COPY */
+} PlanStep;
+
+typedef struct Plan {
+  Arena *arena;
+  const char *model;
+  const char *arch;     /* "sm_90" */
+  int ndims;
+  const char **dim_names;
+  int ninputs, noutputs;
+  int ntensors;
+  PlanTensor *tensors;
+  int nprep;
+  PrepStep *prep;
+  int nkernels;
+  PlanKernel *kernels;
+  int nsteps;
+  PlanStep *steps;
+  const char *cuda_source;
+} Plan;
+
+/* Numbers of elements of tensor t with dynamic dims bound to dims[]. */
+int64_t plan_numel(const Plan *p, int t, const int64_t *dims);
+
+/* JSON text (jansson) of everything but the CUDA source; and back. */
+char *plan_to_json(const Plan *p); /* malloc'd */
+Plan *plan_from_json(const char *json, char *err, size_t errlen);
+void plan_destroy(Plan *p);
+
+/* Human-readable summary (`--emit plan`): tensors, prep and launch steps. */
+void plan_print(const Plan *p, FILE *out);
+
+#endif

@@ -1,0 +1,65 @@
+/* interp.h: the CPU reference interpreter, the oracle every GPU result is checked against.
+ *
+ * It evaluates the IR one node at a time in f64 (reductions and matrix products accumulate
+ * in double) and rounds every value to its node's element type (round to nearest even; fp8
+ * saturating) before storing it, as float (every type ffnc computes in fits a float
+ * exactly). It aims to be simple and obviously right; only the matrix product is blocked
+ * and split over threads (FFNC_INTERP_THREADS caps them), with a result that does not
+ * depend on the thread count. The precision policy's quantization rules, which the GPU
+ * kernels follow, are spelled out at the top of interp.c.
+ *
+ * Only the nodes the outputs depend on are evaluated (an unused weight is never looked up);
+ * every input is looked up and checked, since the inputs are the model's interface.
+ */
+#ifndef FFNC_INTERP_H
+#define FFNC_INTERP_H
+
+#include "ir.h"
+
+/* A dense row-major tensor of values already rounded to `dtype`. */
+typedef struct {
+  DType dtype;
+  int rank;
+  int64_t shape[FFN_MAX_RANK];
+  float *data; /* numel floats, malloc'd */
+} RefTensor;
+
+int64_t ref_numel(const RefTensor *t);
+void ref_free(RefTensor *t);
+
+/* Supplies tensors by name: weights by tensor name, inputs by input name. Returns 0 and
+ * fills *out with a view of the raw data (the interpreter converts from `dtype`), or -1 if
+ * there is no such tensor. */
+typedef struct {
+  DType dtype;
+  int rank;
+  int64_t shape[FFN_MAX_RANK];
+  const void *data;
+  size_t nbytes;
+} RawTensor;
+typedef int (*TensorLookup)(void *ctx, const char *name, RawTensor *out);
+
+typedef struct {
+  TensorLookup weights;
+  void *weights_ctx;
+  TensorLookup inputs;
+  void *inputs_ctx;
+} InterpSources;
+
+/* Binds dynamic dims from the input shapes: fills dims[g->ndims] (-1 for a dim no input
+ * has). Checks each input's rank, static dims and dtype against its declaration, and that
+ * every dynamic dim gets one consistent size. On error writes one line naming the input,
+ * e.g. "input 'x': dim T is 7 here but 9 in input 'y'",
+ *      "input 'x': expected rank 2 [T, 4096], got [7, 4095]". */
+int interp_bind_dims(const Graph *g, const InterpSources *src, int64_t *dims, char *err, size_t errlen);
+
+/* Checks that a weight exists (t == NULL: it does not) with the declared dtype and shape,
+ * and that its data has the size they imply, e.g.
+ *   "weight 'model.layers.0.mlp.up_proj.weight': expected shape [14336, 4096] bf16, got [4096, 14336] bf16" */
+int interp_check_weight(const Graph *g, const Node *w, const RawTensor *t, char *err, size_t errlen);
+
+/* Runs the graph. outputs[i] corresponds to g->outputs[i]; the caller frees them with
+ * ref_free. Returns 0, or -1 with one line in err (missing tensor, wrong shape/dtype...). */
+int interp_run(const Graph *g, const InterpSources *src, RefTensor *outputs, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,132 @@
+/* gemm_host.h: host-side facts about the GEMM templates in kernels/gemm_sm80.cuh and
+ * kernels/gemm_simt.cuh, for ffnc's code generator and runtime. Plain C11, no CUDA headers.
+ *
+ * The code generator emits one kernel per (fused GEMM, configuration):
+ *
+ *   extern "C" __global__ void __launch_bounds__(c->threads, c->min_blocks) NAME(ffn::GemmArgs g, Epi epi) {
+ *     extern __shared__ __align__(128) char smem[];
+ *     ffn::gemm_sm80<c->bm, c->bn, c->bk, c->wm, c->wn, c->stages, S, STATS, T>(g, epi, smem);  // FFN_GEMM_SM80
+ *     ffn::gemm_simt<c->bm, c->bn, c->bk, c->wm, c->wn, S, STATS, T>(g, epi, smem);             // FFN_GEMM_SIMT
+ *   }
+ *
+ * and at run time, for the actual M:
+ *
+ *   const ffn_gemm_config *c = ffn_gemm_pick_config(FFN_GEMM_SM80, M);
+ *   int splits = ffn_gemm_pick_splits(M, N, S, K, c, num_sms);
+ *   unsigned grid[3]; ffn_gemm_grid(c, M, N, S, splits, grid);
+ *   cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, ffn_gemm_smem_bytes(c));
+ *   cuLaunchKernel(f, grid[0], grid[1], grid[2], c->threads, 1, 1, ffn_gemm_smem_bytes(c), stream, ...);
+ *
+ * with args.ws pointing at ffn_gemm_ws_floats(c, M, N, S, splits) floats (none when splits == 1)
+ * and args.counters at ffn_gemm_num_tiles(c, M, N, S) unsigneds, zeroed once when allocated: the
+ * kernels leave them zero. Launches that share ws/counters must be stream-ordered.
+ * N is the number of output columns per stream; B has S*N rows (gate/up interleaved by 8 when S==2).
+ */
+#ifndef FFN_KERNELS_GEMM_HOST_H
+#define FFN_KERNELS_GEMM_HOST_H
+
+#include <stddef.h>
+
+typedef enum {
+  FFN_GEMM_SM80, /* mma.sync tensor cores, T = bf16 or f16, K % 8 == 0 */
+  FFN_GEMM_SIMT  /* f32 FMA, T = float (also bf16/f16), any K */
+} ffn_gemm_kind;
+
+typedef struct {
+  const char *name;
+  ffn_gemm_kind kind;
+  int bm, bn, bk; /* CTA tile; bn counts merged (S*N) columns */
+  int wm, wn;     /* SM80: warp tile; SIMT: thread tile (TM, TN) */
+  int stages;     /* SM80: cp.async pipeline depth; SIMT: 2 (register double buffering) */
+  int threads;    /* block size */
+  int min_blocks;  /* second __launch_bounds__ argument (2 with 128 threads made ptxas spill: keep 1) */
+  int ctas_per_sm; /* resident CTAs per SM (registers and smem, from ptxas), for ffn_gemm_pick_splits */
+  int max_m;      /* recommended for M <= max_m; 0: any M */
+} ffn_gemm_config;
+
+/* Recommended configurations, most specific regime first. Measured on an H200, see kernels/NOTES.md. */
+static inline const ffn_gemm_config *ffn_gemm_configs(int *count) {
+  static const ffn_gemm_config table[] = {
+      /* name              kind           bm   bn   bk  wm  wn  st thr mb cta max_m */
+      {"sm80_16x128x64", FFN_GEMM_SM80, 16, 128, 64, 16, 32, 4, 128, 3, 3, 16},    /* decode: 73.7 KB smem */
+      {"sm80_64x128x64", FFN_GEMM_SM80, 64, 128, 64, 32, 64, 4, 128, 1, 2, 64},    /* small: 98 KB */
+      {"sm80_128x128x32", FFN_GEMM_SM80, 128, 128, 32, 64, 64, 4, 128, 1, 2, 512}, /* medium: 64 KB, 224 regs */
+      {"sm80_128x256x32", FFN_GEMM_SM80, 128, 256, 32, 64, 64, 4, 256, 1, 1, 0},   /* prefill: 96 KB, 225 regs */
+      {"simt_32x64x16", FFN_GEMM_SIMT, 32, 64, 16, 4, 4, 2, 128, 4, 4, 32},        /* f32, small M: 80 regs */
+      {"simt_128x128x8", FFN_GEMM_SIMT, 128, 128, 8, 8, 8, 2, 256, 1, 1, 0},       /* f32: 157 regs */
+  };
+  if (count) *count = (int)(sizeof table / sizeof table[0]);
+  return table;
+}
+
+/* The configuration of `kind` recommended for M rows. */
+static inline const ffn_gemm_config *ffn_gemm_pick_config(ffn_gemm_kind kind, int M) {
+  int n;
+  const ffn_gemm_config *t = ffn_gemm_configs(&n);
+  const ffn_gemm_config *last = NULL;
+  for (int i = 0; i < n; i++) {
+    if (t[i].kind != kind) continue;
+    if (t[i].max_m == 0 || M <= t[i].max_m) return &t[i];
+    last = &t[i];
+  }
+  return last;
+}
+
+/* Dynamic shared memory per block, bytes (16-bit elements for SM80, f32 staging for SIMT). */
+static inline size_t ffn_gemm_smem_bytes(const ffn_gemm_config *c) {
+  if (c->kind == FFN_GEMM_SM80) return (size_t)c->stages * (size_t)(c->bm + c->bn) * (size_t)c->bk * 2;
+  return ((size_t)2 * c->bk * (size_t)(c->bm + c->bn + 8) + (size_t)2 * c->bm) * 4;
+}
+
+static inline int ffn_gemm_tiles_m(const ffn_gemm_config *c, int M) { return (M + c->bm - 1) / c->bm; }
+static inline int ffn_gemm_tiles_n(const ffn_gemm_config *c, int N, int S) { return (S * N + c->bn - 1) / c->bn; }
+static inline int ffn_gemm_num_tiles(const ffn_gemm_config *c, int M, int N, int S) {
+  return ffn_gemm_tiles_m(c, M) * ffn_gemm_tiles_n(c, N, S);
+}
+
+/* Split-K workspace floats: one slab of bm*bn partial sums plus 2*bm row statistics per
+ * (tile, split). Rows >= M are never written, but the slabs are laid out for full tiles. */
+static inline size_t ffn_gemm_ws_floats(const ffn_gemm_config *c, int M, int N, int S, int splits) {
+  if (splits <= 1) return 0;
+  return (size_t)ffn_gemm_num_tiles(c, M, N, S) * (size_t)splits * ((size_t)c->bm * c->bn + 2 * (size_t)c->bm);
+}
+
+static inline void ffn_gemm_grid(const ffn_gemm_config *c, int M, int N, int S, int splits, unsigned grid[3]) {
+  grid[0] = (unsigned)ffn_gemm_num_tiles(c, M, N, S);
+  grid[1] = 1;
+  grid[2] = (unsigned)(splits < 1 ? 1 : splits);
+}
+
+/* Split-K factor. Each split of a tile streams ceil(ktiles/splits) k-tiles, and the CTAs spread over
+ * the SMs in rounds: the time goes as ceil(ctas / num_sms) * ceil(ktiles / splits), plus the split-K
+ * reduction (each split's partial is written once and read once by the last CTA), counted in
+ * k-tile loads. Also wanted: enough CTAs to fill every SM's ctas_per_sm slots, so that the weights
+ * have many bytes in flight (small M is bound by streaming B). Returns 1 when splitting won't pay. */
+static inline int ffn_gemm_pick_splits(int M, int N, int S, int K, const ffn_gemm_config *c, int num_sms) {
+  const int tiles = ffn_gemm_num_tiles(c, M, N, S);
+  const int ktiles = (K + c->bk - 1) / c->bk;
+  const int rows = M < c->bm ? M : c->bm;
+  const int elem = c->kind == FFN_GEMM_SM80 ? 2 : 4;
+  const double ktile_bytes = (double)(rows + c->bn) * c->bk * elem;
+  const double slab_bytes = (double)rows * c->bn * 4 + 8.0 * rows;
+  const int slots = num_sms * (c->ctas_per_sm > 0 ? c->ctas_per_sm : 1);
+  int max_splits = ktiles / 2; /* at least two k-tiles per split */
+  if (max_splits > 32) max_splits = 32;
+  if (num_sms <= 0 || tiles >= 4 * slots || max_splits < 2) return 1;
+  int best = 1;
+  double best_cost = 0;
+  for (int s = 1; s <= max_splits; s++) {
+    long ctas = (long)tiles * s;
+    double rounds = (double)((ctas + num_sms - 1) / num_sms);
+    double cost = rounds * (double)((ktiles + s - 1) / s);
+    if (s > 1) cost += (double)tiles * s * 2.0 * slab_bytes / ktile_bytes / num_sms;
+    if (ctas < slots) cost *= 1.0 + 0.5 * (double)(slots - ctas) / slots; /* too few bytes in flight */
+    if (s == 1 || cost < best_cost * 0.98) {
+      best = s;
+      best_cost = cost;
+    }
+  }
+  return best;
+}
+
+#endif /* FFN_KERNELS_GEMM_HOST_H */

@@ -1,0 +1,169 @@
+// prep.cuh: load-time weight transforms (gain folding, concatenation, interleaving, row
+// sums, small constant products). They run once when a model is prepared, so they favour
+// exactness over speed: arithmetic in double, results rounded once to the target type
+// with round to nearest even, as the CPU reference does. Element types arrive as run-time
+// codes (the DT_* values the generated source defines from ir/ir.h), so one compiled set
+// of kernels serves every program.
+#pragma once
+
+namespace ffn {
+
+// decode an OCP fp8 value (e4m3: bias 7, no inf, NaN = S.1111.111; e5m2: bias 15, IEEE-like)
+__device__ inline double f8_to_double(unsigned char b, int e4m3) {
+  const int mbits = e4m3 ? 3 : 2, ebits = e4m3 ? 4 : 5, bias = e4m3 ? 7 : 15;
+  int s = b >> 7, e = (b >> mbits) & ((1 << ebits) - 1), m = b & ((1 << mbits) - 1);
+  double v;
+  if (e4m3 && e == 15 && m == 7)
+    return __longlong_as_double(0x7ff8000000000000ll);
+  if (!e4m3 && e == 31)
+    return m ? __longlong_as_double(0x7ff8000000000000ll)
+             : (s ? -__longlong_as_double(0x7ff0000000000000ll) : __longlong_as_double(0x7ff0000000000000ll));
+  if (e == 0)
+    v = ldexp((double)m, 1 - bias - mbits);
+  else
+    v = ldexp((double)(m | (1 << mbits)), e - bias - mbits);
+  return s ? -v : v;
+}
+
+__device__ inline double prep_load(const void *p, int dt, long long i) {
+  switch (dt) {
+  case DT_F32: return ((const float *)p)[i];
+  case DT_F64: return ((const double *)p)[i];
+  case DT_BF16: return __uint_as_float((unsigned)((const unsigned short *)p)[i] << 16);
+  case DT_F16: {
+    float f;
+    unsigned short h = ((const unsigned short *)p)[i];
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+  }
+  case DT_F8E4M3: return f8_to_double(((const unsigned char *)p)[i], 1);
+  case DT_F8E5M2: return f8_to_double(((const unsigned char *)p)[i], 0);
+  case DT_I8: return ((const signed char *)p)[i];
+  case DT_U8: return ((const unsigned char *)p)[i];
+  default: return __longlong_as_double(0x7ff8000000000000ll);
+  }
+}
+
+// double -> float rounding to odd, then float -> 16-bit type rounding to nearest even, gives
+// the correctly rounded 16-bit result (float keeps more than two extra bits).
+__device__ inline float to_float_odd(double d) {
+  float f = __double2float_rz(d);
+  if ((double)f != d && f == f && !isinf(f))
+    f = __uint_as_float(__float_as_uint(f) | 1u);
+  return f;
+}
+
+__device__ inline void prep_store(void *p, int dt, long long i, double v) {
+  switch (dt) {
+  case DT_F32: ((float *)p)[i] = __double2float_rn(v); break;
+  case DT_F64: ((double *)p)[i] = v; break;
+  case DT_BF16: {
+    unsigned short r;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(to_float_odd(v)));
+    ((unsigned short *)p)[i] = r;
+    break;
+  }
+  case DT_F16: {
+    unsigned short r;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(to_float_odd(v)));
+    ((unsigned short *)p)[i] = r;
+    break;
+  }
+  default: break; // the code generator only emits prep steps into the types above
+  }
+}
+
+__device__ inline double prep_apply(int op, double a, double b) {
+  switch (op) {
+  case OP_NEG: return -a;
+  case OP_RELU: return a > 0 ? a : 0;
+  case OP_GELU: return 0.5 * a * (1.0 + erf(a * 0.70710678118654752440));
+  case OP_GELU_TANH: return 0.5 * a * (1.0 + tanh(0.79788456080286535588 * (a + 0.044715 * a * a * a)));
+  case OP_SILU: return a / (1.0 + exp(-a));
+  case OP_SIGMOID: return 1.0 / (1.0 + exp(-a));
+  case OP_TANH: return tanh(a);
+  case OP_SQUARE: return a * a;
+  case OP_CAST: return a;
+  case OP_ADD: return a + b;
+  case OP_SUB: return a - b;
+  case OP_MUL: return a * b;
+  case OP_DIV: return a / b;
+  default: return __longlong_as_double(0x7ff8000000000000ll);
+  }
+}
+
+// Broadcast indexing: out has `rank` dims; sa/sb are element strides of a and b per out dim
+// (0 where that operand is broadcast).
+struct PrepIndex {
+  int rank;
+  long long dims[6];
+  long long sa[6], sb[6];
+};
+
+} // namespace ffn
+
+extern "C" __global__ void ffn_prep_fill(void *out, int dt, long long n, double v) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+    ffn::prep_store(out, dt, i, v);
+}
+
+extern "C" __global__ void ffn_prep_ewise(void *out, int dto, const void *a, int dta, const void *b, int dtb, int op,
+                                          long long n, ffn::PrepIndex ix) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    long long r = i, ia = 0, ib = 0;
+    for (int d = ix.rank - 1; d >= 0; d--) {
+      long long c = r % ix.dims[d];
+      r /= ix.dims[d];
+      ia += c * ix.sa[d];
+      ib += c * ix.sb[d];
+    }
+    double x = ffn::prep_load(a, dta, ia), y = b ? ffn::prep_load(b, dtb, ib) : 0.0;
+    ffn::prep_store(out, dto, i, ffn::prep_apply(op, x, y));
+  }
+}
+
+// out [C, R] = a [R, C]^T
+extern "C" __global__ void ffn_prep_transpose(void *out, int dto, const void *a, int dta, long long R, long long C) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < R * C; i += (long long)gridDim.x * blockDim.x) {
+    long long c = i / R, r = i % R; // out row c, column r
+    ffn::prep_store(out, dto, i, ffn::prep_load(a, dta, r * C + c));
+  }
+}
+
+// Rows of a [R, K] seen as S blocks of N = R/S rows, regrouped in groups of G (ops.def).
+extern "C" __global__ void ffn_prep_interleave(void *out, int dt, const void *a, long long R, long long K, long long G,
+                                               long long S) {
+  long long N = R / S;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < R * K; i += (long long)gridDim.x * blockDim.x) {
+    long long o = i / K, k = i % K;
+    long long q = o / (G * S), rem = o % (G * S), s = rem / G, n = q * G + rem % G;
+    ffn::prep_store(out, dt, i, ffn::prep_load(a, dt, (s * N + n) * K + k));
+  }
+}
+
+// out [R] = sum over the last dim of a [R, C]; one warp per row, double accumulation.
+extern "C" __global__ void ffn_prep_rowsum(void *out, int dto, const void *a, int dta, long long R, long long C) {
+  long long warp = (blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5;
+  int lane = threadIdx.x & 31;
+  for (long long r = warp; r < R; r += ((long long)gridDim.x * blockDim.x) >> 5) {
+    double s = 0;
+    for (long long c = lane; c < C; c += 32)
+      s += ffn::prep_load(a, dta, r * C + c);
+    for (int o = 16; o > 0; o >>= 1)
+      s += __shfl_xor_sync(0xffffffffu, s, o);
+    if (lane == 0)
+      ffn::prep_store(out, dto, r, s);
+  }
+}
+
+// out [M, N] = a [M, K] @ b [K, N]; a thread per output, double accumulation (small, once).
+extern "C" __global__ void ffn_prep_matmul(void *out, int dto, const void *a, int dta, const void *b, int dtb,
+                                           long long M, long long N, long long K) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < M * N; i += (long long)gridDim.x * blockDim.x) {
+    long long m = i / N, n = i % N;
+    double s = 0;
+    for (long long k = 0; k < K; k++)
+      s += ffn::prep_load(a, dta, m * K + k) * ffn::prep_load(b, dtb, k * N + n);
+    ffn::prep_store(out, dto, i, s);
+  }
+}

@@ -1,0 +1,337 @@
+/* fuse.c: kernel groups.
+ *
+ * Walks the graph in order and puts every run-time node into a group, one kernel each:
+ *   - each matrix product starts a GEMM group. If the product is read only through its
+ *     two column halves (the gate/up form), the group has two streams and its weight rows
+ *     are interleaved at load time so one thread holds the gate and up values of an element;
+ *   - an elementwise op joins the group of one of its operands (the newest that allows it):
+ *     a GEMM group takes it into its epilogue, a rowwise group into its per-row loop. Its
+ *     other operands must be readable there: in the group, scalars, per-column vectors,
+ *     per-row values, whole tensors of the group's shape already in memory (a residual), or,
+ *     for a GEMM, statistics of the rows of its own A operand;
+ *   - anything else joins the newest rowwise group of its shape (independent elementwise ops
+ *     over the same rows share one kernel) or starts one (norms, elementwise chains, slices
+ *     of tensors in memory).
+ * Statistics, and values computed only from statistics and constants (the mean * colsum
+ * term of a folded layernorm), are "floating": they have no producer to join, so they are
+ * placed by their first user, into the user's kernel when it can compute them there.
+ * Groups run in creation order and only ever read values of earlier groups, so the order is
+ * a valid schedule. A member is written to memory only if a later group or an output reads it.
+ */
+#include "passes.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { BC_NONE, BC_FULL, BC_ROW, BC_COL, BC_SCALAR } Bcast;
+
+/* How a value of shape s is read by a kernel whose elements have shape full. */
+static Bcast classify(const Shape *s, const Shape *full) {
+  if (shape_eq(s, full))
+    return BC_FULL;
+  if (shape_is_static(s) && shape_static_numel(s) == 1)
+    return BC_SCALAR;
+  if (full->rank == 0 || s->rank > full->rank)
+    return BC_NONE;
+  Dim last = full->d[full->rank - 1];
+  /* per column: [N], [1, N], ... */
+  bool col = s->rank >= 1 && dim_eq(s->d[s->rank - 1], last);
+  for (int i = 0; col && i < s->rank - 1; i++)
+    col = s->d[i].sym < 0 && s->d[i].size == 1;
+  if (col)
+    return BC_COL;
+  /* per row: the leading dims of full, then 1 */
+  bool row = s->rank == full->rank && s->d[s->rank - 1].sym < 0 && s->d[s->rank - 1].size == 1;
+  for (int i = 0; row && i < s->rank - 1; i++)
+    row = dim_eq(s->d[i], full->d[i]);
+  return row ? BC_ROW : BC_NONE;
+}
+
+static bool is_stat(Op op) { return op == OP_RMS_RSTD || op == OP_LN_MEAN || op == OP_LN_RSTD; }
+static bool is_norm(Op op) { return op == OP_RMSNORM || op == OP_LAYERNORM; }
+
+typedef struct {
+  Compile *c;
+  Users users;
+  Group **groups;
+  int ngroups, cap;
+  /* by node id: 1 if the node depends on a statistic computed in its own (rowwise) group */
+  unsigned char *after_stats;
+} Fuser;
+
+static Group *new_group(Fuser *f, GroupKind kind, Shape shape) {
+  if (f->ngroups == f->cap) {
+    f->cap = f->cap ? f->cap * 2 : 16;
+    f->groups = realloc(f->groups, sizeof(Group *) * (size_t)f->cap);
+    if (!f->groups)
+      abort();
+  }
+  Group *g = arena_alloc(f->c->g->arena, sizeof *g);
+  g->kind = kind;
+  g->id = f->ngroups;
+  g->shape = shape;
+  f->groups[f->ngroups++] = g;
+  return g;
+}
+
+static void add(Fuser *f, Group *g, Node *n) {
+  n->group = g->id;
+  ptrvec_push(f->c->g->arena, &g->nodes, n);
+}
+
+static Shape row_shape(const Shape *s) {
+  Shape r = *s;
+  if (r.rank)
+    r.d[r.rank - 1] = dim_static(1);
+  return r;
+}
+
+static bool can_join(Fuser *f, Group *g, Node *n);
+
+/* Floating: a statistic, or an elementwise value whose operands are all floating, constant or
+ * scalar, that no group has taken yet (see the comment at the top). */
+static bool floating(const Node *o) {
+  if (o->group >= 0 || ir_is_const(o))
+    return false;
+  if (is_stat(o->op))
+    return true;
+  if (!is_elementwise(o))
+    return false;
+  for (int i = 0; i < o->nargs; i++)
+    if (!ir_is_const(o->args[i]) && !floating(o->args[i]))
+      return false;
+  return true;
+}
+
+/* Can operand o of a node joining g be read by g's kernel? */
+static bool readable(Fuser *f, Group *g, Node *o) {
+  if (o->group == g->id)
+    return true;
+  if (o->op == OP_SCALAR)
+    return true;
+  if (floating(o))
+    return can_join(f, g, o);
+  if (!ir_is_const(o) && o->group > g->id)
+    return false; /* produced by a later kernel */
+  Bcast bc = classify(&o->shape, &g->shape);
+  return bc != BC_NONE;
+}
+
+static bool can_join(Fuser *f, Group *g, Node *n) {
+  Shape rs = row_shape(&g->shape);
+  bool stat = is_stat(n->op), norm = is_norm(n->op);
+  if (n->op == OP_SLICE) {
+    /* a rowwise kernel reads a slice of a tensor in memory at a column offset */
+    Node *o = n->args[0];
+    return g->kind == GK_ROWWISE && shape_eq(&n->shape, &g->shape) && !ir_is_const(o) && !floating(o) &&
+           o->group != g->id && o->group <= g->id;
+  }
+  if (!is_elementwise(n) && !stat && !norm)
+    return false;
+  if (stat || norm) {
+    Node *x = n->args[0];
+    if (g->kind == GK_GEMM) {
+      /* statistics of the rows the GEMM reads as A; norms need whole output rows, which a
+       * GEMM tile does not have */
+      return stat && x == g->a;
+    }
+    if (!shape_eq(&x->shape, &g->shape))
+      return false;
+    if (x->group == g->id && f->after_stats[x->id])
+      return false; /* a second statistics pass over the row: another kernel */
+  } else if (!shape_eq(&n->shape, &g->shape) && !shape_eq(&n->shape, &rs)) {
+    return false;
+  }
+  for (int i = 0; i < n->nargs; i++)
+    if (!readable(f, g, n->args[i]))
+      return false;
+  return true;
+}
+
+static void join(Fuser *f, Group *g, Node *n) {
+  for (int i = 0; i < n->nargs; i++) /* floating values it reads come along */
+    if (floating(n->args[i]))
+      join(f, g, n->args[i]);
+  add(f, g, n);
+  bool dep = is_stat(n->op) || is_norm(n->op);
+  for (int i = 0; i < n->nargs; i++)
+    if (n->args[i]->group == g->id && f->after_stats[n->args[i]->id])
+      dep = true;
+  f->after_stats[n->id] = g->kind == GK_ROWWISE && dep;
+  if (g->kind == GK_GEMM && is_stat(n->op)) {
+    int need = n->op == OP_RMS_RSTD ? 1 : 2;
+    if (g->stats < need)
+      g->stats = need;
+  }
+}
+
+/* The product is read only through exactly its two column halves: two streams. */
+static bool two_streams(Fuser *f, Node *mm, Node **halves) {
+  PtrVec *us = &f->users.by_id[mm->id];
+  Dim last = mm->shape.d[mm->shape.rank - 1];
+  if (f->users.is_output[mm->id] || us->len != 2 || last.sym >= 0 || last.size % 16)
+    return false;
+  Node *a = us->items[0], *b = us->items[1];
+  if (a->op != OP_SLICE || b->op != OP_SLICE)
+    return false;
+  if (a->ival[0] > b->ival[0]) {
+    Node *t = a;
+    a = b;
+    b = t;
+  }
+  int64_t half = last.size / 2;
+  if (a->ival[0] != 0 || a->ival[1] != half || b->ival[0] != half || b->ival[1] != half)
+    return false;
+  halves[0] = a;
+  halves[1] = b;
+  return true;
+}
+
+static int unsupported(Compile *c, Node *n, const char *what) {
+  diag_error(c->diags, c->src, n->loc, "%s is not supported by the GPU code generator yet", what);
+  return -1;
+}
+
+static int gemm_group(Fuser *f, Node *mm) {
+  Compile *c = f->c;
+  if (!ir_is_const(mm->args[1]))
+    return unsupported(c, mm, "a matrix product whose right operand is computed at run time");
+  Node *halves[2];
+  bool two = c->opt_level > 0 && two_streams(f, mm, halves);
+  Group *g = new_group(f, GK_GEMM, two ? halves[0]->shape : mm->shape);
+  g->mm = mm;
+  g->a = mm->args[0];
+  g->b_nk = matmul_b_nk(c, mm);
+  g->streams = two ? 2 : 1;
+  add(f, g, mm);
+  if (two) {
+    Node proto = {.ival = {8, 2}};
+    g->b_nk = pass_new(c, OP_INTERLEAVE, g->b_nk->dtype, &g->b_nk, 1, &proto);
+    for (int s = 0; s < 2; s++) {
+      add(f, g, halves[s]);
+      g->stream[s] = halves[s];
+    }
+  } else {
+    g->stream[0] = mm;
+  }
+  return 0;
+}
+
+static void find_stores(Fuser *f) {
+  Graph *gr = f->c->g;
+  for (int i = 0; i < gr->nodes.len; i++) {
+    Node *n = GRAPH_NODE(gr, i);
+    if (n->group < 0 || n->dead || n->id >= f->users.n)
+      continue;
+    Group *g = f->groups[n->group];
+    if (g->kind == GK_GEMM && g->streams == 2 && n == g->mm)
+      continue; /* read only through its halves, in this kernel */
+    bool store = f->users.is_output[n->id];
+    PtrVec *us = &f->users.by_id[n->id];
+    for (int j = 0; j < us->len && !store; j++)
+      store = ((Node *)us->items[j])->group != n->group;
+    if (store)
+      ptrvec_push(gr->arena, &g->stores, n);
+  }
+}
+
+static int rowwise_group(Fuser *f, Node *n);
+
+/* Before a group of element shape `shape` is created for n: floating operands that such a
+ * group could not compute get kernels of their own first (so they run before it). */
+static int place_floating_operands(Fuser *f, Node *n, const Shape *shape) {
+  Shape rs = row_shape(shape);
+  for (int i = 0; i < n->nargs; i++) {
+    Node *o = n->args[i];
+    if (!floating(o))
+      continue;
+    const Shape *os = is_stat(o->op) ? &o->args[0]->shape : &o->shape;
+    bool fits = shape_eq(os, shape) || (!is_stat(o->op) && shape_eq(os, &rs));
+    int rc = fits ? place_floating_operands(f, o, shape) : rowwise_group(f, o);
+    if (rc != 0)
+      return rc;
+  }
+  return 0;
+}
+
+/* A new rowwise group for n. */
+static int rowwise_group(Fuser *f, Node *n) {
+  Compile *c = f->c;
+  Shape shape = is_stat(n->op) || is_norm(n->op) ? n->args[0]->shape : n->shape;
+  if (n->op == OP_TRANSPOSE)
+    return unsupported(c, n, "transposing a value computed at run time");
+  if (shape.rank == 0)
+    return unsupported(c, n, "a run-time value of rank 0");
+  if (place_floating_operands(f, n, &shape) != 0)
+    return -1;
+  Group *g = new_group(f, GK_ROWWISE, shape);
+  if (n->op == OP_SLICE) {
+    add(f, g, n); /* reads its operand (in memory) at a column offset */
+    return 0;
+  }
+  if (!can_join(f, g, n))
+    return unsupported(c, n, "this broadcasting pattern");
+  join(f, g, n);
+  return 0;
+}
+
+/* The newest group that takes n: one of its operands' or, for independent work over the same
+ * rows, the newest rowwise group (kept to a modest size). */
+static Group *best_group(Fuser *f, Node *n) {
+  Group *best = NULL;
+  for (int j = 0; j < n->nargs; j++) {
+    int gid = n->args[j]->group;
+    if (gid >= 0 && (!best || gid > best->id) && can_join(f, f->groups[gid], n))
+      best = f->groups[gid];
+  }
+  if (best)
+    return best;
+  for (int k = f->ngroups - 1; k >= 0; k--) {
+    Group *g = f->groups[k];
+    if (g->kind != GK_ROWWISE)
+      continue;
+    return g->nodes.len < 64 && can_join(f, g, n) ? g : NULL;
+  }
+  return NULL;
+}
+
+int pass_fuse(Compile *c) {
+  Graph *gr = c->g;
+  Fuser f = {c, users_build(gr), NULL, 0, 0, calloc((size_t)gr->next_id + 1, 1)};
+  if (!f.after_stats)
+    abort();
+  int rc = 0;
+  int len = gr->nodes.len; /* interleave nodes appended below are constants: no group */
+  for (int pass = 0; pass < 2 && rc == 0; pass++) {
+    /* pass 0 places everything but floating values; pass 1 the floating values no user took */
+    for (int i = 0; i < len && rc == 0; i++) {
+      Node *n = GRAPH_NODE(gr, i);
+      if (n->dead || ir_is_const(n) || op_info[n->op].cls == OPC_LEAF || n->group >= 0)
+        continue;
+      if (pass == 0 && floating(n))
+        continue;
+      if (n->op == OP_MATMUL) {
+        rc = floating(n->args[0]) ? rowwise_group(&f, n->args[0]) : 0;
+        if (rc == 0)
+          rc = gemm_group(&f, n);
+        continue;
+      }
+      Group *best = c->opt_level > 0 ? best_group(&f, n) : NULL;
+      if (best)
+        join(&f, best, n);
+      else
+        rc = rowwise_group(&f, n);
+    }
+  }
+  if (rc == 0) {
+    find_stores(&f);
+    c->groups = arena_alloc(gr->arena, sizeof(Group *) * (size_t)(f.ngroups + 1));
+    if (f.ngroups)
+      memcpy(c->groups, f.groups, sizeof(Group *) * (size_t)f.ngroups);
+    c->ngroups = f.ngroups;
+  }
+  free(f.groups);
+  free(f.after_stats);
+  users_free(&f.users);
+  return rc;
+}

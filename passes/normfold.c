@@ -1,0 +1,83 @@
+/* normfold.c: fold a norm into the matrix product that reads it.
+ *
+ *   rmsnorm(x, g) @ W^T  =  rstd(x) * (x @ (W*g)^T)                 rstd = 1/sqrt(mean(x^2)+eps)
+ *   layernorm(x, g, b) @ W^T
+ *                        =  rstd(x) * (x @ (W*g)^T - mean(x) * c) + W b,   c[n] = sum_k W[n,k] g[k]
+ *
+ * W*g, c and W b are computed once at load time; rstd and mean are per-row statistics that
+ * the matrix-product kernel accumulates from the rows of x it reads anyway, so the
+ * normalized activations are never written to memory. The rounding differs from the
+ * unfused form (the gain is rounded into W instead of into h) by about one ulp of the
+ * storage type, well inside the tolerance of that type.
+ */
+#include "passes.h"
+
+/* One statistics node per (op, x, eps), shared by every product that reads the same rows. */
+static Node *stat(Compile *c, Op op, Node *x, const Node *norm) {
+  Graph *g = c->g;
+  for (int i = 0; i < g->nodes.len; i++) {
+    Node *n = GRAPH_NODE(g, i);
+    if (!n->dead && n->op == op && n->args[0] == x && n->fval == norm->fval)
+      return n;
+  }
+  return pass_new(c, op, DT_F32, &x, 1, norm);
+}
+
+static Node *fold(Compile *c, Node *mm) {
+  Node *h = mm->args[0], *x = h->args[0], *gain = h->args[1];
+  if (!ir_is_const(gain) || ir_is_const(x) || x->dtype != h->dtype || h->nargs > 3)
+    return NULL;
+  DType f32 = DT_F32, vt = mm->dtype;
+  Node *b_nk = matmul_b_nk(c, mm);
+  Node *args[2] = {b_nk, gain};
+  Node *scaled = pass_new(c, OP_MUL, b_nk->dtype, args, 2, NULL); /* [N, K] * [K] */
+  Node *bt = pass_new(c, OP_TRANSPOSE, scaled->dtype, &scaled, 1, NULL);
+  args[0] = x, args[1] = bt;
+  Node *prod = pass_new(c, OP_MATMUL, vt, args, 2, mm);
+  prod->var = NULL;
+  if (h->op == OP_RMSNORM) {
+    Node *rstd = stat(c, OP_RMS_RSTD, x, h);
+    args[0] = prod, args[1] = rstd;
+    return pass_new(c, OP_MUL, vt, args, 2, mm);
+  }
+  Node *colsum = pass_new(c, OP_ROWSUM, f32, &scaled, 1, NULL);
+  Node *mean = stat(c, OP_LN_MEAN, x, h);
+  Node *rstd = stat(c, OP_LN_RSTD, x, h);
+  args[0] = mean, args[1] = colsum;
+  Node *shift = pass_new(c, OP_MUL, f32, args, 2, mm);
+  args[0] = prod, args[1] = shift;
+  Node *centered = pass_new(c, OP_SUB, vt, args, 2, mm);
+  args[0] = centered, args[1] = rstd;
+  Node *y = pass_new(c, OP_MUL, vt, args, 2, mm);
+  if (h->nargs == 3) {
+    /* the layernorm bias goes through the product once: b @ W^T, a [N] vector */
+    args[0] = h->args[2], args[1] = mm->args[1];
+    Node *bias = pass_new(c, OP_MATMUL, f32, args, 2, NULL);
+    args[0] = y, args[1] = bias;
+    y = pass_new(c, OP_ADD, vt, args, 2, mm);
+  }
+  return y;
+}
+
+int pass_normfold(Compile *c) {
+  Graph *g = c->g;
+  if (g->prec.type[PREC_MATMUL] == DT_F8E4M3 || g->prec.type[PREC_MATMUL] == DT_F8E5M2)
+    return 0; /* fp8 quantizes the normalized rows themselves; keep them */
+  int len = g->nodes.len;
+  for (int i = 0; i < len; i++) {
+    Node *mm = GRAPH_NODE(g, i);
+    if (mm->dead || mm->op != OP_MATMUL || !ir_is_const(mm->args[1]))
+      continue;
+    Op a = mm->args[0]->op;
+    if (a != OP_RMSNORM && a != OP_LAYERNORM)
+      continue;
+    Node *y = fold(c, mm);
+    if (!y)
+      continue;
+    y->var = mm->var;
+    ir_replace_uses(g, mm, y);
+    mm->dead = true;
+  }
+  ir_compact(g);
+  return ir_toposort(g);
+}

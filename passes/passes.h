@@ -1,0 +1,81 @@
+/* passes.h: the optimization pipeline, one pass per file, run in order by passmgr.c.
+ *
+ *   canon      drop no-op casts and dead code
+ *   normfold   rmsnorm/layernorm before a projection: the gain (and layernorm's bias) go
+ *              into the weights at load time; the per-row statistics stay as ops that the
+ *              matrix-product kernel computes from the rows it reads
+ *   gateup     two projections of one input that meet in an elementwise op become one
+ *              product with concatenated weights, read through two column slices (the
+ *              gate/up merge); slices are moved through elementwise ops down to the product
+ *   fuse       kernel groups: each matrix product with its epilogue (activation, gate*up,
+ *              bias, residual, scaling), and rowwise kernels for what is left
+ *   precision  values that never leave a kernel are f32; checks the target can honour the
+ *              policy (an error, never a silent fallback)
+ *
+ * Each pass rewrites the graph in place (new nodes are appended, replaced ones marked dead)
+ * and the verifier runs after every pass in test builds. Any pass's output can be dumped
+ * with --dump-ir-after=PASS.
+ */
+#ifndef FFNC_PASSES_H
+#define FFNC_PASSES_H
+
+#include "../frontend/frontend.h"
+
+typedef enum { GK_GEMM, GK_ROWWISE } GroupKind;
+
+/* A kernel group: the nodes one kernel computes. */
+typedef struct {
+  GroupKind kind;
+  int id;
+  PtrVec nodes;   /* members in graph order; GEMM: the matmul (and its slices) first */
+  PtrVec stores;  /* members written to memory (used outside the group or outputs) */
+  Shape shape;    /* the shape every member (but per-row statistics) has */
+  /* GEMM */
+  Node *mm;       /* the matrix product */
+  Node *a;        /* its A operand [..., K] (in memory) */
+  Node *b_nk;     /* const [S*N, K]: the weight, rows = output columns, interleaved if S = 2 */
+  int streams;    /* S: 1, or 2 when the product is only read through two column halves */
+  Node *stream[2];/* the value the epilogue sees as v[s]: mm itself, or its slices */
+  int stats;      /* 0, 1: sum of squares of A's rows, 2: sum and sum of squares */
+} Group;
+
+typedef struct {
+  Graph *g;
+  const SourceFile *src; /* for diagnostics with source lines */
+  Diags *diags;
+  int arch;              /* 80, 86, 89, 90 */
+  int opt_level;         /* 0: one kernel per op */
+  Group **groups;        /* set by fuse, in execution order */
+  int ngroups;
+} Compile;
+
+typedef int (*PassFn)(Compile *c); /* 0, or -1 after reporting into c->diags */
+
+int pass_canon(Compile *c);
+int pass_gateup(Compile *c);
+int pass_normfold(Compile *c);
+int pass_fuse(Compile *c);
+int pass_precision(Compile *c);
+
+/* Runs the pipeline. dump_after: a pass name (or "frontend", or "all") whose output is
+ * printed to dump. Returns 0 or -1 (diagnostics in c->diags). */
+int passes_run(Compile *c, const char *dump_after, FILE *dump);
+/* Names of the passes, NULL-terminated (for --help and validation). */
+extern const char *const pass_names[];
+
+/* Helpers shared by the passes (passmgr.c). */
+Node *pass_new(Compile *c, Op op, DType dt, Node **args, int nargs, const Node *like); /* shape inferred */
+bool is_elementwise(const Node *n);
+/* B operand of matmul mm as a const [N, K] node (the weight itself when mm reads w^T, else a
+ * new transpose), or NULL if mm's right operand is not constant. */
+Node *matmul_b_nk(Compile *c, Node *mm);
+/* Users of each node: users[pos] lists of Node*, indexed by node id. */
+typedef struct {
+  PtrVec *by_id;
+  int n;
+  bool *is_output; /* by id */
+} Users;
+Users users_build(const Graph *g);
+void users_free(Users *u);
+
+#endif

@@ -1,0 +1,122 @@
+/* passmgr.c: runs the passes in order, dumps and verifies between them. */
+#include "passes.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+  const char *name;
+  PassFn fn;
+  int min_opt; /* runs at this -O level and above */
+} Pass;
+
+static const Pass pipeline[] = {
+    {"canon", pass_canon, 0}, {"normfold", pass_normfold, 1}, {"gateup", pass_gateup, 1},
+    {"fuse", pass_fuse, 0},   {"precision", pass_precision, 0},
+};
+#define NPASSES (int)(sizeof pipeline / sizeof pipeline[0])
+
+const char *const pass_names[] = {"frontend", "canon", "normfold", "gateup", "fuse", "precision", NULL};
+
+static int verify(Compile *c, const char *after) {
+#ifdef FFNC_VERIFY_PASSES
+  char err[512];
+  if (ir_verify(c->g, err, sizeof err) != 0) {
+    diag_plain(c->diags, "internal error: IR invalid after %s: %s", after, err);
+    return -1;
+  }
+#endif
+  (void)c;
+  (void)after;
+  return 0;
+}
+
+int passes_run(Compile *c, const char *dump_after, FILE *dump) {
+  if (dump_after) {
+    bool known = strcmp(dump_after, "all") == 0;
+    for (int i = 0; pass_names[i]; i++)
+      known |= strcmp(dump_after, pass_names[i]) == 0;
+    if (!known) {
+      diag_plain(c->diags, "--dump-ir-after=%s: no such pass (passes: frontend canon normfold gateup fuse precision)",
+                 dump_after);
+      return -1;
+    }
+  }
+  bool all = dump_after && strcmp(dump_after, "all") == 0;
+  if (dump_after && (all || strcmp(dump_after, "frontend") == 0)) {
+    fprintf(dump, "# after frontend\n");
+    ir_print(c->g, dump);
+  }
+  if (verify(c, "frontend") != 0)
+    return -1;
+  for (int i = 0; i < NPASSES; i++) {
+    if (c->opt_level < pipeline[i].min_opt)
+      continue;
+    if (pipeline[i].fn(c) != 0)
+      return -1;
+    if (verify(c, pipeline[i].name) != 0)
+      return -1;
+    if (dump_after && (all || strcmp(dump_after, pipeline[i].name) == 0)) {
+      fprintf(dump, "# after %s\n", pipeline[i].name);
+      ir_print(c->g, dump);
+    }
+  }
+  return 0;
+}
+
+/* ---- helpers ---- */
+
+Node *pass_new(Compile *c, Op op, DType dt, Node **args, int nargs, const Node *like) {
+  Shape s;
+  char err[256];
+  if (!ir_infer_shape(c->g, op, args, nargs, like, &s, err, sizeof err)) {
+    fprintf(stderr, "ffnc: internal error: a pass built an invalid %s: %s\n", op_info[op].name, err);
+    abort();
+  }
+  SrcLoc loc = like ? like->loc : args[0]->loc;
+  Node *n = ir_node(c->g, op, dt, s, args, nargs, loc);
+  if (like) {
+    n->fval = like->fval;
+    n->ival[0] = like->ival[0];
+    n->ival[1] = like->ival[1];
+  }
+  return n;
+}
+
+bool is_elementwise(const Node *n) {
+  return op_info[n->op].cls == OPC_UNARY || op_info[n->op].cls == OPC_BINARY;
+}
+
+Node *matmul_b_nk(Compile *c, Node *mm) {
+  Node *b = mm->args[1];
+  if (!ir_is_const(b))
+    return NULL;
+  if (b->op == OP_TRANSPOSE)
+    return b->args[0];
+  return pass_new(c, OP_TRANSPOSE, b->dtype, &b, 1, NULL);
+}
+
+Users users_build(const Graph *g) {
+  Users u = {calloc((size_t)g->next_id + 1, sizeof(PtrVec)), g->next_id, calloc((size_t)g->next_id + 1, 1)};
+  if (!u.by_id || !u.is_output)
+    abort();
+  for (int i = 0; i < g->nodes.len; i++) {
+    Node *n = GRAPH_NODE(g, i);
+    if (n->dead)
+      continue;
+    for (int j = 0; j < n->nargs; j++) {
+      PtrVec *v = &u.by_id[n->args[j]->id];
+      bool dup = v->len && v->items[v->len - 1] == n; /* x * x uses x once */
+      if (!dup)
+        ptrvec_push(g->arena, v, n);
+    }
+  }
+  for (int i = 0; i < g->noutputs; i++)
+    u.is_output[g->outputs[i].node->id] = true;
+  return u;
+}
+
+void users_free(Users *u) {
+  free(u->by_id);
+  free(u->is_output);
+}

@@ -1,0 +1,84 @@
+/* precision.c: element types of values inside kernels, and what the target can honour.
+ *
+ * A value computed and consumed inside one kernel never reaches memory, so it is kept in f32
+ * (an explicit cast still rounds: it keeps its type). Values written to memory keep the type
+ * the precision policy gave them. A policy the target or this code generator cannot honour
+ * is an error that points at the precision statement, never a silent fallback.
+ */
+#include "passes.h"
+
+static bool is_f8(DType t) { return t == DT_F8E4M3 || t == DT_F8E5M2; }
+
+static int refuse(Compile *c, PrecClass cls, const char *fmt, const char *a, const char *b) {
+  Graph *g = c->g;
+  char msg[256];
+  snprintf(msg, sizeof msg, fmt, a, b);
+  if (g->prec.loc[cls].line)
+    diag_error(c->diags, c->src, g->prec.loc[cls], "%s", msg);
+  else
+    diag_plain(c->diags, "--precision %s=%s: %s", prec_class_names[cls], dtype_name(g->prec.type[cls]), msg);
+  return -1;
+}
+
+static int check_policy(Compile *c) {
+  Graph *g = c->g;
+  DType mm = g->prec.type[PREC_MATMUL], w = g->prec.type[PREC_WEIGHTS];
+  char arch[16];
+  snprintf(arch, sizeof arch, "sm_%d", c->arch);
+  if (is_f8(mm) && c->arch < 89)
+    return refuse(c, PREC_MATMUL, "fp8 matrix products need sm_89 or newer; the target is %s%s", arch, "");
+  if (is_f8(mm))
+    return refuse(c, PREC_MATMUL, "%s matrix products are not supported by the GPU code generator yet%s",
+                  dtype_name(mm), "");
+  if (w != DT_NONE)
+    return refuse(c, PREC_WEIGHTS, "%s weight-only quantization is not supported by the GPU code generator yet%s",
+                  dtype_name(w), "");
+  return 0;
+}
+
+static int check_gemm(Compile *c, Group *gr) {
+  Graph *g = c->g;
+  DType a = gr->a->dtype, b = gr->b_nk->dtype, mm = g->prec.type[PREC_MATMUL];
+  if (mm != DT_NONE && (mm != a || mm != b))
+    return refuse(c, PREC_MATMUL, "converting %s operands to `precision matmul %s` is not supported by the GPU code "
+                  "generator yet", dtype_name(a), dtype_name(mm));
+  if (a != b || (a != DT_F32 && a != DT_F16 && a != DT_BF16)) {
+    diag_error(c->diags, c->src, gr->mm->loc, "matrix products of %s and %s are not supported by the GPU code generator yet",
+               dtype_name(a), dtype_name(b));
+    return -1;
+  }
+  return 0;
+}
+
+int pass_precision(Compile *c) {
+  Graph *g = c->g;
+  if (check_policy(c) != 0)
+    return -1;
+  for (int i = 0; i < g->nodes.len; i++) {
+    Node *n = GRAPH_NODE(g, i);
+    if (n->group < 0 && !ir_is_const(n) && (is_f8(n->dtype) || !dtype_is_float(n->dtype))) {
+      diag_error(c->diags, c->src, n->loc, "%s tensors are not supported by the GPU code generator yet",
+                 dtype_name(n->dtype));
+      return -1;
+    }
+  }
+  for (int k = 0; k < c->ngroups; k++) {
+    Group *gr = c->groups[k];
+    if (gr->kind == GK_GEMM && check_gemm(c, gr) != 0)
+      return -1;
+    for (int i = 0; i < gr->nodes.len; i++) {
+      Node *n = gr->nodes.items[i];
+      bool stored = false;
+      for (int j = 0; j < gr->stores.len; j++)
+        stored |= gr->stores.items[j] == n;
+      if (is_f8(n->dtype) && stored) {
+        diag_error(c->diags, c->src, n->loc, "storing %s values is not supported by the GPU code generator yet",
+                   dtype_name(n->dtype));
+        return -1;
+      }
+      if (!stored && n->op != OP_CAST)
+        n->dtype = DT_F32;
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,655 @@
+/* api.c: the public C API (include/ffn.h): options, programs, models, errors. */
+#include "rt.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../codegen/driver.h"
+#include "safetensors.h"
+
+/* ---- errors ---- */
+
+static __thread char last_error[16384];
+
+ffn_status rt_error(ffn_status s, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(last_error, sizeof last_error, fmt, ap);
+  va_end(ap);
+  return s;
+}
+
+const char *ffn_last_error(void) { return last_error; }
+
+const char *ffn_status_string(ffn_status s) {
+  switch (s) {
+  case FFN_OK: return "ok";
+  case FFN_ERR_INVALID_ARGUMENT: return "invalid argument";
+  case FFN_ERR_SOURCE: return "errors in the model source";
+  case FFN_ERR_TENSOR: return "missing or mismatched tensor";
+  case FFN_ERR_IO: return "file could not be read or written";
+  case FFN_ERR_UNSUPPORTED: return "not supported for this target";
+  case FFN_ERR_NO_COMPILER: return "NVRTC not available";
+  case FFN_ERR_COMPILE: return "generated code failed to compile";
+  case FFN_ERR_NO_DEVICE: return "no CUDA device";
+  case FFN_ERR_CUDA: return "CUDA driver error";
+  case FFN_ERR_OUT_OF_MEMORY: return "out of memory";
+  }
+  return "unknown status";
+}
+
+#define ARG(cond, what)                                                       \
+  do {                                                                        \
+    if (!(cond))                                                              \
+      return rt_error(FFN_ERR_INVALID_ARGUMENT, "%s: %s", __func__, what);     \
+  } while (0)
+
+/* ---- options ---- */
+
+struct ffn_options {
+  char arch[16];
+  int opt_level;
+  PrecOverride prec[PREC_COUNT];
+  int nprec;
+  FuseRequest fuse[16];
+  int nfuse;
+};
+
+ffn_status ffn_options_create(ffn_options **out) {
+  ARG(out, "out is NULL");
+  *out = calloc(1, sizeof **out);
+  if (!*out)
+    return rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
+  (*out)->opt_level = 3;
+  return FFN_OK;
+}
+
+void ffn_options_destroy(ffn_options *o) { free(o); }
+
+ffn_status ffn_options_set_arch(ffn_options *o, const char *arch) {
+  ARG(o && arch, "NULL argument");
+  int sm;
+  char err[256];
+  if (parse_arch(arch, &sm, err, sizeof err) != 0)
+    return rt_error(FFN_ERR_INVALID_ARGUMENT, "%s", err);
+  snprintf(o->arch, sizeof o->arch, "sm_%d", sm);
+  return FFN_OK;
+}
+
+ffn_status ffn_options_set_precision(ffn_options *o, const char *key, const char *value) {
+  ARG(o && key && value, "NULL argument");
+  char text[128], err[256];
+  snprintf(text, sizeof text, "%s=%s", key, value);
+  PrecOverride p;
+  if (parse_precision_override(text, &p, err, sizeof err) != 0)
+    return rt_error(FFN_ERR_INVALID_ARGUMENT, "precision %s: %s", text, err);
+  for (int i = 0; i < o->nprec; i++)
+    if (o->prec[i].cls == p.cls) {
+      o->prec[i] = p;
+      return FFN_OK;
+    }
+  o->prec[o->nprec++] = p;
+  return FFN_OK;
+}
+
+ffn_status ffn_options_add_ffn_fusion(ffn_options *o, int first, int last) {
+  ARG(o, "NULL argument");
+  ARG(first >= 0 && last >= first + 2, "FFN Fusion needs at least two sublayers: first >= 0, last >= first + 2");
+  ARG(o->nfuse < 16, "too many FFN Fusion requests");
+  o->fuse[o->nfuse++] = (FuseRequest){first, last, {0}};
+  return FFN_OK;
+}
+
+ffn_status ffn_options_set_opt_level(ffn_options *o, int level) {
+  ARG(o && level >= 0 && level <= 3, "level must be 0..3");
+  o->opt_level = level;
+  return FFN_OK;
+}
+
+/* ---- programs ---- */
+
+/* The arch of device 0, or sm_90 where there is none. */
+static int default_arch(void) {
+  const CuApi *cu = cu_api(NULL, 0);
+  CUdevice d;
+  int major = 9, minor = 0;
+  if (cu && cu->cuDeviceGet(&d, 0) == CUDA_SUCCESS) {
+    cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d);
+    cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d);
+  }
+  return major * 10 + minor;
+}
+
+ffn_status ffn_program_compile(const char *source, size_t len, const char *filename, const ffn_options *opt,
+                               ffn_program **out) {
+  ARG(source && out, "NULL argument");
+  *out = NULL;
+  DriverOptions o = {.opt_level = opt ? opt->opt_level : 3};
+  if (opt && opt->arch[0])
+    parse_arch(opt->arch, &o.sm, NULL, 0);
+  else
+    o.sm = default_arch();
+  if (o.sm < 80)
+    return rt_error(FFN_ERR_UNSUPPORTED, "device 0 is sm_%d; ffnc generates code for sm_80 and newer", o.sm);
+  if (opt) {
+    o.prec = opt->prec, o.nprec = opt->nprec;
+    o.fuse = opt->fuse, o.nfuse = opt->nfuse;
+  }
+  Diags d;
+  diags_init(&d);
+  Plan *plan = NULL;
+  int rc = driver_compile(source, len, filename ? filename : "<string>", &o, &d, &plan, NULL);
+  if (rc != 0) {
+    ffn_status s = rt_error(FFN_ERR_SOURCE, "%s", d.text ? d.text : "compilation failed");
+    diags_free(&d);
+    return s;
+  }
+  diags_free(&d);
+  ffn_program *p = calloc(1, sizeof *p);
+  p->plan = plan;
+  ffn_status s = nvrtc_compile(plan->cuda_source, filename ? filename : "model.cu", plan->arch, false, &p->image);
+  if (s != FFN_OK) {
+    ffn_program_destroy(p);
+    return s;
+  }
+  *out = p;
+  return FFN_OK;
+}
+
+ffn_status ffn_program_compile_file(const char *path, const ffn_options *opt, ffn_program **out) {
+  ARG(path && out, "NULL argument");
+  char *text, err[512];
+  size_t len;
+  if (read_file(path, &text, &len, err, sizeof err) != 0)
+    return rt_error(FFN_ERR_IO, "%s", err);
+  ffn_status s = ffn_program_compile(text, len, path, opt, out);
+  free(text);
+  return s;
+}
+
+void ffn_program_destroy(ffn_program *p) {
+  if (!p)
+    return;
+  plan_destroy(p->plan);
+  free(p->image.image);
+  free(p);
+}
+
+#define AOT_FORMAT "ffnc-aot-1"
+
+ffn_status ffn_program_save(const ffn_program *p, const char *path) {
+  ARG(p && path, "NULL argument");
+  char err[512];
+  char *json = plan_to_json(p->plan);
+  StWriter *w = st_writer_create();
+  int64_t size = (int64_t)p->image.size;
+  int rc = st_writer_meta(w, "ffnc.format", AOT_FORMAT) | st_writer_meta(w, "ffnc.version", FFNC_VERSION) |
+           st_writer_meta(w, "ffnc.arch", p->plan->arch) |
+           st_writer_meta(w, "ffnc.image", p->image.ptx ? "ptx" : "cubin") | st_writer_meta(w, "ffnc.plan", json);
+  if (rc == 0)
+    rc = st_writer_add(w, "image", DT_U8, 1, &size, p->image.image, p->image.size, err, sizeof err);
+  else
+    snprintf(err, sizeof err, "%s: cannot store the plan", path);
+  if (rc == 0)
+    rc = st_writer_save(w, path, err, sizeof err);
+  st_writer_destroy(w);
+  free(json);
+  return rc == 0 ? FFN_OK : rt_error(FFN_ERR_IO, "%s", err);
+}
+
+ffn_status ffn_program_load(const char *path, ffn_program **out) {
+  ARG(path && out, "NULL argument");
+  *out = NULL;
+  char err[512];
+  StFile *f = st_open(path, err, sizeof err);
+  if (!f)
+    return rt_error(FFN_ERR_IO, "%s", err);
+  const char *fmt = st_meta_get(f, "ffnc.format"), *ver = st_meta_get(f, "ffnc.version");
+  const char *json = st_meta_get(f, "ffnc.plan"), *kind = st_meta_get(f, "ffnc.image");
+  const StTensor *img = st_find(f, "image");
+  ffn_status s = FFN_OK;
+  if (!fmt || strcmp(fmt, AOT_FORMAT) != 0)
+    s = rt_error(FFN_ERR_IO, "%s: not an ffnc AOT file (no ffnc.format = %s)", path, AOT_FORMAT);
+  else if (!ver || strcmp(ver, FFNC_VERSION) != 0)
+    s = rt_error(FFN_ERR_IO, "%s: built by ffnc %s; this is ffnc %s: rebuild it", path, ver ? ver : "?", FFNC_VERSION);
+  else if (!json || !kind || !img || img->dtype != DT_U8 || img->rank != 1 || img->nbytes == 0)
+    s = rt_error(FFN_ERR_IO, "%s: incomplete AOT file (needs ffnc.plan, ffnc.image and a U8 'image')", path);
+  Plan *plan = NULL;
+  if (s == FFN_OK && !(plan = plan_from_json(json, err, sizeof err)))
+    s = rt_error(FFN_ERR_IO, "%s: %s", path, err);
+  if (s == FFN_OK) {
+    ffn_program *p = calloc(1, sizeof *p);
+    p->plan = plan;
+    p->image.size = img->nbytes;
+    p->image.ptx = strcmp(kind, "ptx") == 0;
+    p->image.image = malloc(img->nbytes + 1);
+    memcpy(p->image.image, img->data, img->nbytes);
+    ((char *)p->image.image)[img->nbytes] = 0;
+    *out = p;
+  }
+  st_close(f);
+  return s;
+}
+
+const char *ffn_program_arch(const ffn_program *p) { return p ? p->plan->arch : NULL; }
+int ffn_program_num_kernels(const ffn_program *p) { return p ? p->plan->nkernels : 0; }
+int ffn_program_num_inputs(const ffn_program *p) { return p ? p->plan->ninputs : 0; }
+int ffn_program_num_outputs(const ffn_program *p) { return p ? p->plan->noutputs : 0; }
+
+static const char *find_name(const Plan *p, PlanTensorKind kind, int index) {
+  for (int t = 0; t < p->ntensors; t++)
+    if (p->tensors[t].kind == kind && p->tensors[t].index == index)
+      return p->tensors[t].name;
+  return NULL;
+}
+
+const char *ffn_program_input_name(const ffn_program *p, int i) { return p ? find_name(p->plan, PT_INPUT, i) : NULL; }
+const char *ffn_program_output_name(const ffn_program *p, int i) { return p ? find_name(p->plan, PT_OUTPUT, i) : NULL; }
+
+int ffn_program_num_weights(const ffn_program *p) {
+  int n = 0;
+  for (int t = 0; p && t < p->plan->ntensors; t++)
+    n += p->plan->tensors[t].kind == PT_WEIGHT;
+  return n;
+}
+
+const char *ffn_program_weight_name(const ffn_program *p, int i) {
+  for (int t = 0; p && t < p->plan->ntensors; t++)
+    if (p->plan->tensors[t].kind == PT_WEIGHT && i-- == 0)
+      return p->plan->tensors[t].name;
+  return NULL;
+}
+
+/* ---- models ---- */
+
+int ffn_device_count(char *why, size_t why_len) {
+  const CuApi *cu = cu_api(why, why_len);
+  int n = 0;
+  if (cu && cu->cuDeviceGetCount(&n) != CUDA_SUCCESS)
+    n = 0;
+  return n;
+}
+
+static ffn_status load_module(ffn_model *m) {
+  const CuApi *cu = m->cu;
+  const Plan *p = m->prog->plan;
+  int major, minor;
+  CU_CHECK(cu, cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, m->dev));
+  CU_CHECK(cu, cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, m->dev));
+  CU_CHECK(cu, cu->cuDeviceGetAttribute(&m->sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, m->dev));
+  int target = atoi(p->arch + 3);
+  /* a cubin runs on its own major version at an equal or higher minor */
+  if (!m->prog->image.ptx && (target / 10 != major || target % 10 > minor))
+    return rt_error(FFN_ERR_UNSUPPORTED, "the program was compiled for %s but the device is sm_%d%d: compile for sm_%d%d",
+                    p->arch, major, minor, major, minor);
+  CU_CHECK(cu, cu->cuModuleLoadDataEx(&m->module, m->prog->image.image, 0, NULL, NULL));
+  int nf = 0;
+  m->func_base = calloc((size_t)p->nkernels + 1, sizeof(int));
+  for (int k = 0; k < p->nkernels; k++) {
+    m->func_base[k] = nf;
+    nf += p->kernels[k].nvariants;
+  }
+  m->funcs = calloc((size_t)nf + 1, sizeof(CUfunction));
+  for (int k = 0; k < p->nkernels; k++)
+    for (int v = 0; v < p->kernels[k].nvariants; v++) {
+      const KernelVariant *kv = &p->kernels[k].variants[v];
+      CUfunction *f = &m->funcs[m->func_base[k] + v];
+      CUresult r = cu->cuModuleGetFunction(f, m->module, kv->func);
+      if (r != CUDA_SUCCESS)
+        return rt_error(FFN_ERR_IO, "the compiled program has no kernel %s (cuModuleGetFunction: %d)", kv->func, (int)r);
+      if (kv->smem > 48 * 1024)
+        CU_CHECK(cu, cu->cuFuncSetAttribute(*f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, kv->smem));
+    }
+  struct {
+    CUfunction *f;
+    const char *name;
+  } prep[] = {{&m->prep_fill, "ffn_prep_fill"},           {&m->prep_ewise, "ffn_prep_ewise"},
+              {&m->prep_transpose, "ffn_prep_transpose"}, {&m->prep_interleave, "ffn_prep_interleave"},
+              {&m->prep_rowsum, "ffn_prep_rowsum"},       {&m->prep_matmul, "ffn_prep_matmul"}};
+  for (size_t i = 0; i < sizeof prep / sizeof prep[0]; i++)
+    if (cu->cuModuleGetFunction(prep[i].f, m->module, prep[i].name) != CUDA_SUCCESS)
+      return rt_error(FFN_ERR_IO, "the compiled program has no kernel %s", prep[i].name);
+  return FFN_OK;
+}
+
+ffn_status ffn_model_create(const ffn_program *prog, int device, ffn_model **out) {
+  ARG(prog && out, "NULL argument");
+  *out = NULL;
+  char why[512];
+  const CuApi *cu = cu_api(why, sizeof why);
+  if (!cu)
+    return rt_error(FFN_ERR_NO_DEVICE, "%s", why);
+  int count = 0;
+  CU_CHECK(cu, cu->cuDeviceGetCount(&count));
+  if (device < 0 || device >= count)
+    return rt_error(FFN_ERR_NO_DEVICE, "no CUDA device %d (the driver sees %d)", device, count);
+  ffn_model *m = calloc(1, sizeof *m);
+  m->prog = prog;
+  m->cu = cu;
+  pthread_mutex_init(&m->lock, NULL);
+  m->tensor = calloc((size_t)prog->plan->ntensors + 1, sizeof(CUdeviceptr));
+  m->owned = calloc((size_t)prog->plan->ntensors + 1, sizeof(bool));
+  ffn_status s = FFN_OK;
+  CUresult r = cu->cuDeviceGet(&m->dev, device);
+  if (r == CUDA_SUCCESS)
+    r = cu->cuDevicePrimaryCtxRetain(&m->ctx, m->dev);
+  if (r != CUDA_SUCCESS) {
+    s = cu_fail(cu, r, "cu->cuDevicePrimaryCtxRetain()");
+    m->ctx = NULL;
+  } else if ((r = cu->cuCtxPushCurrent(m->ctx)) != CUDA_SUCCESS) {
+    s = cu_fail(cu, r, "cu->cuCtxPushCurrent()");
+  } else {
+    s = load_module(m);
+    CUcontext c;
+    cu->cuCtxPopCurrent(&c);
+  }
+  if (s != FFN_OK) {
+    ffn_model_destroy(m);
+    return s;
+  }
+  *out = m;
+  return FFN_OK;
+}
+
+void ffn_model_destroy(ffn_model *m) {
+  if (!m)
+    return;
+  const CuApi *cu = m->cu;
+  if (m->ctx && cu->cuCtxPushCurrent(m->ctx) == CUDA_SUCCESS) {
+    exec_free_workspaces(m);
+    for (int t = 0; t < m->prog->plan->ntensors; t++)
+      if (m->owned[t] && m->tensor[t])
+        cu->cuMemFree(m->tensor[t]);
+    if (m->module)
+      cu->cuModuleUnload(m->module);
+    CUcontext c;
+    cu->cuCtxPopCurrent(&c);
+    cu->cuDevicePrimaryCtxRelease(m->dev);
+  }
+  pthread_mutex_destroy(&m->lock);
+  free(m->tensor);
+  free(m->owned);
+  free(m->funcs);
+  free(m->func_base);
+  free(m);
+}
+
+static int weight_index(const Plan *p, const char *name) {
+  for (int t = 0; t < p->ntensors; t++)
+    if (p->tensors[t].kind == PT_WEIGHT && strcmp(p->tensors[t].name, name) == 0)
+      return t;
+  return -1;
+}
+
+static void shape_text(const PlanTensor *t, char *buf, size_t len) {
+  size_t k = (size_t)snprintf(buf, len, "[");
+  for (int d = 0; d < t->rank && k < len; d++)
+    k += (size_t)snprintf(buf + k, len - k, d ? ", %lld" : "%lld", (long long)t->dims[d].size);
+  if (k < len)
+    snprintf(buf + k, len - k, "] %s", dtype_name(t->dtype));
+}
+
+/* Upload host bytes into a fresh allocation for tensor t (replacing a previous binding). */
+static ffn_status upload(ffn_model *m, int t, const void *data, size_t bytes) {
+  const CuApi *cu = m->cu;
+  if (m->owned[t] && m->tensor[t])
+    CU_CHECK(cu, cu->cuMemFree(m->tensor[t]));
+  m->tensor[t] = 0;
+  m->owned[t] = false;
+  if (!bytes)
+    return FFN_OK;
+  CU_CHECK(cu, cu->cuMemAlloc(&m->tensor[t], bytes));
+  m->owned[t] = true;
+  CU_CHECK(cu, cu->cuMemcpyHtoD(m->tensor[t], data, bytes));
+  return FFN_OK;
+}
+
+ffn_status ffn_model_bind_weights_file(ffn_model *m, const char *path) {
+  ARG(m && path, "NULL argument");
+  char err[512];
+  StFile *f = st_open(path, err, sizeof err);
+  if (!f)
+    return rt_error(FFN_ERR_IO, "%s", err);
+  const Plan *p = m->prog->plan;
+  ffn_status s = FFN_OK;
+  CUresult r = m->cu->cuCtxPushCurrent(m->ctx);
+  if (r != CUDA_SUCCESS) {
+    st_close(f);
+    return cu_fail(m->cu, r, "cu->cuCtxPushCurrent()");
+  }
+  for (int t = 0; t < p->ntensors && s == FFN_OK; t++) {
+    const PlanTensor *pt = &p->tensors[t];
+    if (pt->kind != PT_WEIGHT)
+      continue;
+    const StTensor *st = st_find(f, pt->name);
+    if (!st) {
+      s = rt_error(FFN_ERR_TENSOR, "%s: missing weight '%s'", path, pt->name);
+      break;
+    }
+    bool same = st->dtype == pt->dtype && st->rank == pt->rank;
+    for (int d = 0; same && d < pt->rank; d++)
+      same = st->shape[d] == pt->dims[d].size;
+    if (!same) {
+      char want[128], got[128];
+      PlanTensor have = {.dtype = st->dtype, .rank = st->rank};
+      for (int d = 0; d < st->rank; d++)
+        have.dims[d] = dim_static(st->shape[d]);
+      shape_text(pt, want, sizeof want);
+      shape_text(&have, got, sizeof got);
+      s = rt_error(FFN_ERR_TENSOR, "%s: weight '%s': expected %s, the file has %s", path, pt->name, want, got);
+      break;
+    }
+    s = upload(m, t, st->data, st->nbytes);
+  }
+  CUcontext c;
+  m->cu->cuCtxPopCurrent(&c);
+  st_close(f);
+  if (s == FFN_OK)
+    m->prepared = false;
+  return s;
+}
+
+ffn_status ffn_model_bind_weight(ffn_model *m, const char *name, const DLTensor *d) {
+  ARG(m && name && d && d->data, "NULL argument");
+  const Plan *p = m->prog->plan;
+  int t = weight_index(p, name);
+  if (t < 0)
+    return rt_error(FFN_ERR_TENSOR, "the program reads no weight named '%s'", name);
+  const PlanTensor *pt = &p->tensors[t];
+  bool ok = d->ndim == pt->rank && d->dtype.lanes == 1 &&
+            ((pt->dtype == DT_BF16 && d->dtype.code == kDLBfloat && d->dtype.bits == 16) ||
+             (pt->dtype == DT_F16 && d->dtype.code == kDLFloat && d->dtype.bits == 16) ||
+             (pt->dtype == DT_F32 && d->dtype.code == kDLFloat && d->dtype.bits == 32) ||
+             (dtype_bits(pt->dtype) == 8 && d->dtype.bits == 8));
+  int64_t numel = 1;
+  for (int i = 0; ok && i < pt->rank; i++) {
+    ok = d->shape[i] == pt->dims[i].size;
+    numel *= d->shape[i];
+  }
+  char want[128];
+  shape_text(pt, want, sizeof want);
+  if (!ok)
+    return rt_error(FFN_ERR_TENSOR, "weight '%s': expected %s", name, want);
+  if (d->strides) {
+    int64_t expect = 1;
+    for (int i = pt->rank - 1; i >= 0; i--) {
+      if (d->shape[i] > 1 && d->strides[i] != expect)
+        return rt_error(FFN_ERR_TENSOR, "weight '%s': must be contiguous row-major", name);
+      expect *= d->shape[i];
+    }
+  }
+  const char *data = (const char *)d->data + d->byte_offset;
+  size_t bytes = dtype_bytes(pt->dtype, (size_t)numel);
+  CUresult r = m->cu->cuCtxPushCurrent(m->ctx);
+  if (r != CUDA_SUCCESS)
+    return cu_fail(m->cu, r, "cu->cuCtxPushCurrent()");
+  ffn_status s = FFN_OK;
+  if (d->device.device_type == kDLCPU || d->device.device_type == kDLCUDAHost) {
+    s = upload(m, t, data, bytes);
+  } else if (d->device.device_type == kDLCUDA) {
+    if ((uintptr_t)data % 16)
+      s = rt_error(FFN_ERR_INVALID_ARGUMENT, "weight '%s': device data must be 16-byte aligned", name);
+    else {
+      if (m->owned[t] && m->tensor[t])
+        m->cu->cuMemFree(m->tensor[t]);
+      m->tensor[t] = (CUdeviceptr)data;
+      m->owned[t] = false;
+    }
+  } else {
+    s = rt_error(FFN_ERR_INVALID_ARGUMENT, "weight '%s': device type %d is not supported (kDLCPU or kDLCUDA)", name,
+                 (int)d->device.device_type);
+  }
+  CUcontext c;
+  m->cu->cuCtxPopCurrent(&c);
+  m->prepared = false;
+  return s;
+}
+
+ffn_status ffn_model_prepare(ffn_model *m) {
+  ARG(m, "NULL argument");
+  const Plan *p = m->prog->plan;
+  for (int t = 0; t < p->ntensors; t++)
+    if (p->tensors[t].kind == PT_WEIGHT && !m->tensor[t] && plan_numel(p, t, NULL) > 0)
+      return rt_error(FFN_ERR_TENSOR, "weight '%s' is not bound", p->tensors[t].name);
+  for (int t = 0; t < p->ntensors; t++)
+    if (p->tensors[t].kind == PT_DERIVED && m->owned[t] && m->tensor[t]) {
+      m->cu->cuMemFree(m->tensor[t]);
+      m->tensor[t] = 0;
+      m->owned[t] = false;
+    }
+  CUresult r = m->cu->cuCtxPushCurrent(m->ctx);
+  if (r != CUDA_SUCCESS)
+    return cu_fail(m->cu, r, "cu->cuCtxPushCurrent()");
+  ffn_status s = exec_prepare(m);
+  CUcontext c;
+  m->cu->cuCtxPopCurrent(&c);
+  m->prepared = s == FFN_OK;
+  return s;
+}
+
+ffn_status ffn_model_run(ffn_model *m, struct CUstream_st *stream, const DLTensor *inputs, int ninputs,
+                         const DLTensor *outputs, int noutputs) {
+  ARG(m && (inputs || ninputs == 0) && outputs, "NULL argument");
+  return exec_run(m, (CUstream)stream, inputs, ninputs, outputs, noutputs);
+}
+
+static ffn_status bind_dims(const Plan *p, const DLTensor *inputs, int ninputs, int64_t *dims) {
+  for (int i = 0; i < p->ndims; i++)
+    dims[i] = -1;
+  for (int t = 0; t < p->ntensors; t++) {
+    const PlanTensor *pt = &p->tensors[t];
+    if (pt->kind != PT_INPUT)
+      continue;
+    if (pt->index >= ninputs || inputs[pt->index].ndim != pt->rank)
+      return rt_error(FFN_ERR_TENSOR, "input '%s': expected rank %d", pt->name, pt->rank);
+    for (int d = 0; d < pt->rank; d++)
+      if (pt->dims[d].sym >= 0 && dims[pt->dims[d].sym] < 0)
+        dims[pt->dims[d].sym] = inputs[pt->index].shape[d];
+  }
+  for (int i = 0; i < p->ndims; i++)
+    if (dims[i] < 0)
+      return rt_error(FFN_ERR_TENSOR, "dim %s is not bound by any input", p->dim_names[i]);
+  return FFN_OK;
+}
+
+ffn_status ffn_model_output_shape(const ffn_model *m, int i, const DLTensor *inputs, int ninputs, int64_t *shape,
+                                  int *ndim) {
+  ARG(m && shape && ndim, "NULL argument");
+  const Plan *p = m->prog->plan;
+  ARG(i >= 0 && i < p->noutputs, "output index out of range");
+  int64_t dims[64];
+  ffn_status s = bind_dims(p, inputs, ninputs, dims);
+  if (s != FFN_OK)
+    return s;
+  for (int t = 0; t < p->ntensors; t++) {
+    const PlanTensor *pt = &p->tensors[t];
+    if (pt->kind == PT_OUTPUT && pt->index == i) {
+      *ndim = pt->rank;
+      for (int d = 0; d < pt->rank; d++)
+        shape[d] = pt->dims[d].sym >= 0 ? dims[pt->dims[d].sym] : pt->dims[d].size;
+      return FFN_OK;
+    }
+  }
+  return rt_error(FFN_ERR_INVALID_ARGUMENT, "output %d is not in the plan", i);
+}
+
+static size_t dl_bytes(const DLTensor *t) {
+  size_t n = 1;
+  for (int d = 0; d < t->ndim; d++)
+    n *= (size_t)t->shape[d];
+  return n * (size_t)((t->dtype.bits * t->dtype.lanes + 7) / 8);
+}
+
+ffn_status ffn_model_run_host(ffn_model *m, const DLTensor *inputs, int ninputs, const DLTensor *outputs, int noutputs) {
+  ARG(m && (inputs || !ninputs) && outputs && ninputs >= 0 && noutputs >= 0 && ninputs < 256 && noutputs < 256,
+      "bad arguments");
+  const CuApi *cu = m->cu;
+  CU_CHECK(cu, cu->cuCtxPushCurrent(m->ctx));
+  DLTensor *din = calloc((size_t)ninputs + 1, sizeof(DLTensor)), *dout = calloc((size_t)noutputs + 1, sizeof(DLTensor));
+  CUstream stream = NULL;
+  ffn_status s = FFN_OK;
+  CUresult r = cu->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
+  if (r != CUDA_SUCCESS)
+    s = cu_fail(cu, r, "cu->cuStreamCreate()");
+  for (int pass = 0; pass < 2 && s == FFN_OK; pass++) {
+    int n = pass ? noutputs : ninputs;
+    const DLTensor *h = pass ? outputs : inputs;
+    DLTensor *d = pass ? dout : din;
+    for (int i = 0; i < n && s == FFN_OK; i++) {
+      d[i] = h[i];
+      d[i].device = (DLDevice){kDLCUDA, 0};
+      d[i].byte_offset = 0;
+      d[i].strides = NULL;
+      CUdeviceptr p = 0;
+      size_t bytes = dl_bytes(&h[i]);
+      if ((r = cu->cuMemAlloc(&p, bytes ? bytes : 16)) != CUDA_SUCCESS)
+        s = cu_fail(cu, r, "cu->cuMemAlloc()");
+      d[i].data = (void *)p;
+      if (s == FFN_OK && !pass && bytes &&
+          (r = cu->cuMemcpyHtoDAsync(p, (const char *)h[i].data + h[i].byte_offset, bytes, stream)) != CUDA_SUCCESS)
+        s = cu_fail(cu, r, "cu->cuMemcpyHtoDAsync()");
+      if (s == FFN_OK && pass && bytes && (r = cu->cuMemsetD8Async(p, 0xff, bytes, stream)) != CUDA_SUCCESS)
+        s = cu_fail(cu, r, "cu->cuMemsetD8Async()"); /* poison: unwritten outputs show as NaN */
+    }
+  }
+  if (s == FFN_OK)
+    s = exec_run(m, stream, din, ninputs, dout, noutputs);
+  for (int i = 0; i < noutputs && s == FFN_OK; i++) {
+    size_t bytes = dl_bytes(&outputs[i]);
+    if (bytes && (r = cu->cuMemcpyDtoHAsync((char *)outputs[i].data + outputs[i].byte_offset, (CUdeviceptr)dout[i].data,
+                                            bytes, stream)) != CUDA_SUCCESS)
+      s = cu_fail(cu, r, "cu->cuMemcpyDtoHAsync()");
+  }
+  if (stream) {
+    r = cu->cuStreamSynchronize(stream);
+    if (r != CUDA_SUCCESS && s == FFN_OK)
+      s = cu_fail(cu, r, "cu->cuStreamSynchronize()");
+    cu->cuStreamDestroy(stream);
+  }
+  for (int i = 0; i < ninputs; i++)
+    if (din[i].data)
+      cu->cuMemFree((CUdeviceptr)din[i].data);
+  for (int i = 0; i < noutputs; i++)
+    if (dout[i].data)
+      cu->cuMemFree((CUdeviceptr)dout[i].data);
+  free(din);
+  free(dout);
+  CUcontext c;
+  cu->cuCtxPopCurrent(&c);
+  return s;
+}
+
+/* ---- versions ---- */
+
+const char *ffn_version(void) { return FFNC_VERSION; }
+
+void ffn_runtime_versions(char *nvrtc, size_t nvrtc_len, char *driver, size_t driver_len) {
+  nvrtc_version(nvrtc, nvrtc_len);
+  char why[512];
+  const CuApi *cu = cu_api(why, sizeof why);
+  if (cu)
+    snprintf(driver, driver_len, "%d.%d", cu->version / 1000, cu->version % 1000 / 10);
+  else
+    snprintf(driver, driver_len, "unavailable (%s)", why);
+}

@@ -1,0 +1,86 @@
+/* cuda_api.c: the CUDA driver, loaded at run time.
+ *
+ * ffnc and programs linked with it start on machines without a GPU or driver; the first
+ * call that needs the device loads libcuda.so.1 and reports clearly if it cannot. Entry
+ * points are fetched with cuGetProcAddress for the CUDA version we were built against, so
+ * each gets the ABI our cuda.h describes (the _v2 variants and so on).
+ */
+#include "rt.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+static CuApi api;
+static char api_why[512];
+static bool api_ok;
+static pthread_once_t api_once = PTHREAD_ONCE_INIT;
+
+typedef CUresult (*GetProcAddress)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+
+static void load(void) {
+  void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    snprintf(api_why, sizeof api_why, "no CUDA driver: cannot load libcuda.so.1 (%s)", dlerror());
+    return;
+  }
+  GetProcAddress get = (GetProcAddress)dlsym(lib, "cuGetProcAddress_v2");
+  if (!get) {
+    snprintf(api_why, sizeof api_why, "the CUDA driver is too old: libcuda.so.1 has no cuGetProcAddress_v2 (need 12.0+)");
+    return;
+  }
+#define X(f)                                                                                       \
+  {                                                                                                \
+    CUdriverProcAddressQueryResult q;                                                              \
+    void *p = NULL;                                                                                \
+    if (get(#f, &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &q) != CUDA_SUCCESS || !p) {        \
+      snprintf(api_why, sizeof api_why, "the CUDA driver has no usable %s (built for CUDA %d.%d)", #f, \
+               CUDA_VERSION / 1000, CUDA_VERSION % 1000 / 10);                                     \
+      return;                                                                                      \
+    }                                                                                              \
+    memcpy(&api.f, &p, sizeof p);                                                                  \
+  }
+  CU_FUNCS(X)
+#undef X
+  CUresult r = api.cuInit(0);
+  if (r != CUDA_SUCCESS) {
+    const char *name = NULL, *desc = NULL;
+    api.cuGetErrorName(r, &name);
+    api.cuGetErrorString(r, &desc);
+    snprintf(api_why, sizeof api_why, "no CUDA device: cuInit failed: %s (%s)", name ? name : "?", desc ? desc : "?");
+    return;
+  }
+  int count = 0;
+  if (api.cuDeviceGetCount(&count) != CUDA_SUCCESS || count == 0) {
+    snprintf(api_why, sizeof api_why, "no CUDA device: the driver sees none");
+    return;
+  }
+  api.cuDriverGetVersion(&api.version);
+  api_ok = true;
+}
+
+const CuApi *cu_api(char *why, size_t len) {
+  pthread_once(&api_once, load);
+  if (!api_ok) {
+    if (why)
+      snprintf(why, len, "%s", api_why);
+    return NULL;
+  }
+  return &api;
+}
+
+ffn_status cu_fail(const CuApi *cu, CUresult r, const char *call) {
+  const char *name = NULL, *desc = NULL;
+  cu->cuGetErrorName(r, &name);
+  cu->cuGetErrorString(r, &desc);
+  /* the call text is "cu->cuFoo(args)": name the function */
+  const char *f = strstr(call, "cu->");
+  char fn[64] = "";
+  if (f) {
+    f += 4;
+    size_t n = strcspn(f, "(");
+    snprintf(fn, sizeof fn, "%.*s", (int)(n < 63 ? n : 63), f);
+  }
+  return rt_error(r == CUDA_ERROR_OUT_OF_MEMORY ? FFN_ERR_OUT_OF_MEMORY : FFN_ERR_CUDA, "%s failed: %s (%s)",
+                  fn[0] ? fn : call, name ? name : "?", desc ? desc : "?");
+}

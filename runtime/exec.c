@@ -1,0 +1,474 @@
+/* exec.c: running a plan: the load-time steps once, then the launch steps of each call.
+ *
+ * A call binds the dynamic dims from the input shapes, lays out its workspace (memplan.c)
+ * and takes a workspace from the model's pool: one that is free and either last used on
+ * this stream (stream order makes reuse safe) or whose last use has finished (its event).
+ * So several host threads can run one model on several streams at once, each call with
+ * memory of its own, and back-to-back calls on one stream reuse one allocation.
+ */
+#include "rt.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../passes/memplan.h"
+
+#define CU m->cu
+
+static size_t tensor_bytes(const Plan *p, int t, const int64_t *dims) {
+  return dtype_bytes(p->tensors[t].dtype, (size_t)plan_numel(p, t, dims));
+}
+
+/* ---- load time ---- */
+
+static ffn_status launch1d(ffn_model *m, CUfunction f, long long n, void **params) {
+  if (n <= 0)
+    return FFN_OK;
+  long long blocks = (n + 255) / 256;
+  if (blocks > 65535)
+    blocks = 65535;
+  CU_CHECK(CU, CU->cuLaunchKernel(f, (unsigned)blocks, 1, 1, 256, 1, 1, 0, NULL, params, NULL));
+  return FFN_OK;
+}
+
+/* Checks a prep step's shapes with the IR's own shape rules (AOT plans come from files). */
+static ffn_status check_prep(const Plan *p, const PrepStep *s) {
+  Node args[8], *argp[8], proto = {.ival = {s->ival[0], s->ival[1]}, .fval = s->fval};
+  for (int i = 0; i < s->nargs; i++) {
+    const PlanTensor *t = &p->tensors[s->args[i]];
+    args[i] = (Node){.dtype = t->dtype, .shape = {.rank = t->rank}};
+    memcpy(args[i].shape.d, t->dims, sizeof(Dim) * (size_t)t->rank);
+    argp[i] = &args[i];
+  }
+  const PlanTensor *o = &p->tensors[s->out];
+  Shape out = {.rank = o->rank}, want;
+  memcpy(out.d, o->dims, sizeof(Dim) * (size_t)o->rank);
+  char why[256];
+  if (!shape_is_static(&out))
+    return rt_error(FFN_ERR_IO, "launch plan: load-time %s has a dynamic shape", op_info[s->op].name);
+  if (s->op == OP_SCALAR)
+    return FFN_OK;
+  if (!ir_infer_shape(NULL, s->op, argp, s->nargs, &proto, &want, why, sizeof why) || !shape_eq(&want, &out))
+    return rt_error(FFN_ERR_IO, "launch plan: load-time %s has inconsistent shapes", op_info[s->op].name);
+  for (int i = 0; i < s->nargs; i++)
+    if (!shape_is_static(&args[i].shape))
+      return rt_error(FFN_ERR_IO, "launch plan: load-time %s reads a dynamic tensor", op_info[s->op].name);
+  return FFN_OK;
+}
+
+static ffn_status prep_one(ffn_model *m, const PrepStep *s) {
+  const Plan *p = m->prog->plan;
+  ffn_status st = check_prep(p, s);
+  if (st != FFN_OK)
+    return st;
+  const PlanTensor *o = &p->tensors[s->out];
+  if (o->kind != PT_DERIVED || m->tensor[s->out])
+    return rt_error(FFN_ERR_IO, "launch plan: load-time step writes tensor %d twice", s->out);
+  size_t bytes = tensor_bytes(p, s->out, NULL);
+  CUdeviceptr out = 0;
+  if (bytes)
+    CU_CHECK(CU, CU->cuMemAlloc(&out, bytes));
+  m->tensor[s->out] = out;
+  m->owned[s->out] = true;
+  CUdeviceptr a = s->nargs > 0 ? m->tensor[s->args[0]] : 0, b = s->nargs > 1 ? m->tensor[s->args[1]] : 0;
+  for (int i = 0; i < s->nargs; i++)
+    if (!m->tensor[s->args[i]] && tensor_bytes(p, s->args[i], NULL))
+      return rt_error(FFN_ERR_IO, "launch plan: load-time %s reads a tensor that is not ready", op_info[s->op].name);
+  const PlanTensor *ta = s->nargs > 0 ? &p->tensors[s->args[0]] : NULL, *tb = s->nargs > 1 ? &p->tensors[s->args[1]] : NULL;
+  int dto = o->dtype, dta = ta ? ta->dtype : 0, dtb = tb ? tb->dtype : 0;
+  long long n = plan_numel(p, s->out, NULL);
+  switch (s->op) {
+  case OP_SCALAR: {
+    double v = s->fval;
+    void *params[] = {&out, &dto, &n, &v};
+    return launch1d(m, m->prep_fill, n, params);
+  }
+  case OP_TRANSPOSE: {
+    long long R = ta->dims[0].size, C = ta->dims[1].size;
+    void *params[] = {&out, &dto, &a, &dta, &R, &C};
+    return launch1d(m, m->prep_transpose, n, params);
+  }
+  case OP_INTERLEAVE: {
+    if (dta != dto)
+      break;
+    long long R = ta->dims[0].size, K = ta->dims[1].size, G = s->ival[0], S = s->ival[1];
+    void *params[] = {&out, &dto, &a, &R, &K, &G, &S};
+    return launch1d(m, m->prep_interleave, n, params);
+  }
+  case OP_ROWSUM: {
+    long long C = ta->rank ? ta->dims[ta->rank - 1].size : 1, R = C ? plan_numel(p, s->args[0], NULL) / C : 0;
+    void *params[] = {&out, &dto, &a, &dta, &R, &C};
+    return launch1d(m, m->prep_rowsum, R * 32, params);
+  }
+  case OP_MATMUL: {
+    long long K = tb->dims[0].size, N = tb->dims[1].size, M = K ? plan_numel(p, s->args[0], NULL) / K : 0;
+    void *params[] = {&out, &dto, &a, &dta, &b, &dtb, &M, &N, &K};
+    return launch1d(m, m->prep_matmul, n, params);
+  }
+  case OP_SLICE:
+  case OP_CONCAT: {
+    /* copies of row blocks: outer x (len x inner) */
+    int axis = s->op == OP_SLICE ? o->rank - 1 : (int)s->ival[0];
+    size_t esize = (size_t)dtype_bits(o->dtype) / 8, outer = 1, inner = 1;
+    for (int d = 0; d < axis; d++)
+      outer *= (size_t)o->dims[d].size;
+    for (int d = axis + 1; d < o->rank; d++)
+      inner *= (size_t)o->dims[d].size;
+    size_t dst_off = 0;
+    for (int i = 0; i < s->nargs; i++) {
+      const PlanTensor *t = &p->tensors[s->args[i]];
+      if (t->dtype != o->dtype || esize == 0)
+        return rt_error(FFN_ERR_IO, "launch plan: load-time %s mixes element types", op_info[s->op].name);
+      size_t len = s->op == OP_SLICE ? (size_t)o->dims[axis].size : (size_t)t->dims[axis].size;
+      size_t src_len = (size_t)t->dims[axis].size;
+      size_t src_off = s->op == OP_SLICE ? (size_t)s->ival[0] : 0;
+      CUDA_MEMCPY2D c = {0};
+      c.srcMemoryType = c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+      c.srcDevice = m->tensor[s->args[i]];
+      c.srcXInBytes = src_off * inner * esize;
+      c.srcPitch = src_len * inner * esize;
+      c.dstDevice = out;
+      c.dstXInBytes = dst_off * inner * esize;
+      c.dstPitch = (size_t)o->dims[axis].size * inner * esize;
+      c.WidthInBytes = len * inner * esize;
+      c.Height = outer;
+      if (c.WidthInBytes && c.Height)
+        CU_CHECK(CU, CU->cuMemcpy2DAsync(&c, NULL));
+      dst_off += len;
+    }
+    return FFN_OK;
+  }
+  default:
+    if (op_info[s->op].cls == OPC_UNARY || op_info[s->op].cls == OPC_BINARY) {
+      /* broadcast strides of each operand against the output shape */
+      struct {
+        int rank;
+        long long dims[6], sa[6], sb[6];
+      } ix = {.rank = o->rank};
+      for (int k = 0; k < 2 && k < s->nargs; k++) {
+        const PlanTensor *t = &p->tensors[s->args[k]];
+        long long stride = 1;
+        for (int d = o->rank - 1; d >= 0; d--) {
+          int td = t->rank - (o->rank - d);
+          long long size = td >= 0 ? t->dims[td].size : 1;
+          (k ? ix.sb : ix.sa)[d] = size == 1 ? 0 : stride;
+          stride *= size;
+        }
+      }
+      for (int d = 0; d < o->rank; d++)
+        ix.dims[d] = o->dims[d].size;
+      int op = s->op;
+      void *bp = s->nargs > 1 ? (void *)b : NULL;
+      void *params[] = {&out, &dto, &a, &dta, &bp, &dtb, &op, &n, &ix};
+      return launch1d(m, m->prep_ewise, n, params);
+    }
+  }
+  return rt_error(FFN_ERR_UNSUPPORTED, "computing %s at load time is not supported", op_info[s->op].name);
+}
+
+ffn_status exec_prepare(ffn_model *m) {
+  const Plan *p = m->prog->plan;
+  for (int i = 0; i < p->nprep; i++) {
+    ffn_status s = prep_one(m, &p->prep[i]);
+    if (s != FFN_OK)
+      return s;
+  }
+  CU_CHECK(CU, CU->cuCtxSynchronize());
+  /* what only the load-time steps needed goes back (weights the caller owns stay theirs) */
+  for (int t = 0; t < p->ntensors; t++) {
+    const PlanTensor *pt = &p->tensors[t];
+    if ((pt->kind == PT_WEIGHT || pt->kind == PT_DERIVED) && !pt->keep && m->owned[t] && m->tensor[t]) {
+      CU_CHECK(CU, CU->cuMemFree(m->tensor[t]));
+      m->tensor[t] = 0;
+      m->owned[t] = false;
+    }
+  }
+  return FFN_OK;
+}
+
+/* ---- run time ---- */
+
+static DType dl_dtype(DLDataType t, DType want) {
+  if (t.lanes != 1)
+    return DT_NONE;
+  if (t.code == kDLFloat && t.bits == 32)
+    return DT_F32;
+  if (t.code == kDLFloat && t.bits == 16)
+    return DT_F16;
+  if (t.code == kDLBfloat && t.bits == 16)
+    return DT_BF16;
+  if (t.code == kDLFloat && t.bits == 64)
+    return DT_F64;
+  if (t.code == kDLInt && t.bits == 8)
+    return DT_I8;
+  if (t.code == kDLUInt && t.bits == 8) /* fp8 tensors travel as bytes */
+    return want == DT_F8E4M3 || want == DT_F8E5M2 ? want : DT_U8;
+  return DT_NONE;
+}
+
+static ffn_status check_tensor(const Plan *p, int t, const DLTensor *d, const char *what, int64_t *dims, bool bind) {
+  const PlanTensor *pt = &p->tensors[t];
+  if (!d || !d->data)
+    return rt_error(FFN_ERR_INVALID_ARGUMENT, "%s '%s': no data pointer", what, pt->name);
+  if (d->device.device_type != kDLCUDA && d->device.device_type != kDLCUDAManaged)
+    return rt_error(FFN_ERR_INVALID_ARGUMENT, "%s '%s': must be in device memory (kDLCUDA), got device type %d", what,
+                    pt->name, (int)d->device.device_type);
+  if (dl_dtype(d->dtype, pt->dtype) != pt->dtype)
+    return rt_error(FFN_ERR_TENSOR, "%s '%s': expected %s, got DLPack code %d bits %d lanes %d", what, pt->name,
+                    dtype_name(pt->dtype), d->dtype.code, d->dtype.bits, d->dtype.lanes);
+  if (d->ndim != pt->rank)
+    return rt_error(FFN_ERR_TENSOR, "%s '%s': expected rank %d, got %d", what, pt->name, pt->rank, d->ndim);
+  int64_t expect = 1;
+  for (int i = pt->rank - 1; i >= 0; i--) {
+    int64_t size = d->shape[i];
+    Dim dm = pt->dims[i];
+    if (size < 0)
+      return rt_error(FFN_ERR_TENSOR, "%s '%s': negative dim %d", what, pt->name, i);
+    if (dm.sym >= 0) {
+      if (dims[dm.sym] < 0 && bind)
+        dims[dm.sym] = size;
+      else if (dims[dm.sym] != size)
+        return rt_error(FFN_ERR_TENSOR, "%s '%s': dim %s is %lld here but %lld elsewhere", what, pt->name,
+                        p->dim_names[dm.sym], (long long)size, (long long)dims[dm.sym]);
+    } else if (size != dm.size) {
+      return rt_error(FFN_ERR_TENSOR, "%s '%s': dim %d is %lld, expected %lld", what, pt->name, i, (long long)size,
+                      (long long)dm.size);
+    }
+    if (d->strides && size > 1 && d->strides[i] != expect)
+      return rt_error(FFN_ERR_TENSOR, "%s '%s': must be contiguous row-major", what, pt->name);
+    expect *= size;
+  }
+  if (((uintptr_t)d->data + d->byte_offset) % 16)
+    return rt_error(FFN_ERR_INVALID_ARGUMENT, "%s '%s': data must be 16-byte aligned", what, pt->name);
+  return FFN_OK;
+}
+
+static ffn_status acquire(ffn_model *m, CUstream stream, size_t need, size_t counters_off, size_t counters_bytes,
+                          Workspace **out) {
+  pthread_mutex_lock(&m->lock);
+  Workspace *w = NULL;
+  for (int i = 0; i < m->nws && !w; i++) {
+    Workspace *c = &m->ws[i];
+    if (c->busy)
+      continue;
+    if (c->last_stream == stream || CU->cuEventQuery(c->done) == CUDA_SUCCESS)
+      w = c;
+  }
+  if (!w) {
+    if (m->nws == m->capws) {
+      int cap = m->capws ? m->capws * 2 : 4;
+      Workspace *ws = realloc(m->ws, sizeof(Workspace) * (size_t)cap);
+      if (!ws) {
+        pthread_mutex_unlock(&m->lock);
+        return rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
+      }
+      m->ws = ws;
+      m->capws = cap;
+    }
+    w = &m->ws[m->nws];
+    *w = (Workspace){0};
+    CUresult r = CU->cuEventCreate(&w->done, CU_EVENT_DISABLE_TIMING);
+    if (r != CUDA_SUCCESS) {
+      pthread_mutex_unlock(&m->lock);
+      return cu_fail(CU, r, "cu->cuEventCreate()");
+    }
+    m->nws++;
+  }
+  w->busy = true;
+  int idx = (int)(w - m->ws);
+  pthread_mutex_unlock(&m->lock);
+  ffn_status st = FFN_OK;
+  if (w->size < need) {
+    /* grow: the old allocation may still be read by work queued on its last stream */
+    if (w->base) {
+      CUresult r = CU->cuEventSynchronize(w->done);
+      if (r == CUDA_SUCCESS)
+        r = CU->cuMemFree(w->base);
+      if (r != CUDA_SUCCESS)
+        st = cu_fail(CU, r, "cu->cuMemFree()");
+      w->base = 0;
+      w->size = 0;
+    }
+    if (st == FFN_OK) {
+      size_t size = need + need / 4; /* room for a few more tokens next time */
+      CUresult r = CU->cuMemAlloc(&w->base, size);
+      if (r == CUDA_SUCCESS)
+        w->size = size;
+      else
+        st = cu_fail(CU, r, "cu->cuMemAlloc()");
+      /* split-K tile counters start at zero; the kernels leave them zero */
+      if (st == FFN_OK && counters_bytes) {
+        r = CU->cuMemsetD8Async(w->base + counters_off, 0, w->size - counters_off, stream);
+        if (r != CUDA_SUCCESS)
+          st = cu_fail(CU, r, "cu->cuMemsetD8Async()");
+      }
+    }
+  }
+  if (st != FFN_OK) {
+    pthread_mutex_lock(&m->lock);
+    m->ws[idx].busy = false;
+    pthread_mutex_unlock(&m->lock);
+    return st;
+  }
+  *out = w;
+  return FFN_OK;
+}
+
+static void release(ffn_model *m, Workspace *w, CUstream stream, bool recorded) {
+  pthread_mutex_lock(&m->lock);
+  if (recorded)
+    w->last_stream = stream;
+  w->busy = false;
+  pthread_mutex_unlock(&m->lock);
+}
+
+typedef struct {
+  const KernelVariant *v;
+  int splits;
+  int64_t m;
+} LaunchChoice;
+
+static LaunchChoice choose(const ffn_model *m, const PlanKernel *k, int64_t rows) {
+  LaunchChoice c = {&k->variants[k->nvariants - 1], 1, rows};
+  for (int i = 0; i < k->nvariants; i++)
+    if (k->variants[i].max_m == 0 || rows <= k->variants[i].max_m) {
+      c.v = &k->variants[i];
+      break;
+    }
+  if (k->kind == KK_GEMM && k->splittable)
+    c.splits = ffn_gemm_pick_splits((int)rows, (int)k->n, k->streams, (int)k->k, &c.v->cfg, m->sms);
+  return c;
+}
+
+ffn_status exec_run(ffn_model *m, CUstream stream, const DLTensor *inputs, int ninputs, const DLTensor *outputs,
+                    int noutputs) {
+  const Plan *p = m->prog->plan;
+  if (!m->prepared)
+    return rt_error(FFN_ERR_INVALID_ARGUMENT, "ffn_model_run: call ffn_model_prepare first");
+  if (ninputs != p->ninputs || noutputs != p->noutputs)
+    return rt_error(FFN_ERR_INVALID_ARGUMENT, "ffn_model_run: the model has %d inputs and %d outputs, got %d and %d",
+                    p->ninputs, p->noutputs, ninputs, noutputs);
+  int64_t dims[64];
+  for (int i = 0; i < p->ndims; i++)
+    dims[i] = -1;
+  ffn_status st;
+  for (int t = 0; t < p->ntensors; t++)
+    if (p->tensors[t].kind == PT_INPUT && (st = check_tensor(p, t, &inputs[p->tensors[t].index], "input", dims, true)))
+      return st;
+  for (int i = 0; i < p->ndims; i++)
+    if (dims[i] < 0)
+      return rt_error(FFN_ERR_TENSOR, "dim %s is not bound by any input", p->dim_names[i]);
+  for (int t = 0; t < p->ntensors; t++)
+    if (p->tensors[t].kind == PT_OUTPUT &&
+        (st = check_tensor(p, t, &outputs[p->tensors[t].index], "output", dims, false)))
+      return st;
+  /* workspace: planned buffers, then split-K partials, then tile counters */
+  size_t *offsets = malloc(sizeof(size_t) * (size_t)(p->ntensors + 1));
+  LaunchChoice *choice = malloc(sizeof(LaunchChoice) * (size_t)(p->nsteps + 1));
+  if (!offsets || !choice) {
+    free(offsets);
+    free(choice);
+    return rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
+  }
+  size_t scratch = (memplan_assign(p, dims, offsets) + 255) / 256 * 256, ws_floats = 0, tiles = 0;
+  for (int s = 0; s < p->nsteps; s++) {
+    const PlanStep *ps = &p->steps[s];
+    if (ps->kind != STEP_LAUNCH)
+      continue;
+    int64_t rows = 1;
+    for (int d = 0; d < ps->nrowdims; d++)
+      rows *= ps->rowdims[d].sym >= 0 ? dims[ps->rowdims[d].sym] : ps->rowdims[d].size;
+    const PlanKernel *k = &p->kernels[ps->kernel];
+    choice[s] = choose(m, k, rows);
+    if (k->kind == KK_GEMM && rows > 0) {
+      size_t f = ffn_gemm_ws_floats(&choice[s].v->cfg, (int)rows, (int)k->n, k->streams, choice[s].splits);
+      size_t t = (size_t)ffn_gemm_num_tiles(&choice[s].v->cfg, (int)rows, (int)k->n, k->streams);
+      if (f > ws_floats)
+        ws_floats = f;
+      if (t > tiles)
+        tiles = t;
+    }
+  }
+  size_t counters_off = scratch + (ws_floats * 4 + 255) / 256 * 256;
+  size_t need = counters_off + tiles * 4;
+  Workspace *w = NULL;
+  CUresult r = CU->cuCtxPushCurrent(m->ctx);
+  if (r != CUDA_SUCCESS) {
+    free(offsets);
+    free(choice);
+    return cu_fail(CU, r, "cu->cuCtxPushCurrent()");
+  }
+  st = need ? acquire(m, stream, need, counters_off, tiles * 4, &w) : FFN_OK;
+  for (int s = 0; s < p->nsteps && st == FFN_OK; s++) {
+    const PlanStep *ps = &p->steps[s];
+    CUdeviceptr ptr[32];
+    int list[32], n = 0;
+    if (ps->kind == STEP_LAUNCH)
+      for (int j = 0; j < ps->nargs; j++)
+        list[n++] = ps->args[j];
+    else
+      list[n++] = ps->src, list[n++] = ps->dst;
+    for (int j = 0; j < n; j++) {
+      const PlanTensor *t = &p->tensors[list[j]];
+      switch (t->kind) {
+      case PT_INPUT: ptr[j] = (CUdeviceptr)inputs[t->index].data + inputs[t->index].byte_offset; break;
+      case PT_OUTPUT: ptr[j] = (CUdeviceptr)outputs[t->index].data + outputs[t->index].byte_offset; break;
+      case PT_SCRATCH: ptr[j] = w ? w->base + offsets[list[j]] : 0; break;
+      default: ptr[j] = m->tensor[list[j]]; break;
+      }
+    }
+    if (ps->kind == STEP_COPY) {
+      size_t bytes = tensor_bytes(p, ps->dst, dims);
+      if (bytes && (r = CU->cuMemcpyDtoDAsync(ptr[1], ptr[0], bytes, stream)) != CUDA_SUCCESS)
+        st = cu_fail(CU, r, "cu->cuMemcpyDtoDAsync()");
+      continue;
+    }
+    const PlanKernel *k = &p->kernels[ps->kernel];
+    LaunchChoice c = choice[s];
+    if (c.m <= 0)
+      continue; /* zero tokens: nothing to do */
+    KArgs args = {.m = c.m, .splits = c.splits};
+    for (int j = 0; j < n; j++)
+      args.p[j] = (void *)ptr[j];
+    args.ws = w ? (float *)(w->base + scratch) : NULL;
+    args.counters = w ? (unsigned *)(w->base + counters_off) : NULL;
+    unsigned grid[3] = {1, 1, 1};
+    if (k->kind == KK_GEMM)
+      ffn_gemm_grid(&c.v->cfg, (int)c.m, (int)k->n, k->streams, c.splits, grid);
+    else
+      grid[0] = (unsigned)(c.m < (int64_t)m->sms * 16 ? c.m : (int64_t)m->sms * 16);
+    CUfunction f = m->funcs[m->func_base[ps->kernel] + (int)(c.v - k->variants)];
+    void *params[] = {&args};
+    r = CU->cuLaunchKernel(f, grid[0], grid[1], grid[2], (unsigned)c.v->threads, 1, 1, (unsigned)c.v->smem, stream,
+                           params, NULL);
+    if (r != CUDA_SUCCESS)
+      st = cu_fail(CU, r, "cu->cuLaunchKernel()");
+  }
+  bool recorded = false;
+  if (w) {
+    r = CU->cuEventRecord(w->done, stream);
+    recorded = r == CUDA_SUCCESS;
+    if (!recorded && st == FFN_OK)
+      st = cu_fail(CU, r, "cu->cuEventRecord()");
+    release(m, w, stream, recorded);
+  }
+  CUcontext popped;
+  CU->cuCtxPopCurrent(&popped);
+  free(offsets);
+  free(choice);
+  return st;
+}
+
+void exec_free_workspaces(ffn_model *m) {
+  for (int i = 0; i < m->nws; i++) {
+    if (m->ws[i].done)
+      CU->cuEventSynchronize(m->ws[i].done);
+    if (m->ws[i].base)
+      CU->cuMemFree(m->ws[i].base);
+    if (m->ws[i].done)
+      CU->cuEventDestroy(m->ws[i].done);
+  }
+  free(m->ws);
+  m->ws = NULL;
+  m->nws = m->capws = 0;
+}

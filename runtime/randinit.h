@@ -1,0 +1,19 @@
+/* randinit.h: random weights and inputs of the right names, shapes and types for a model,
+ * so nobody needs a download to try ffnc (`ffnc gen`, the tests, the bench).
+ *
+ * Scales keep activations O(1) through deep residual stacks: a matrix used in a product
+ * with inner dimension K gets N(0, 1/K); a norm gain 1 + N(0, 0.1^2); other vectors (biases)
+ * N(0, 0.1^2); inputs N(0, 1). The same (name, seed) always gives the same tensor.
+ */
+#ifndef FFNC_RANDINIT_H
+#define FFNC_RANDINIT_H
+
+#include "../ir/ir.h"
+
+/* Mean and standard deviation for weight node w of graph g. */
+void randinit_weight_scale(const Graph *g, const Node *w, double *mean, double *std);
+/* numel values ~ N(mean, std^2) stored as dt into a malloc'd buffer (*nbytes bytes);
+ * NULL if out of memory. */
+void *randinit_tensor(const char *name, uint64_t seed, DType dt, int64_t numel, double mean, double std, size_t *nbytes);
+
+#endif

@@ -1,0 +1,124 @@
+/* rt.h: the runtime's internals: the CUDA driver and NVRTC loaded with dlopen, the kernel
+ * cache, programs (a Plan plus its compiled image) and models (a program on a device with
+ * its weights), and the error reporting every API call uses. */
+#ifndef FFNC_RT_H
+#define FFNC_RT_H
+
+#include <cuda.h>
+#include <nvrtc.h>
+#include <pthread.h>
+
+#include "../codegen/plan.h"
+#include "../include/ffn.h"
+
+/* ---- errors (api.c) ---- */
+
+/* Sets this thread's last error and returns s. */
+ffn_status rt_error(ffn_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- the driver (cuda_api.c) ---- */
+
+#define CU_FUNCS(X)                                                                                   \
+  X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetAttribute)          \
+  X(cuDeviceGetName) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxPushCurrent)     \
+  X(cuCtxPopCurrent) X(cuCtxSynchronize) X(cuModuleLoadDataEx) X(cuModuleUnload)                      \
+  X(cuModuleGetFunction) X(cuFuncSetAttribute) X(cuFuncGetAttribute) X(cuLaunchKernel) X(cuMemAlloc) \
+  X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)              \
+  X(cuMemcpyDtoDAsync) X(cuMemcpy2DAsync) X(cuMemsetD8Async) X(cuMemsetD32Async) X(cuMemGetInfo)     \
+  X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamBeginCapture)                 \
+  X(cuStreamEndCapture) X(cuGraphInstantiate) X(cuGraphLaunch) X(cuGraphExecDestroy)                  \
+  X(cuGraphDestroy) X(cuEventCreate) X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize)           \
+  X(cuEventElapsedTime) X(cuEventDestroy) X(cuGetErrorName) X(cuGetErrorString)                       \
+  X(cuPointerGetAttribute)
+
+typedef struct {
+#define X(f) __typeof__(&f) f;
+  CU_FUNCS(X)
+#undef X
+  int version; /* cuDriverGetVersion */
+} CuApi;
+
+/* Loads libcuda.so.1 and calls cuInit once (thread-safe). NULL with the reason in why. */
+const CuApi *cu_api(char *why, size_t len);
+
+/* If r is not CUDA_SUCCESS: sets the last error to "CALL failed: NAME (description)" and
+ * returns FFN_ERR_CUDA (FFN_ERR_OUT_OF_MEMORY for CUDA_ERROR_OUT_OF_MEMORY). */
+ffn_status cu_fail(const CuApi *cu, CUresult r, const char *call);
+#define CU_CHECK(cu, call)                                          \
+  do {                                                              \
+    CUresult r_ = (call);                                           \
+    if (r_ != CUDA_SUCCESS)                                         \
+      return cu_fail((cu), r_, #call);                              \
+  } while (0)
+
+/* ---- NVRTC (nvrtc.c) ---- */
+
+typedef struct {
+  void *image; /* cubin (or PTX text when ptx) */
+  size_t size;
+  bool ptx;
+} Image;
+
+/* Compiles source for arch ("sm_90") into a cubin (or PTX), through the cache. */
+ffn_status nvrtc_compile(const char *source, const char *name, const char *arch, bool ptx, Image *out);
+/* "13.0", or the reason NVRTC cannot be loaded; returns false if unavailable. */
+bool nvrtc_version(char *buf, size_t len);
+
+/* ---- kernel cache (cache.c) ---- */
+
+/* Looks up / stores a compiled image by key text (the key is stored in the entry and
+ * compared on lookup, so a hash collision can only miss). Disabled by FFNC_NO_CACHE=1. */
+bool cache_get(const char *key, size_t keylen, Image *out);
+void cache_put(const char *key, size_t keylen, const Image *img);
+
+/* ---- programs and models (api.c, exec.c) ---- */
+
+struct ffn_program {
+  Plan *plan;
+  Image image;
+};
+
+typedef struct {
+  CUdeviceptr base;
+  size_t size;
+  CUstream last_stream; /* reuse is stream-ordered on the same stream */
+  CUevent done;         /* recorded after the last run that used it */
+  bool busy;            /* taken by a run being enqueued */
+} Workspace;
+
+struct ffn_model {
+  const ffn_program *prog;
+  const CuApi *cu;
+  CUdevice dev;
+  CUcontext ctx;
+  int sms;
+  CUmodule module;
+  CUfunction *funcs;   /* [kernel][variant] flattened, see func_index */
+  int *func_base;      /* kernel -> first index in funcs */
+  CUfunction prep_fill, prep_ewise, prep_transpose, prep_interleave, prep_rowsum, prep_matmul;
+  CUdeviceptr *tensor; /* per plan tensor: device memory of weights and derived tensors */
+  bool *owned;         /* we allocated tensor[i] (and free it) */
+  bool prepared;
+  pthread_mutex_t lock; /* guards the workspace pool */
+  Workspace *ws;
+  int nws, capws;
+};
+
+/* exec.c */
+ffn_status exec_prepare(ffn_model *m);
+ffn_status exec_run(ffn_model *m, CUstream stream, const DLTensor *inputs, int ninputs, const DLTensor *outputs,
+                    int noutputs);
+void exec_free_workspaces(ffn_model *m);
+
+/* The layout the generated kernels read (kernels/ewise.cuh: ffn::KArgs). */
+typedef struct {
+  void *p[30];
+  long long m;
+  int splits;
+  int pad_;
+  float *ws;
+  unsigned *counters;
+} KArgs;
+_Static_assert(sizeof(KArgs) == 272, "KArgs layout must match kernels/ewise.cuh");
+
+#endif

@@ -1,0 +1,94 @@
+# Front-end tests (frontend/): golden IR for the tiny examples and for focused files,
+# golden diagnostics for every error class, and every example (examples/, and the code of
+# dsl.md in tests/frontend/spec_examples) checking clean.
+#
+#   FFNC_UPDATE_GOLDEN=1 ctest -L golden -R '^fe_'     rewrites the expected files;
+#   review each diff by eye: it is what a user will see.
+#
+# The goldens run fe_driver, the front end alone with ffnc's command lines (`check FILE`,
+# `build FILE --emit ir -o -`): they pin what the front end builds and reports, not what
+# the passes make of it, and they keep running while other parts of the library change.
+# fe_driver is compiled from the front-end and IR sources for that reason.
+set(FE_DIR ${FFNC_TEST_DIR}/frontend)
+
+add_executable(fe_driver
+  ${FE_DIR}/fe_driver.c
+  ${CMAKE_SOURCE_DIR}/frontend/ast.c
+  ${CMAKE_SOURCE_DIR}/frontend/diag.c
+  ${CMAKE_SOURCE_DIR}/frontend/sema.c
+  ${CMAKE_SOURCE_DIR}/ir/arena.c
+  ${CMAKE_SOURCE_DIR}/ir/dtype.c
+  ${CMAKE_SOURCE_DIR}/ir/ir.c
+  ${BISON_ffn_parser_OUTPUTS}
+  ${FLEX_ffn_lexer_OUTPUTS})
+target_include_directories(fe_driver PRIVATE ${CMAKE_SOURCE_DIR} ${CMAKE_SOURCE_DIR}/frontend ${CMAKE_BINARY_DIR}/gen)
+target_link_libraries(fe_driver PRIVATE m)
+set(FE_TOOL $<TARGET_FILE:fe_driver>)
+
+# IR of the tiny examples: tests/frontend/examples/NAME.ir
+foreach(name llama3_tiny gpt2_tiny phi3_tiny)
+  ffn_golden_test(fe_ir_example_${name}
+    EXPECT ${FE_DIR}/examples/${name}.ir
+    WORKDIR ${FFNC_EXAMPLES_DIR}
+    COMMAND ${FE_TOOL} build ${name}.ffn --emit ir -o -)
+endforeach()
+
+# Every example checks clean (the full-size ones too: the front end is cheap).
+file(GLOB FE_EXAMPLES CONFIGURE_DEPENDS ${FFNC_EXAMPLES_DIR}/*.ffn)
+foreach(path ${FE_EXAMPLES})
+  get_filename_component(name ${path} NAME_WE)
+  ffn_golden_test(fe_check_example_${name}
+    EXPECT ${FE_DIR}/clean.out
+    WORKDIR ${FFNC_EXAMPLES_DIR}
+    COMMAND ${FE_TOOL} check ${name}.ffn)
+endforeach()
+
+# The code of dsl.md: each must check clean.
+file(GLOB FE_SPEC CONFIGURE_DEPENDS ${FE_DIR}/spec_examples/*.ffn)
+foreach(path ${FE_SPEC})
+  get_filename_component(name ${path} NAME_WE)
+  ffn_golden_test(fe_spec_${name}
+    EXPECT ${FE_DIR}/clean.out
+    WORKDIR ${FE_DIR}/spec_examples
+    COMMAND ${FE_TOOL} check ${name}.ffn)
+endforeach()
+
+# Focused IR: tests/frontend/ir/NAME.ffn -> NAME.ir
+file(GLOB FE_IR CONFIGURE_DEPENDS ${FE_DIR}/ir/*.ffn)
+foreach(path ${FE_IR})
+  get_filename_component(name ${path} NAME_WE)
+  ffn_golden_test(fe_ir_${name}
+    EXPECT ${FE_DIR}/ir/${name}.ir
+    WORKDIR ${FE_DIR}/ir
+    COMMAND ${FE_TOOL} build ${name}.ffn --emit ir -o -)
+endforeach()
+# Command-line precision and fusion: they replace the file's setting without a conflict.
+ffn_golden_test(fe_ir_precision_cli
+  EXPECT ${FE_DIR}/ir/precision.cli.ir
+  WORKDIR ${FE_DIR}/ir
+  COMMAND ${FE_TOOL} build precision.ffn --emit ir -o - --precision matmul=bf16
+          --precision weights=i4,group=64 --ffn-fusion 2..5)
+
+# Diagnostics: tests/frontend/diag/NAME.ffn -> NAME.out
+file(GLOB FE_DIAG CONFIGURE_DEPENDS ${FE_DIR}/diag/*.ffn)
+list(REMOVE_ITEM FE_DIAG ${FE_DIR}/diag/spec_example.ffn)
+foreach(path ${FE_DIAG})
+  get_filename_component(name ${path} NAME_WE)
+  ffn_golden_test(fe_diag_${name}
+    EXPECT ${FE_DIR}/diag/${name}.out
+    WORKDIR ${FE_DIR}/diag
+    COMMAND ${FE_TOOL} check ${name}.ffn)
+endforeach()
+# A precision setting on the command line that the file contradicts.
+ffn_golden_test(fe_diag_weights_f8_cli
+  EXPECT ${FE_DIR}/diag/weights_f8.cli.out
+  WORKDIR ${FE_DIR}/ir
+  COMMAND ${FE_TOOL} check precision.ffn --precision weights=i8)
+
+# dsl.md's diagnostic example, from a file named as in the spec so that the first line
+# matches it character for character.
+configure_file(${FE_DIR}/diag/spec_example.ffn ${CMAKE_CURRENT_BINARY_DIR}/fe_spec_example/mlp.ffn COPYONLY)
+ffn_golden_test(fe_diag_spec_example
+  EXPECT ${FE_DIR}/diag/spec_example.out
+  WORKDIR ${CMAKE_CURRENT_BINARY_DIR}/fe_spec_example
+  COMMAND ${FE_TOOL} check mlp.ffn)

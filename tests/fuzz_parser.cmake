@@ -1,0 +1,63 @@
+# libFuzzer target for the front end: clang only, with FFNC_FUZZ=ON. The front-end and IR
+# sources and the generated lexer and parser are compiled into the fuzzer itself, so they
+# carry its coverage and sanitizer instrumentation (the `ffn` library is built without).
+#
+# ctest -L fuzz runs it for ~20 s from the seeds: tests/fuzz/corpus_parser (small broken
+# files), the examples and the front end's test files. New inputs go to a corpus directory
+# in the build tree; the seeds are only read. To fuzz longer:
+#   build/tests/fuzz_parser -dict=build/tests/fuzz_parser.dict -max_len=4096 CORPUS_DIR \
+#     tests/fuzz/corpus_parser examples tests/frontend/diag tests/frontend/ir
+if(FFNC_FUZZ AND CMAKE_C_COMPILER_ID MATCHES "Clang")
+  include(CheckCSourceCompiles)
+  set(CMAKE_REQUIRED_FLAGS -fsanitize=fuzzer,address,undefined)
+  set(CMAKE_REQUIRED_LINK_OPTIONS -fsanitize=fuzzer,address,undefined)
+  check_c_source_compiles("#include <stddef.h>
+    int LLVMFuzzerTestOneInput(const unsigned char *d, size_t n) { return d && n; }"
+    FFNC_HAVE_LIBFUZZER)
+  unset(CMAKE_REQUIRED_FLAGS)
+  unset(CMAKE_REQUIRED_LINK_OPTIONS)
+  if(NOT FFNC_HAVE_LIBFUZZER)
+    message(WARNING "FFNC_FUZZ: ${CMAKE_C_COMPILER} cannot link -fsanitize=fuzzer; fuzz_parser not built")
+  endif()
+endif()
+if(FFNC_FUZZ AND CMAKE_C_COMPILER_ID MATCHES "Clang" AND FFNC_HAVE_LIBFUZZER)
+  set(FUZZ_FE_FLAGS -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined)
+  add_executable(fuzz_parser
+    ${FFNC_TEST_DIR}/fuzz/fuzz_parser.c
+    ${CMAKE_SOURCE_DIR}/frontend/ast.c
+    ${CMAKE_SOURCE_DIR}/frontend/diag.c
+    ${CMAKE_SOURCE_DIR}/frontend/sema.c
+    ${CMAKE_SOURCE_DIR}/ir/arena.c
+    ${CMAKE_SOURCE_DIR}/ir/dtype.c
+    ${CMAKE_SOURCE_DIR}/ir/ir.c
+    ${BISON_ffn_parser_OUTPUTS}
+    ${FLEX_ffn_lexer_OUTPUTS})
+  target_include_directories(fuzz_parser PRIVATE ${CMAKE_SOURCE_DIR} ${CMAKE_SOURCE_DIR}/frontend
+                             ${CMAKE_BINARY_DIR}/gen)
+  target_compile_options(fuzz_parser PRIVATE ${FUZZ_FE_FLAGS} -g -O1)
+  target_link_options(fuzz_parser PRIVATE ${FUZZ_FE_FLAGS})
+  target_link_libraries(fuzz_parser PRIVATE m)
+
+  # The words of the language, so the fuzzer builds statements rather than noise.
+  set(FUZZ_FE_DICT ${CMAKE_CURRENT_BINARY_DIR}/fuzz_parser.dict)
+  set(words model dim const input weight output block return for in precision fuse ffn
+            default accumulate norm matmul weights group f32 f16 bf16 f8e4m3 f8e5m2 i8 i4
+            relu gelu gelu_tanh silu sigmoid tanh square swiglu geglu rmsnorm layernorm chunk cast
+            ".." "^T" "@" "\\\"" "{i}" "[T, D]" "\\x0A")
+  set(dict "")
+  foreach(w ${words})
+    string(APPEND dict "\"${w}\"\n")
+  endforeach()
+  file(WRITE ${FUZZ_FE_DICT} "${dict}")
+
+  set(FUZZ_FE_WORK ${CMAKE_CURRENT_BINARY_DIR}/fuzz_parser_corpus)
+  file(MAKE_DIRECTORY ${FUZZ_FE_WORK})
+  add_test(NAME fuzz_parser
+    COMMAND fuzz_parser -max_total_time=20 -timeout=5 -rss_limit_mb=2048 -max_len=4096
+            -dict=${FUZZ_FE_DICT}
+            -artifact_prefix=${CMAKE_CURRENT_BINARY_DIR}/fuzz_parser-
+            ${FUZZ_FE_WORK} ${FFNC_TEST_DIR}/fuzz/corpus_parser ${FFNC_EXAMPLES_DIR}
+            ${FFNC_TEST_DIR}/frontend/diag ${FFNC_TEST_DIR}/frontend/ir
+    WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR})
+  set_tests_properties(fuzz_parser PROPERTIES LABELS fuzz TIMEOUT 120)
+endif()

@@ -1,0 +1,38 @@
+# GPU tests (label gpu): every model on the GPU against the CPU reference; they exit 77 (skip)
+# with the reason where there is no GPU. NVRTC compilation of every example for sm_80 and
+# sm_90 (label nvrtc) needs no GPU and runs everywhere.
+
+add_executable(gpu_model_test gpu/gpu_model_test.c)
+target_include_directories(gpu_model_test PRIVATE ${CMAKE_SOURCE_DIR} ${FFNC_TEST_DIR})
+target_link_libraries(gpu_model_test PRIVATE ffn)
+
+set(FFNC_GPU_ENV "FFNC_SOURCE_DIR=${CMAKE_SOURCE_DIR};FFNC_CACHE_DIR=${CMAKE_BINARY_DIR}/test-kernel-cache")
+
+function(ffn_gpu_model_test name model)
+  add_test(NAME ${name} COMMAND gpu_model_test ${model} ${ARGN})
+  set_tests_properties(${name} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 ENVIRONMENT "${FFNC_GPU_ENV}")
+endfunction()
+
+ffn_gpu_model_test(gpu_llama3_tiny examples/llama3_tiny.ffn)
+ffn_gpu_model_test(gpu_llama3_tiny_O0 examples/llama3_tiny.ffn -O0)
+ffn_gpu_model_test(gpu_llama3_tiny_aot examples/llama3_tiny.ffn --aot)
+ffn_gpu_model_test(gpu_phi3_tiny examples/phi3_tiny.ffn)
+ffn_gpu_model_test(gpu_gpt2_tiny examples/gpt2_tiny.ffn)
+file(GLOB GPU_TEST_MODELS CONFIGURE_DEPENDS ${FFNC_TEST_DIR}/gpu/models/*.ffn)
+foreach(m ${GPU_TEST_MODELS})
+  get_filename_component(base ${m} NAME_WE)
+  file(RELATIVE_PATH rel ${CMAKE_SOURCE_DIR} ${m})
+  ffn_gpu_model_test(gpu_${base} ${rel})
+endforeach()
+
+# NVRTC compiles every example's generated source for sm_80 and sm_90 (no GPU needed).
+file(GLOB FFNC_EXAMPLE_MODELS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/examples/*.ffn)
+foreach(m ${FFNC_EXAMPLE_MODELS} ${GPU_TEST_MODELS})
+  get_filename_component(base ${m} NAME_WE)
+  foreach(arch sm_80 sm_90)
+    add_test(NAME nvrtc_${base}_${arch}
+      COMMAND ffnc build ${m} --emit cubin --arch ${arch} -o ${CMAKE_CURRENT_BINARY_DIR}/${base}_${arch}.cubin)
+    set_tests_properties(nvrtc_${base}_${arch} PROPERTIES LABELS nvrtc
+      ENVIRONMENT "FFNC_CACHE_DIR=${CMAKE_BINARY_DIR}/test-kernel-cache")
+  endforeach()
+endforeach()

@@ -1,0 +1,261 @@
+/* gpu_util.h: what the GPU tests share: a model with random weights bound on the device and
+ * kept in host memory for the CPU reference, fresh random inputs, and the comparison.
+ *
+ * Every check compares the GPU result with the CPU reference interpreter (ir/interp.c) on
+ * fresh random inputs (never zeros); ffn_model_run_host poisons the outputs with NaN bytes
+ * before the run, so an element the kernels never wrote fails the comparison.
+ */
+#ifndef FFNC_GPU_UTIL_H
+#define FFNC_GPU_UTIL_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codegen/driver.h"
+#include "include/ffn.h"
+#include "ir/interp.h"
+#include "runtime/randinit.h"
+
+#define SKIP 77
+
+/* Tolerances: the norm-wise relative error ||gpu - ref|| / ||ref||, and per element
+ * |gpu - ref| <= rtol*|ref| + atol*rms(ref), by the narrowest floating type the model computes
+ * in, against two references:
+ *   the program's:  the reference interpreter on the optimized IR that was compiled (the same
+ *                   values rounded at the same places; only f32-vs-f64 arithmetic differs);
+ *   the source's:   the reference interpreter on the front end's IR (also the rounding
+ *                   differences of the passes: gains rounded into weights, values kept in
+ *                   f32 inside kernels; passes_semantics_test checks those alone).
+ */
+typedef struct {
+  double norm, rtol, atol;
+} Tolerance;
+
+static inline Tolerance tolerance_for(DType t, bool source) {
+  if (t == DT_F32)
+    return (Tolerance){1e-5, 1e-4, 1e-5};
+  if (t == DT_F16)
+    return source ? (Tolerance){3e-3, 5e-2, 2e-2} : (Tolerance){1e-3, 2e-2, 1e-2};
+  return source ? (Tolerance){1.5e-2, 1e-1, 5e-2} : (Tolerance){3e-3, 5e-2, 2e-2}; /* bf16 */
+}
+
+/* The narrowest floating type any value of g has (scalars aside). */
+static inline DType narrowest_type(const Graph *g) {
+  DType t = DT_F32;
+  for (int i = 0; i < g->nodes.len; i++) {
+    DType d = GRAPH_NODE(g, i)->dtype;
+    if (GRAPH_NODE(g, i)->op != OP_SCALAR && dtype_is_float(d) && dtype_bits(d) < dtype_bits(t))
+      t = d;
+    if (d == DT_BF16 && t == DT_F16)
+      t = DT_BF16; /* fewer mantissa bits */
+  }
+  return t;
+}
+
+static inline void require_gpu(void) {
+  char why[512];
+  if (ffn_device_count(why, sizeof why) == 0) {
+    printf("SKIP: %s\n", why);
+    exit(SKIP);
+  }
+}
+
+/* Token counts to test: FFNC_TEST_TOKENS="1,7,64" overrides (compute-sanitizer runs use a
+ * short list). */
+static inline int test_tokens(int64_t *out, int max) {
+  const char *env = getenv("FFNC_TEST_TOKENS");
+  static const int64_t dflt[] = {1, 7, 64, 1000, 4096};
+  if (!env || !*env) {
+    memcpy(out, dflt, sizeof dflt);
+    return 5;
+  }
+  int n = 0;
+  for (const char *p = env; *p && n < max;) {
+    out[n++] = strtoll(p, (char **)&p, 10);
+    if (*p == ',')
+      p++;
+  }
+  return n;
+}
+
+typedef struct {
+  char *name;
+  RawTensor t;
+} Named;
+
+typedef struct {
+  Named *items;
+  int n;
+} TensorSet;
+
+static inline int set_lookup(void *ctx, const char *name, RawTensor *out) {
+  TensorSet *s = ctx;
+  for (int i = 0; i < s->n; i++)
+    if (strcmp(s->items[i].name, name) == 0) {
+      *out = s->items[i].t;
+      return 0;
+    }
+  return -1;
+}
+
+static inline void set_add(TensorSet *s, const char *name, DType dt, int rank, const int64_t *shape, void *data,
+                           size_t nbytes) {
+  s->items = realloc(s->items, sizeof(Named) * (size_t)(s->n + 1));
+  Named *it = &s->items[s->n++];
+  it->name = strdup(name);
+  it->t = (RawTensor){.dtype = dt, .rank = rank, .data = data, .nbytes = nbytes};
+  memcpy(it->t.shape, shape, sizeof(int64_t) * (size_t)rank);
+}
+
+static inline void set_free(TensorSet *s) {
+  for (int i = 0; i < s->n; i++) {
+    free(s->items[i].name);
+    free((void *)s->items[i].t.data);
+  }
+  free(s->items);
+  *s = (TensorSet){0};
+}
+
+static inline DLDataType dl_of(DType t) {
+  switch (t) {
+  case DT_F32: return (DLDataType){kDLFloat, 32, 1};
+  case DT_F16: return (DLDataType){kDLFloat, 16, 1};
+  case DT_BF16: return (DLDataType){kDLBfloat, 16, 1};
+  default: return (DLDataType){kDLUInt, 8, 1};
+  }
+}
+
+/* Random weights for every weight of g (seeded), in host memory. */
+static inline void make_weights(const Graph *g, uint64_t seed, TensorSet *w) {
+  for (int i = 0; i < g->nodes.len; i++) {
+    Node *n = GRAPH_NODE(g, i);
+    if (n->op != OP_WEIGHT)
+      continue;
+    int64_t shape[FFN_MAX_RANK], numel = 1;
+    for (int d = 0; d < n->shape.rank; d++)
+      numel *= shape[d] = n->shape.d[d].size;
+    double mean, std;
+    randinit_weight_scale(g, n, &mean, &std);
+    size_t nbytes;
+    void *p = randinit_tensor(n->name, seed, n->dtype, numel, mean, std, &nbytes);
+    set_add(w, n->name, n->dtype, n->shape.rank, shape, p, nbytes);
+  }
+}
+
+/* Fresh random inputs with every dynamic dim = tokens. */
+static inline void make_inputs(const Graph *g, int64_t tokens, uint64_t seed, TensorSet *in) {
+  for (int i = 0; i < g->nodes.len; i++) {
+    Node *n = GRAPH_NODE(g, i);
+    if (n->op != OP_INPUT)
+      continue;
+    int64_t shape[FFN_MAX_RANK], numel = 1;
+    for (int d = 0; d < n->shape.rank; d++)
+      numel *= shape[d] = n->shape.d[d].sym >= 0 ? tokens : n->shape.d[d].size;
+    size_t nbytes;
+    void *p = randinit_tensor(n->name, seed, n->dtype, numel, 0.0, 1.0, &nbytes);
+    set_add(in, n->name, n->dtype, n->shape.rank, shape, p, nbytes);
+  }
+}
+
+static inline int bind_weights(ffn_model *m, const TensorSet *w) {
+  for (int i = 0; i < w->n; i++) {
+    const RawTensor *t = &w->items[i].t;
+    DLTensor d = {(void *)t->data, {kDLCPU, 0}, t->rank, dl_of(t->dtype), (int64_t *)t->shape, NULL, 0};
+    if (ffn_model_bind_weight(m, w->items[i].name, &d) != FFN_OK) {
+      printf("FAIL: bind %s: %s\n", w->items[i].name, ffn_last_error());
+      return -1;
+    }
+  }
+  if (ffn_model_prepare(m) != FFN_OK) {
+    printf("FAIL: prepare: %s\n", ffn_last_error());
+    return -1;
+  }
+  return 0;
+}
+
+static int compare_one(const char *label, const char *which, const char *name, Tolerance tol, DType dt,
+                       const void *out, const RefTensor *ref) {
+  int64_t n = ref_numel(ref), bad = 0, first_bad = -1;
+  double num = 0, den = 0, maxerr = 0;
+  for (int64_t j = 0; j < n; j++)
+    den += (double)ref->data[j] * ref->data[j];
+  double rms = n ? sqrt(den / (double)n) : 0;
+  for (int64_t j = 0; j < n; j++) {
+    double o = dtype_load(dt, out, (size_t)j), r = ref->data[j], e = fabs(o - r);
+    if (!(e <= tol.rtol * fabs(r) + tol.atol * rms)) { /* NaN fails too */
+      if (first_bad < 0)
+        first_bad = j;
+      bad++;
+    }
+    num += (o - r) * (o - r);
+    if (e > maxerr || e != e)
+      maxerr = e;
+  }
+  double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+  bool ok = bad == 0 && rel <= tol.norm;
+  printf("%s %s %s vs %s reference: rel_l2 %.3g (tol %.1e), max_abs %.3g, rms %.3g, %lld/%lld outside tol\n",
+         ok ? "ok  " : "FAIL", label, name, which, rel, tol.norm, maxerr, rms, (long long)bad, (long long)n);
+  if (!ok && first_bad >= 0)
+    printf("      first bad element %lld: gpu %.6g ref %.6g\n", (long long)first_bad, dtype_load(dt, out, (size_t)first_bad),
+           ref->data[first_bad]);
+  return ok ? 0 : -1;
+}
+
+/* Runs m on the inputs (make_inputs order = the program's) and compares every output with the
+ * program's and the source's references; returns 0 if both are within tolerance. */
+static inline int run_and_compare(const char *label, ffn_model *m, const Graph *g, const TensorSet *in,
+                                  const RefTensor *ref_prog, const RefTensor *ref_src) {
+  int nout = g->noutputs, nin = in->n;
+  DLTensor din[64], dout[64];
+  for (int k = 0; k < nin; k++) {
+    const RawTensor *t = &in->items[k].t;
+    din[k] = (DLTensor){(void *)t->data, {kDLCPU, 0}, t->rank, dl_of(t->dtype), (int64_t *)t->shape, NULL, 0};
+  }
+  void *bufs[64];
+  int64_t shapes[64][FFN_MAX_RANK];
+  for (int i = 0; i < nout; i++) {
+    int nd;
+    if (ffn_model_output_shape(m, i, din, nin, shapes[i], &nd) != FFN_OK) {
+      printf("FAIL %s: output shape: %s\n", label, ffn_last_error());
+      return -1;
+    }
+    bufs[i] = malloc(dtype_bytes(ref_src[i].dtype, (size_t)ref_numel(&ref_src[i])) + 16);
+    dout[i] = (DLTensor){bufs[i], {kDLCPU, 0}, nd, dl_of(ref_src[i].dtype), shapes[i], NULL, 0};
+  }
+  int rc = 0;
+  if (ffn_model_run_host(m, din, nin, dout, nout) != FFN_OK) {
+    printf("FAIL %s: run: %s\n", label, ffn_last_error());
+    rc = -1;
+  }
+  DType narrow = narrowest_type(g);
+  for (int i = 0; i < nout && rc == 0; i++) {
+    rc |= compare_one(label, "program", g->outputs[i].name, tolerance_for(narrow, false), ref_src[i].dtype, bufs[i],
+                      &ref_prog[i]);
+    rc |= compare_one(label, "source", g->outputs[i].name, tolerance_for(narrow, true), ref_src[i].dtype, bufs[i],
+                      &ref_src[i]);
+  }
+  for (int i = 0; i < nout; i++)
+    free(bufs[i]);
+  return rc;
+}
+
+static inline int reference(const Graph *g, const TensorSet *w, const TensorSet *in, RefTensor *out) {
+  InterpSources src = {set_lookup, (void *)w, set_lookup, (void *)in};
+  char err[512];
+  if (interp_run(g, &src, out, err, sizeof err) != 0) {
+    printf("FAIL: reference: %s\n", err);
+    return -1;
+  }
+  return 0;
+}
+
+static inline char *source_path(const char *rel) {
+  const char *root = getenv("FFNC_SOURCE_DIR");
+  char *p = malloc(4096);
+  snprintf(p, 4096, "%s/%s", root ? root : ".", rel);
+  return p;
+}
+
+#endif

@@ -1,0 +1,157 @@
+/* interp_errors_test.c: every way the interpreter refuses to run names the tensor in one
+ * line, and leaves no outputs behind. */
+#include "util.h"
+
+/* y = x @ w^T + 0 with x : [T, 4] bf16 and w : [3, 4] bf16 (named `wname`). */
+static Graph *model(const char *wname) {
+  Graph *g = graph_create("err", "test.ffn");
+  int t = graph_add_dim(g, "T", here);
+  Shape xs = {2, {dim_dynamic(t), dim_static(4)}};
+  Node *x = ir_input(g, "x", xs, DT_BF16, here);
+  Node *w = weight(g, wname, SHAPE(3, 4), DT_BF16);
+  graph_add_output(g, "y", op2(g, OP_MATMUL, DT_BF16, x, op1(g, OP_TRANSPOSE, DT_BF16, w)));
+  verify(g);
+  return g;
+}
+
+static const double zeros[64];
+
+static void expect_error(const char *what, const Graph *g, Store *w, Store *in, const char *want) {
+  RefTensor out[2];
+  memset(out, 0xff, sizeof out); /* garbage: must be cleared */
+  char err[512] = "";
+  int rc = run(g, w, in, out, err, sizeof err);
+  CHECK(rc == -1, "%s: ran, expected the error \"%s\"", what, want);
+  CHECK(strcmp(err, want) == 0, "%s:\n  got      \"%s\"\n  expected \"%s\"", what, err, want);
+  CHECK(strchr(err, '\n') == NULL, "%s: message is more than one line", what);
+  for (int i = 0; i < g->noutputs; i++)
+    CHECK(out[i].data == NULL, "%s: output %d left allocated", what, i);
+}
+
+static void test_weights(void) {
+  Graph *g = model("lm.w");
+  Store w = {0}, in = {0};
+  put(&in, "x", DT_BF16, DIMS(2, 4), zeros);
+  expect_error("missing weight", g, &w, &in, "missing weight 'lm.w'");
+  put(&w, "lm.w", DT_BF16, DIMS(4, 3), zeros);
+  expect_error("transposed weight", g, &w, &in, "weight 'lm.w': expected shape [3, 4] bf16, got [4, 3] bf16");
+  store_free(&w);
+  put(&w, "lm.w", DT_F32, DIMS(3, 4), zeros);
+  expect_error("weight dtype", g, &w, &in, "weight 'lm.w': expected shape [3, 4] bf16, got [3, 4] f32");
+  store_free(&w);
+  put(&w, "lm.w", DT_BF16, DIMS(3, 4, 1), zeros);
+  expect_error("weight rank", g, &w, &in, "weight 'lm.w': expected shape [3, 4] bf16, got [3, 4, 1] bf16");
+  store_free(&w);
+  put(&w, "lm.w", DT_BF16, DIMS(3, 4), zeros);
+  w.e[0].t.nbytes -= 2;
+  expect_error("short weight data", g, &w, &in, "weight 'lm.w': [3, 4] bf16 needs 24 bytes, got 22");
+  w.e[0].t.nbytes += 2;
+  /* and with everything right it runs */
+  RefTensor y;
+  char err[256];
+  CHECK(run(g, &w, &in, &y, err, sizeof err) == 0, "good weights: %s", err);
+  ref_free(&y);
+  store_free(&w);
+  store_free(&in);
+  graph_destroy(g);
+
+  /* the message names the checkpoint tensor, whatever the DSL variable */
+  g = graph_create("err", "test.ffn");
+  Node *x = ir_input(g, "x", SHAPE(2, 4096), DT_BF16, here);
+  Node *up = weight(g, "model.layers.0.mlp.up_proj.weight", SHAPE(14336, 4096), DT_BF16);
+  graph_add_output(g, "y", op2(g, OP_MATMUL, DT_BF16, x, op1(g, OP_TRANSPOSE, DT_BF16, up)));
+  verify(g);
+  RawTensor t = {DT_BF16, 2, {4096, 14336}, NULL, 0};
+  CHECK(interp_check_weight(g, up, &t, err, sizeof err) == -1 &&
+            strcmp(err, "weight 'model.layers.0.mlp.up_proj.weight': expected shape [14336, 4096] bf16, got "
+                        "[4096, 14336] bf16") == 0,
+        "interp_check_weight: %s", err);
+  CHECK(interp_check_weight(g, up, NULL, err, sizeof err) == -1 &&
+            strcmp(err, "missing weight 'model.layers.0.mlp.up_proj.weight'") == 0,
+        "interp_check_weight(NULL): %s", err);
+  graph_destroy(g);
+}
+
+static void test_inputs(void) {
+  Graph *g = model("w");
+  Store w = {0}, in = {0};
+  put(&w, "w", DT_BF16, DIMS(3, 4), zeros);
+  expect_error("missing input", g, &w, &in, "missing input 'x'");
+  put(&in, "x", DT_F32, DIMS(2, 4), zeros);
+  expect_error("input dtype", g, &w, &in, "input 'x': expected [T, 4] bf16, got [2, 4] f32");
+  store_free(&in);
+  put(&in, "x", DT_BF16, DIMS(2, 5), zeros);
+  expect_error("input static dim", g, &w, &in, "input 'x': expected rank 2 [T, 4], got [2, 5]");
+  store_free(&in);
+  put(&in, "x", DT_BF16, DIMS(8), zeros);
+  expect_error("input rank", g, &w, &in, "input 'x': expected rank 2 [T, 4], got [8]");
+  store_free(&in);
+  store_free(&w);
+  graph_destroy(g);
+
+  /* the example of the brief: [T, 4096] given [7, 4095] */
+  g = graph_create("err", "test.ffn");
+  int t = graph_add_dim(g, "T", here);
+  Shape xs = {2, {dim_dynamic(t), dim_static(4096)}};
+  graph_add_output(g, "y", op1(g, OP_RELU, DT_BF16, ir_input(g, "x", xs, DT_BF16, here)));
+  verify(g);
+  RawTensor raw = {DT_BF16, 2, {7, 4095}, zeros, 2 * 7 * 4095};
+  Store big = {{{"x", raw}}, 1};
+  expect_error("input dim", g, &w, &big, "input 'x': expected rank 2 [T, 4096], got [7, 4095]");
+  graph_destroy(g);
+}
+
+/* Two inputs share the dynamic dim T: y (declared first) binds it, x disagrees. */
+static void test_dims(void) {
+  Graph *g = graph_create("dims", "test.ffn");
+  int t = graph_add_dim(g, "T", here);
+  Shape s = {2, {dim_dynamic(t), dim_static(2)}};
+  Node *y = ir_input(g, "y", s, DT_F32, here);
+  Node *x = ir_input(g, "x", s, DT_F32, here);
+  graph_add_output(g, "sum", op2(g, OP_ADD, DT_F32, x, y));
+  verify(g);
+  Store w = {0}, in = {0};
+  put(&in, "y", DT_F32, DIMS(9, 2), zeros);
+  put(&in, "x", DT_F32, DIMS(7, 2), zeros);
+  expect_error("inconsistent T", g, &w, &in, "input 'x': dim T is 7 here but 9 in input 'y'");
+  store_free(&in);
+
+  /* consistent: interp_bind_dims reports the size */
+  put(&in, "y", DT_F32, DIMS(9, 2), zeros);
+  put(&in, "x", DT_F32, DIMS(9, 2), zeros);
+  InterpSources src = {lookup, &w, lookup, &in};
+  int64_t dims[1] = {0};
+  char err[256];
+  CHECK(interp_bind_dims(g, &src, dims, err, sizeof err) == 0 && dims[0] == 9, "bind T: %s", err);
+  store_free(&in);
+
+  /* T = 0 tokens is a valid, empty run */
+  put(&in, "y", DT_F32, DIMS(0, 2), zeros);
+  put(&in, "x", DT_F32, DIMS(0, 2), zeros);
+  RefTensor out;
+  CHECK(run(g, &w, &in, &out, err, sizeof err) == 0 && out.rank == 2 && out.shape[0] == 0, "T = 0: %s", err);
+  ref_free(&out);
+  store_free(&in);
+  graph_destroy(g);
+}
+
+static void test_invalid_graph(void) {
+  Graph *g = graph_create("bad", "test.ffn");
+  Node *x = ir_input(g, "x", SHAPE(2, 3), DT_F32, here);
+  Node *bad = ir_node(g, OP_MATMUL, DT_F32, SHAPE(2, 3), (Node *[]){x, x}, 2, here); /* 3 != 2 */
+  graph_add_output(g, "y", bad);
+  Store w = {0}, in = {0};
+  RefTensor out;
+  char err[512];
+  CHECK(run(g, &w, &in, &out, err, sizeof err) == -1 && strncmp(err, "invalid graph: ", 15) == 0,
+        "invalid graph: %s", err);
+  graph_destroy(g);
+}
+
+int main(void) {
+  test_weights();
+  test_inputs();
+  test_dims();
+  test_invalid_graph();
+  return finish("interp_errors_test");
+}

@@ -1,0 +1,221 @@
+/* cmd_build.c: `ffnc build FILE.ffn -o OUT [--emit ir|cuda|plan|ptx|cubin]`. */
+#include "cli.h"
+#include "codegen/driver.h"
+#include "runtime/rt.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int status_exit(ffn_status s) {
+  switch (s) {
+  case FFN_OK: return 0;
+  case FFN_ERR_INVALID_ARGUMENT: return EXIT_USAGE;
+  case FFN_ERR_NO_DEVICE:
+  case FFN_ERR_CUDA:
+  case FFN_ERR_OUT_OF_MEMORY:
+  case FFN_ERR_NO_COMPILER:
+  case FFN_ERR_COMPILE: return EXIT_DEVICE;
+  default: return EXIT_USER;
+  }
+}
+
+int cli_status_exit(ffn_status s) { return status_exit(s); }
+
+/* Options for the compile API from the command line. */
+ffn_status cli_options(const CompileArgs *ca, ffn_options **out) {
+  ffn_options *o;
+  ffn_status s = ffn_options_create(&o);
+  if (s == FFN_OK && ca->arch)
+    s = ffn_options_set_arch(o, ca->arch);
+  if (s == FFN_OK)
+    s = ffn_options_set_opt_level(o, ca->opt_level);
+  for (int i = 0; i < ca->nprec && s == FFN_OK; i++) {
+    char v[64];
+    if (ca->prec[i].group)
+      snprintf(v, sizeof v, "%s,group=%d", dtype_name(ca->prec[i].type), ca->prec[i].group);
+    else
+      snprintf(v, sizeof v, "%s", dtype_name(ca->prec[i].type));
+    s = ffn_options_set_precision(o, prec_class_names[ca->prec[i].cls], v);
+  }
+  for (int i = 0; i < ca->nfuse && s == FFN_OK; i++)
+    s = ffn_options_add_ffn_fusion(o, ca->fuse[i].first, ca->fuse[i].last);
+  if (s != FFN_OK) {
+    ffn_options_destroy(o);
+    return s;
+  }
+  *out = o;
+  return FFN_OK;
+}
+
+static int write_out(const char *path, const void *data, size_t len) {
+  if (strcmp(path, "-") == 0) {
+    fwrite(data, 1, len, stdout);
+    return fflush(stdout) == 0 ? 0 : EXIT_USER;
+  }
+  /* atomically: a temporary file next to it, then rename */
+  char tmp[4200];
+  snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path);
+  int fd = mkstemp(tmp);
+  FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+  bool ok = f && fwrite(data, 1, len, f) == len;
+  ok = f && fclose(f) == 0 && ok;
+  if (!ok || rename(tmp, path) != 0) {
+    cli_error("cannot write %s: %m", path);
+    if (fd >= 0)
+      unlink(tmp);
+    return EXIT_USER;
+  }
+  return 0;
+}
+
+int cmd_build(int argc, char **argv) {
+  CompileArgs ca = {.opt_level = 3};
+  const char *out = NULL, *emit = NULL, *v;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--help") == 0) {
+      printf("usage: ffnc build FILE.ffn -o OUT [--arch sm_XX] [--emit ir|cuda|plan|ptx|cubin] [-O0..-O3]\n"
+             "                  [--precision KEY=TYPE]... [--ffn-fusion A..B] [--dump-ir-after=PASS]\n"
+             "Compiles FILE ahead of time. Without --emit, OUT is what a host program needs to run the model with\n"
+             "no compiler at run time (the launch plan, a cubin for the arch and its PTX), loaded by\n"
+             "ffn_program_load(). --emit writes one stage instead: ir (the IR after the passes of this -O level;\n"
+             "-O0 prints the front end's IR), cuda (generated source), plan (launch plan, text), ptx or cubin.\n"
+             "`-o -` writes to standard output. --arch defaults to the GPU's, or sm_90 without one.\n"
+             "PASS is one of frontend canon normfold gateup fuse precision all.\n");
+      return 0;
+    }
+    int r = cli_compile_option(argc, argv, &i, &ca);
+    if (r < 0)
+      return EXIT_USAGE;
+    if (r)
+      continue;
+    if ((v = cli_value(argc, argv, &i, "-o")))
+      out = v;
+    else if ((v = cli_value(argc, argv, &i, "--emit")))
+      emit = v;
+    else if (argv[i][0] == '-' || ca.file) {
+      cli_error("build: unexpected argument '%s'", argv[i]);
+      return EXIT_USAGE;
+    } else
+      ca.file = argv[i];
+  }
+  const char *emits[] = {"ir", "cuda", "plan", "ptx", "cubin"};
+  bool known = !emit;
+  for (size_t i = 0; i < 5 && emit; i++)
+    known |= strcmp(emit, emits[i]) == 0;
+  if (!known) {
+    cli_error("build: --emit %s: expected ir, cuda, plan, ptx or cubin", emit);
+    return EXIT_USAGE;
+  }
+  if (!ca.file || !out) {
+    cli_error("build: usage: ffnc build FILE.ffn -o OUT [--emit ir|cuda|plan|ptx|cubin]");
+    return EXIT_USAGE;
+  }
+  char err[512];
+  int sm = 90;
+  if (ca.arch && parse_arch(ca.arch, &sm, err, sizeof err) != 0) {
+    cli_error("%s", err);
+    return EXIT_USAGE;
+  }
+  if (!emit) {
+    /* the AOT package, through the public API */
+    ffn_options *o;
+    ffn_program *p = NULL;
+    ffn_status s = cli_options(&ca, &o);
+    if (s == FFN_OK) {
+      s = ffn_program_compile_file(ca.file, o, &p);
+      ffn_options_destroy(o);
+    }
+    if (s == FFN_OK)
+      s = ffn_program_save(p, out);
+    if (s != FFN_OK) {
+      const char *e = ffn_last_error();
+      if (s == FFN_ERR_SOURCE)
+        fputs(e, stderr); /* diagnostics, already formatted */
+      else
+        cli_error("%s", e);
+    }
+    ffn_program_destroy(p);
+    return status_exit(s);
+  }
+  char *text;
+  size_t len;
+  if (read_file(ca.file, &text, &len, err, sizeof err) != 0) {
+    cli_error("%s", err);
+    return EXIT_USER;
+  }
+  if (!ca.arch) {
+    char why[256];
+    sm = 90;
+    if (ffn_device_count(why, sizeof why) > 0) {
+      const CuApi *cu = cu_api(NULL, 0);
+      CUdevice d;
+      int major = 9, minor = 0;
+      if (cu->cuDeviceGet(&d, 0) == CUDA_SUCCESS) {
+        cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d);
+        cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d);
+      }
+      sm = major * 10 + minor;
+    }
+  }
+  Diags d;
+  diags_init(&d);
+  DriverOptions o = {.sm = sm, .opt_level = ca.opt_level, .prec = ca.prec, .nprec = ca.nprec, .fuse = ca.fuse,
+                     .nfuse = ca.nfuse, .dump_after = ca.dump_after, .dump = stdout};
+  int rc = 0;
+  if (strcmp(emit, "ir") == 0 && ca.opt_level == 0 && !ca.dump_after) {
+    /* -O0: the front end's IR, untouched */
+    FrontendOptions fo = {ca.prec, ca.nprec, ca.fuse, ca.nfuse};
+    Graph *g = frontend_compile_string(text, len, ca.file, &fo, &d);
+    if (!g)
+      rc = EXIT_USER;
+    else {
+      char *buf;
+      size_t blen;
+      FILE *m = open_memstream(&buf, &blen);
+      ir_print(g, m);
+      fclose(m);
+      rc = write_out(out, buf, blen);
+      free(buf);
+      graph_destroy(g);
+    }
+  } else {
+    Graph *g = NULL;
+    Plan *plan = NULL;
+    bool need_plan = strcmp(emit, "ir") != 0;
+    if (driver_compile(text, len, ca.file, &o, &d, need_plan ? &plan : NULL, &g) != 0) {
+      rc = EXIT_USER;
+    } else if (strcmp(emit, "ir") == 0 || strcmp(emit, "plan") == 0) {
+      char *buf;
+      size_t blen;
+      FILE *m = open_memstream(&buf, &blen);
+      if (strcmp(emit, "ir") == 0)
+        ir_print(g, m);
+      else
+        plan_print(plan, m);
+      fclose(m);
+      rc = write_out(out, buf, blen);
+      free(buf);
+    } else if (strcmp(emit, "cuda") == 0) {
+      rc = write_out(out, plan->cuda_source, strlen(plan->cuda_source));
+    } else {
+      Image img;
+      bool ptx = strcmp(emit, "ptx") == 0;
+      ffn_status s = nvrtc_compile(plan->cuda_source, ca.file, plan->arch, ptx, &img);
+      if (s != FFN_OK) {
+        cli_error("%s", ffn_last_error());
+        rc = status_exit(s);
+      } else {
+        rc = write_out(out, img.image, ptx ? strlen(img.image) : img.size);
+        free(img.image);
+      }
+    }
+    graph_destroy(g);
+    plan_destroy(plan);
+  }
+  if (d.len)
+    fputs(d.text, stderr);
+  diags_free(&d);
+  free(text);
+  return rc;
+}

@@ -1,0 +1,140 @@
+/* cmd_run.c: `ffnc run FILE.ffn --weights W --input IN --output OUT [--device gpu|cpu]`. */
+#include "cli.h"
+#include "include/ffn.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int lookup_st(void *ctx, const char *name, RawTensor *out) {
+  const StTensor *t = st_find((StFile *)ctx, name);
+  if (!t)
+    return -1;
+  out->dtype = t->dtype;
+  out->rank = t->rank;
+  memcpy(out->shape, t->shape, sizeof out->shape);
+  out->data = t->data;
+  out->nbytes = t->nbytes;
+  return 0;
+}
+
+static int run_cpu(Graph *g, StFile *wf, StFile *inf, const char *out_path) {
+  InterpSources src = {lookup_st, wf, lookup_st, inf};
+  RefTensor *outs = calloc((size_t)g->noutputs, sizeof *outs);
+  char err[512];
+  int rc = 0;
+  if (interp_run(g, &src, outs, err, sizeof err) != 0) {
+    cli_error("%s", err);
+    free(outs);
+    return EXIT_USER;
+  }
+  StWriter *w = st_writer_create();
+  void **bufs = calloc((size_t)g->noutputs, sizeof *bufs);
+  for (int i = 0; i < g->noutputs && rc == 0; i++) {
+    RefTensor *t = &outs[i];
+    int64_t numel = ref_numel(t);
+    size_t nbytes = dtype_bytes(t->dtype, (size_t)numel);
+    bufs[i] = malloc(nbytes ? nbytes : 1);
+    for (int64_t j = 0; j < numel; j++)
+      dtype_store(t->dtype, bufs[i], (size_t)j, t->data[j]);
+    /* two outputs may name the same value; each is written under its own name */
+    if (st_writer_add(w, g->outputs[i].name, t->dtype, t->rank, t->shape, bufs[i], nbytes, err, sizeof err) != 0) {
+      cli_error("%s", err);
+      rc = EXIT_USER;
+    }
+  }
+  if (rc == 0 && st_writer_save(w, out_path, err, sizeof err) != 0) {
+    cli_error("%s", err);
+    rc = EXIT_USER;
+  }
+  st_writer_destroy(w);
+  for (int i = 0; i < g->noutputs; i++) {
+    free(bufs[i]);
+    ref_free(&outs[i]);
+  }
+  free(bufs);
+  free(outs);
+  return rc;
+}
+
+int run_gpu(const CompileArgs *ca, StFile *wf, StFile *inf, const char *weights_path, const char *out_path);
+
+int cmd_run(int argc, char **argv) {
+  CompileArgs ca = {.opt_level = 3};
+  const char *wpath = NULL, *ipath = NULL, *opath = NULL, *device = NULL, *v;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--help") == 0) {
+      printf("usage: ffnc run FILE.ffn --weights W.safetensors --input IN.safetensors --output OUT.safetensors\n"
+             "                [--device gpu|cpu] [--arch sm_XX] [-O0..-O3] [--precision KEY=TYPE]... [--ffn-fusion A..B]\n"
+             "Compiles FILE (JIT) and runs it once. Inputs are read by their `input` names, outputs written by\n"
+             "their `output` names; dynamic dims are bound from the input shapes. --device cpu runs the reference\n"
+             "interpreter and needs no GPU; the default is gpu where one is present, else cpu.\n");
+      return 0;
+    }
+    int r = cli_compile_option(argc, argv, &i, &ca);
+    if (r < 0)
+      return EXIT_USAGE;
+    if (r)
+      continue;
+    if ((v = cli_value(argc, argv, &i, "--weights")))
+      wpath = v;
+    else if ((v = cli_value(argc, argv, &i, "--input")))
+      ipath = v;
+    else if ((v = cli_value(argc, argv, &i, "--output")))
+      opath = v;
+    else if ((v = cli_value(argc, argv, &i, "--device")))
+      device = v;
+    else if (argv[i][0] == '-' || ca.file) {
+      cli_error("run: unexpected argument '%s'", argv[i]);
+      return EXIT_USAGE;
+    } else
+      ca.file = argv[i];
+  }
+  if (!ca.file || !ipath || !opath) {
+    cli_error("run: usage: ffnc run FILE.ffn --weights W.safetensors --input IN.safetensors --output OUT.safetensors");
+    return EXIT_USAGE;
+  }
+  if (device && strcmp(device, "cpu") != 0 && strcmp(device, "gpu") != 0) {
+    cli_error("run: --device must be gpu or cpu, not '%s'", device);
+    return EXIT_USAGE;
+  }
+  int status;
+  Graph *g = cli_frontend(&ca, &status);
+  if (!g)
+    return status;
+  char err[512];
+  StFile *wf = NULL, *inf = NULL;
+  int rc = 0;
+  bool needs_weights = false;
+  for (int i = 0; i < g->nodes.len; i++)
+    needs_weights |= GRAPH_NODE(g, i)->op == OP_WEIGHT;
+  if (needs_weights && !wpath) {
+    cli_error("run: %s reads weights: give them with --weights W.safetensors", ca.file);
+    rc = EXIT_USAGE;
+    goto out;
+  }
+  if (wpath && !(wf = st_open(wpath, err, sizeof err))) {
+    cli_error("%s", err);
+    rc = EXIT_USER;
+    goto out;
+  }
+  if (!(inf = st_open(ipath, err, sizeof err))) {
+    cli_error("%s", err);
+    rc = EXIT_USER;
+    goto out;
+  }
+  if (!device) {
+    char why[256];
+    device = ffn_device_count(why, sizeof why) > 0 ? "gpu" : "cpu";
+    if (strcmp(device, "cpu") == 0)
+      fprintf(stderr, "ffnc: note: %s; running on the CPU reference interpreter\n", why);
+  }
+  if (strcmp(device, "cpu") == 0)
+    rc = run_cpu(g, wf, inf, opath);
+  else
+    rc = run_gpu(&ca, wf, inf, wpath, opath);
+out:
+  st_close(wf);
+  st_close(inf);
+  graph_destroy(g);
+  return rc;
+}

@@ -1,0 +1,48 @@
+/* ffnc.c: the command-line driver. One function per subcommand (tools/cmd_*.c). */
+#include "cli.h"
+#include "include/ffn.h"
+
+#include <string.h>
+
+static const struct {
+  const char *name;
+  int (*fn)(int, char **);
+  const char *summary;
+} commands[] = {
+    {"check", cmd_check, "parse and type-check a .ffn file"},
+    {"build", cmd_build, "compile ahead of time, or emit IR / CUDA / PTX / cubin"},
+    {"run", cmd_run, "compile (JIT) and run once on safetensors inputs"},
+    {"bench", cmd_bench, "time the model against cuBLASLt and the device's limits"},
+    {"analyze", cmd_analyze, "FFN Fusion analysis (not implemented yet)"},
+    {"gen", cmd_gen, "write random weights and inputs of the right names and shapes"},
+};
+
+static void usage(FILE *out) {
+  fprintf(out, "usage: ffnc COMMAND [ARGS]   (ffnc COMMAND --help for each)\n\ncommands:\n");
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
+  fprintf(out, "\n  --version   compiler, NVRTC and driver versions\n  --help      this text\n");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return EXIT_USAGE;
+  }
+  if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+    usage(stdout);
+    return 0;
+  }
+  if (strcmp(argv[1], "--version") == 0) {
+    char nvrtc[128], driver[128];
+    ffn_runtime_versions(nvrtc, sizeof nvrtc, driver, sizeof driver);
+    printf("ffnc %s\nnvrtc: %s\ncuda driver: %s\n", ffn_version(), nvrtc, driver);
+    return 0;
+  }
+  for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+    if (strcmp(argv[1], commands[i].name) == 0)
+      return commands[i].fn(argc - 1, argv + 1);
+  cli_error("unknown command '%s'", argv[1]);
+  usage(stderr);
+  return EXIT_USAGE;
+}
