@@ -136,6 +136,10 @@ static int prep_step(Gen *G, Node *n) {
   }
   if (n->op == OP_MATMUL && (n->args[0]->shape.rank > 2))
     return fail(G, n, "a load-time matrix product of rank > 2 is not supported%s", "");
+  /* the prep kernels compute in double and store f32/f16/bf16; slices and concatenations are
+   * byte copies of any type */
+  if (!tname(n->dtype) && n->op != OP_SLICE && n->op != OP_CONCAT)
+    return fail(G, n, "computing %s values at load time is not supported", dtype_name(n->dtype));
   int t = new_tensor(G, PT_DERIVED, n);
   GROW(G->prep, G->nprep, G->capprep);
   PrepStep *s = &G->prep[G->nprep++];
@@ -251,11 +255,11 @@ static const char *load(Kgen *k, Scope *s, Node *o) {
 static const char *unary_fmt(Node *n) {
   switch (n->op) {
   case OP_NEG: return "(-%s)";
-  case OP_RELU: return "ffn::ew_relu(%s)";
-  case OP_GELU: return "ffn::ew_gelu(%s)";
-  case OP_GELU_TANH: return "ffn::ew_gelu_tanh(%s)";
-  case OP_SILU: return "ffn::ew_silu(%s)";
-  case OP_SIGMOID: return "ffn::ew_sigmoid(%s)";
+  case OP_RELU: return "fmaxf(%s, 0.0f)";
+  case OP_GELU: return "ffn::gelu(%s)";
+  case OP_GELU_TANH: return "ffn::gelu_tanh(%s)";
+  case OP_SILU: return "ffn::silu(%s)";
+  case OP_SIGMOID: return "ffn::sigmoid(%s)";
   case OP_TANH: return "tanhf(%s)";
   case OP_SQUARE: return "(%s * %s)";
   case OP_CAST:
@@ -282,10 +286,12 @@ static const char *value(Kgen *k, Scope *s, Node *n) {
     return load(k, s, n);
   if (s->memo[n->id])
     return s->memo[n->id];
+  if (s->parent && s->parent->memo[n->id]) /* a per-row value (a statistic, say) */
+    return s->parent->memo[n->id];
   if (s->kind == SC_ELEM && is_row_shaped(k, n) && s->parent)
     return value(k, s->parent, n);
   const char *args[3];
-  for (int i = 0; i < n->nargs && i < 3; i++)
+  for (int i = 0; i < n->nargs && i < 3 && n->op != OP_SLICE; i++)
     args[i] = value(k, s, n->args[i]);
   char *var = arena_printf(g->arena, "t%d", k->nvars++);
   char expr[512];
@@ -453,7 +459,9 @@ static void gen_gemm(Gen *G, Group *gr) {
   bool tc = (t == DT_BF16 || t == DT_F16) && K % 8 == 0;
   ffn_gemm_kind kind = tc ? FFN_GEMM_SM80 : FFN_GEMM_SIMT;
   const char *ctype = t == DT_BF16 ? "ffn::bf16" : t == DT_F16 ? "ffn::f16" : "float";
-  PlanKernel pk = {.kind = KK_GEMM, .n = k.ncols, .k = K, .streams = gr->streams, .splittable = tc};
+  PlanKernel pk = {.kind = KK_GEMM, .n = k.ncols, .k = K, .streams = gr->streams, .splittable = tc, .op = OP_COUNT};
+  if (gr->nodes.len == 1 && gr->stores.len == 1 && gr->stores.items[0] == gr->mm)
+    pk.op = OP_MATMUL; /* slots: A, B, the product */
   int ncfg;
   const ffn_gemm_config *table = ffn_gemm_configs(&ncfg);
   for (int i = 0; i < ncfg && pk.nvariants < 4; i++) {
@@ -597,7 +605,9 @@ static void gen_rowwise(Gen *G, Group *gr) {
              "      const long long i = row * %lldLL + col;\n      (void)i;\n%s%s"
              "    }\n  }\n}\n",
              threads, rowb.s ? rowb.s : "", N, N, elb.s ? elb.s : "", stores.s ? stores.s : "");
-  PlanKernel pk = {.kind = KK_ROWWISE, .nvariants = 1, .n = N};
+  PlanKernel pk = {.kind = KK_ROWWISE, .nvariants = 1, .n = N, .op = OP_COUNT};
+  if (gr->nodes.len == 1 && gr->stores.len == 1)
+    pk.op = ((Node *)gr->nodes.items[0])->op;
   pk.variants[0] = (KernelVariant){.threads = threads};
   pk.variants[0].cfg.name = "rowwise";
   bool is_new;
@@ -678,6 +688,9 @@ int codegen_cuda(Compile *c, Plan **out) {
   for (int i = 0; i <= g->next_id; i++)
     G.tensor_of[i] = -1;
   emit_prelude(&G);
+  for (int i = 0; i < g->nodes.len; i++) /* every input, used or not, is part of the interface */
+    if (GRAPH_NODE(g, i)->op == OP_INPUT)
+      tensor_for(&G, GRAPH_NODE(g, i));
   plan_outputs(&G);
   for (int i = 0; i < c->ngroups && G.rc == 0; i++) {
     if (c->groups[i]->kind == GK_GEMM)

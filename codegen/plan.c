@@ -90,6 +90,7 @@ char *plan_to_json(const Plan *p) {
     json_object_set_new(o, "k", json_integer(k->k));
     json_object_set_new(o, "streams", json_integer(k->streams));
     json_object_set_new(o, "splittable", json_boolean(k->splittable));
+    json_object_set_new(o, "op", json_string(k->op < OP_COUNT ? op_info[k->op].name : ""));
     json_t *vs = json_array();
     for (int v = 0; v < k->nvariants; v++) {
       const KernelVariant *kv = &k->variants[v];
@@ -317,6 +318,8 @@ Plan *plan_from_json(const char *text, char *err, size_t errlen) {
     k->k = integer(&r, o, "k", 0, (long long)1 << 40);
     k->streams = (int)integer(&r, o, "streams", 0, 2);
     k->splittable = json_is_true(json_object_get(o, "splittable"));
+    json_t *op = json_object_get(o, "op");
+    k->op = op && json_is_string(op) && *json_string_value(op) ? op_from_name(json_string_value(op)) : OP_COUNT;
     json_t *vs = field(&r, o, "variants", JSON_ARRAY);
     k->nvariants = vs ? (int)json_array_size(vs) : 0;
     if (k->nvariants < 1 || k->nvariants > 4)

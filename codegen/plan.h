@@ -60,6 +60,11 @@ typedef struct {
   int64_t n, k;
   int streams;
   bool splittable; /* tensor-core GEMMs can split K across CTAs */
+  /* The one IR op the kernel computes when it computes just one (rowwise kernels at -O0,
+   * GEMMs that only store their product: OP_MATMUL), else OP_COUNT. Its tensors are then its
+   * operands in order (scalars are literals, repeats once), then its result. The bench's
+   * eager baseline uses this to swap in cuBLASLt. */
+  Op op;
 } PlanKernel;
 
 typedef enum { STEP_LAUNCH, STEP_COPY } StepKind;

@@ -2,8 +2,8 @@
  *
  * A file is a list of statements, each ended by a newline or `;` (lexer.l sends one more
  * newline before the end of the file, and a statement right before a `}` needs none).
- * Block definitions are allowed only at the top level, so a block whose `}` is missing is
- * caught at the next `block` with a hint, not at the end of the file.
+ * Which statements may appear inside a block or loop is for sema.c to say, with a clearer
+ * message than "unexpected `block`" and without derailing the parse.
  *
  * Errors: every syntax error is reported (parse.error custom, with LAC so the expected
  * tokens are exact) and the parser recovers at the statement's end, so one run reports
@@ -71,6 +71,11 @@ static Stmt *typed_decl(StmtKind kind, FfnLoc all, char *name, FfnLoc nameloc, D
 
 static Stmt *error_stmt(FfnLoc loc) { return stmt_new(ST_ERROR, loc); }
 
+/* From the start of a to the end of b (a rule's @$ would start at the list before them). */
+static FfnLoc join(FfnLoc a, FfnLoc b) {
+  return (FfnLoc){a.first_line, a.first_column, b.last_line, b.last_column, a.first_off, b.last_off};
+}
+
 static Stmt *bind(IdentList names, Expr *e, FfnLoc all) {
   Stmt *s = stmt_new(ST_BIND, all);
   s->names = names.head;
@@ -106,8 +111,8 @@ static Stmt *bind(IdentList names, Expr *e, FfnLoc all) {
 %token OUTPUT "`output`" BLOCK "`block`" RETURN "`return`" FOR "`for`" IN "`in`"
 %token PRECISION "`precision`" FUSE "`fuse`" FFN "`ffn`"
 
-%type <stmts> top_list top_seq list seq body
-%type <stmt> top_stmt stmt block_def
+%type <stmts> list seq body
+%type <stmt> stmt
 %type <idents> names params param_list
 %type <dims> shape dim_list
 %type <expr> expr postfix primary
@@ -131,45 +136,24 @@ static Stmt *bind(IdentList names, Expr *e, FfnLoc all) {
 %%
 
 program:
-  top_seq                          { ctx->program = $1; }
+  seq                              { ctx->program = $1; }
 ;
 
 /* statements ended by a terminator */
-top_list:
-  %empty                           { $$ = (StmtList){0}; }
-| top_list term                    { $$ = $1; }
-| top_list top_stmt term           { $$ = $1; stmtlist_append(&$$, $2); }
-| top_list error term              { $$ = $1; stmtlist_append(&$$, error_stmt(@2)); }
-| top_list names '=' error term    { $$ = $1; stmtlist_append(&$$, bind($2, expr_new(EX_ERROR, @4), @$)); }
-;
-
-/* ... and the last one, which needs none */
-top_seq:
-  top_list
-| top_list top_stmt                { $$ = $1; stmtlist_append(&$$, $2); }
-| top_list error                   { $$ = $1; stmtlist_append(&$$, error_stmt(@2)); }
-| top_list names '=' error         { $$ = $1; stmtlist_append(&$$, bind($2, expr_new(EX_ERROR, @4), @$)); }
-;
-
-top_stmt:
-  stmt
-| block_def
-;
-
-/* the same inside `{ }`, without block definitions */
 list:
   %empty                           { $$ = (StmtList){0}; }
 | list term                        { $$ = $1; }
 | list stmt term                   { $$ = $1; stmtlist_append(&$$, $2); }
 | list error term                  { $$ = $1; stmtlist_append(&$$, error_stmt(@2)); }
-| list names '=' error term        { $$ = $1; stmtlist_append(&$$, bind($2, expr_new(EX_ERROR, @4), @$)); }
+| list names '=' error term        { $$ = $1; stmtlist_append(&$$, bind($2, expr_new(EX_ERROR, @4), join(@2, @4))); }
 ;
 
+/* ... and the last one, which needs none */
 seq:
   list
 | list stmt                        { $$ = $1; stmtlist_append(&$$, $2); }
 | list error                       { $$ = $1; stmtlist_append(&$$, error_stmt(@2)); }
-| list names '=' error             { $$ = $1; stmtlist_append(&$$, bind($2, expr_new(EX_ERROR, @4), @$)); }
+| list names '=' error             { $$ = $1; stmtlist_append(&$$, bind($2, expr_new(EX_ERROR, @4), join(@2, @4))); }
 ;
 
 body:
@@ -179,16 +163,6 @@ body:
 term:
   NEWLINE
 | ';'
-;
-
-block_def:
-  BLOCK IDENT '(' params ')' body {
-    $$ = decl(ST_BLOCK, @$, $2, @2);
-    $$->names = $4.head;
-    $$->body = $6.head;
-    $$->close = span_of(@6);
-    $$ = stmt_nest(ctx, $$);
-  }
 ;
 
 params:
@@ -254,6 +228,13 @@ stmt:
     $$ = stmt_new(ST_FUSE, @$);
     $$->lo = $3;
     $$->hi = $5;
+  }
+| BLOCK IDENT '(' params ')' body {
+    $$ = decl(ST_BLOCK, @$, $2, @2);
+    $$->names = $4.head;
+    $$->body = $6.head;
+    $$->close = span_of(@6);
+    $$ = stmt_nest(ctx, $$);
   }
 ;
 
@@ -431,7 +412,7 @@ static int yyreport_syntax_error(const yypcontext_t *yyctx, void *scanner, Parse
   if (open_brackets > 0 && bracket.first_line < loc->first_line)
     diag_note(ctx->diags, "the `%c` at line %d is never closed; newlines inside ( ) and [ ] do not end a statement",
               ctx->src->text[bracket.first_off], bracket.first_line);
-  if ((tok == YYSYMBOL_YYEOF || tok == YYSYMBOL_BLOCK) && ctx->brace_depth > 0) {
+  if (tok == YYSYMBOL_YYEOF && ctx->brace_depth > 0) {
     int i = ctx->brace_depth <= FE_MAX_BRACES ? ctx->brace_depth - 1 : FE_MAX_BRACES - 1;
     diag_note(ctx->diags, "the `{` at line %d is never closed", ctx->braces[i].first_line);
   }

@@ -91,7 +91,6 @@ typedef struct {
   bool stop;      /* a limit was hit: unwind */
   long work;
   int recursion;
-  int loop_depth;
   DType vtype;    /* V */
   Precision prec; /* the policy in force: the file's first valid setting per class, or the command line's */
   bool cli[PREC_COUNT];
@@ -1115,8 +1114,6 @@ static Val call_block(Sema *s, Sym *blk, Val *args, int nargs) {
   blk->called = true;
   blk->active = true;
   s->calls[s->ncalls++] = blk;
-  int loops = s->loop_depth;
-  s->loop_depth = 0;
   Scope frame;
   push_scope(s, &frame, true);
   int i = 0;
@@ -1133,7 +1130,6 @@ static Val call_block(Sema *s, Sym *blk, Val *args, int nargs) {
     exec(s, st);
   }
   pop_scope(s, &frame);
-  s->loop_depth = loops;
   blk->active = false;
   s->ncalls--;
   return result;
@@ -1462,7 +1458,6 @@ static void exec_for(Sema *s, Stmt *st) {
              (unsigned long long)((uint64_t)hi - (uint64_t)lo), FE_MAX_TRIPS);
     return;
   }
-  s->loop_depth++;
   for (int64_t i = lo; i < hi && !s->stop; i++) {
     Scope iter;
     push_scope(s, &iter, false);
@@ -1470,7 +1465,6 @@ static void exec_for(Sema *s, Stmt *st) {
     exec_list(s, st->body);
     pop_scope(s, &iter);
   }
-  s->loop_depth--;
 }
 
 /* A block's shape, checked where it is declared (its body is checked when inlined). */
@@ -1484,6 +1478,10 @@ static void check_returns(Sema *s, Stmt *list, const char *block, bool body_leve
 }
 
 static void exec_block(Sema *s, Stmt *st) {
+  if (s->cur != s->top) {
+    error_at(s, st->span, "blocks are declared at the top level, not inside a block or loop");
+    return;
+  }
   if (find_builtin(st->name)) {
     error_at(s, st->name_span, "`%s` is a built-in function; choose another name for this block", st->name);
     return;
@@ -1677,7 +1675,7 @@ static Graph *sema(const SourceFile *src, Stmt *program, bool lenient, const Fro
 
   if (!program) {
     if (!lenient)
-      diag_error(d, src, (SrcLoc){0}, "the file is empty; it must start with `model NAME`");
+      diag_error(d, src, (SrcLoc){0}, "the file has no statements; it must start with `model NAME`");
   } else if (!s->model && !lenient && program->kind != ST_ERROR) {
     if (error_at(s, program->span, "the file must start with `model NAME`"))
       note(s, "for example `model llama3_8b_mlp`");

@@ -100,6 +100,17 @@ int ffn_program_num_inputs(const ffn_program *p);
 int ffn_program_num_outputs(const ffn_program *p);
 const char *ffn_program_input_name(const ffn_program *p, int i);
 const char *ffn_program_output_name(const ffn_program *p, int i);
+/* Name, element type and shape of input or output i; dynamic dims are -1 in shape (and
+ * named in dim_names[d], NULL for static dims). */
+typedef struct {
+  const char *name;
+  DLDataType dtype; /* fp8 types are reported as kDLUInt 8 */
+  int ndim;
+  int64_t shape[8];
+  const char *dim_names[8];
+} ffn_tensor_info;
+ffn_status ffn_program_input_info(const ffn_program *p, int i, ffn_tensor_info *out);
+ffn_status ffn_program_output_info(const ffn_program *p, int i, ffn_tensor_info *out);
 /* Weights the program reads (tensor names as in the weights file). */
 int ffn_program_num_weights(const ffn_program *p);
 const char *ffn_program_weight_name(const ffn_program *p, int i);

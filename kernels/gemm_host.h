@@ -44,16 +44,18 @@ typedef struct {
   int max_m;      /* recommended for M <= max_m; 0: any M */
 } ffn_gemm_config;
 
-/* Recommended configurations, most specific regime first. Measured on an H200, see kernels/NOTES.md. */
+/* Recommended configurations, most specific regime first: the fastest measured per regime on an
+ * H200 for the Llama-3-8B FFN GEMMs (kernels/NOTES.md). ctas_per_sm as the driver's occupancy
+ * calculator reported there. */
 static inline const ffn_gemm_config *ffn_gemm_configs(int *count) {
   static const ffn_gemm_config table[] = {
       /* name              kind           bm   bn   bk  wm  wn  st thr mb cta max_m */
-      {"sm80_16x128x64", FFN_GEMM_SM80, 16, 128, 64, 16, 32, 4, 128, 3, 3, 16},    /* decode: 73.7 KB smem */
-      {"sm80_64x128x64", FFN_GEMM_SM80, 64, 128, 64, 32, 64, 4, 128, 1, 2, 64},    /* small: 98 KB */
-      {"sm80_128x128x32", FFN_GEMM_SM80, 128, 128, 32, 64, 64, 4, 128, 1, 2, 512}, /* medium: 64 KB, 224 regs */
-      {"sm80_128x256x32", FFN_GEMM_SM80, 128, 256, 32, 64, 64, 4, 256, 1, 1, 0},   /* prefill: 96 KB, 225 regs */
-      {"simt_32x64x16", FFN_GEMM_SIMT, 32, 64, 16, 4, 4, 2, 128, 4, 4, 32},        /* f32, small M: 80 regs */
-      {"simt_128x128x8", FFN_GEMM_SIMT, 128, 128, 8, 8, 8, 2, 256, 1, 1, 0},       /* f32: 157 regs */
+      {"sm80_16x128x128", FFN_GEMM_SM80, 16, 128, 128, 16, 32, 3, 128, 1, 2, 16}, /* decode: 111 KB smem, 89 regs */
+      {"sm80_32x128x64", FFN_GEMM_SM80, 32, 128, 64, 32, 32, 4, 128, 1, 2, 32},   /* 80 KB, 106 regs */
+      {"sm80_64x128x64", FFN_GEMM_SM80, 64, 128, 64, 32, 64, 4, 128, 1, 2, 64},   /* 98 KB, 158 regs */
+      {"sm80_128x256x64", FFN_GEMM_SM80, 128, 256, 64, 64, 64, 3, 256, 1, 1, 0},  /* prefill: 147 KB, 216 regs */
+      {"simt_32x64x16", FFN_GEMM_SIMT, 32, 64, 16, 4, 4, 2, 128, 4, 6, 32},       /* f32, small M: 80 regs */
+      {"simt_128x64x8", FFN_GEMM_SIMT, 128, 64, 8, 8, 4, 2, 256, 2, 2, 0},        /* f32: 95 regs */
   };
   if (count) *count = (int)(sizeof table / sizeof table[0]);
   return table;
@@ -97,36 +99,24 @@ static inline void ffn_gemm_grid(const ffn_gemm_config *c, int M, int N, int S, 
   grid[2] = (unsigned)(splits < 1 ? 1 : splits);
 }
 
-/* Split-K factor. Each split of a tile streams ceil(ktiles/splits) k-tiles, and the CTAs spread over
- * the SMs in rounds: the time goes as ceil(ctas / num_sms) * ceil(ktiles / splits), plus the split-K
- * reduction (each split's partial is written once and read once by the last CTA), counted in
- * k-tile loads. Also wanted: enough CTAs to fill every SM's ctas_per_sm slots, so that the weights
- * have many bytes in flight (small M is bound by streaming B). Returns 1 when splitting won't pay. */
+/* Split-K factor, fitted to measurements on an H200 (kernels/NOTES.md). Small-M GEMMs stream the
+ * weights; they reach full bandwidth with about one CTA per SM, or two when several row tiles
+ * (tiles_m >= 2) read the same weights, and splitting further only adds CTAs, pipeline fills and the
+ * partials' round trip (gate/up at M=1, 224 tiles: 61 us unsplit, 71 us with 4 splits; down at M=1,
+ * 32 tiles: 63 us unsplit, 36 us with 4, 45 us with 16). So: splits = round(target CTAs / tiles),
+ * target = num_sms * min(tiles_m >= 2 ? 2 : 1, ctas_per_sm), with >= 4 k-tiles per split, <= 16.
+ * For every recommended configuration at M <= 64 this picks the fastest split measured. */
 static inline int ffn_gemm_pick_splits(int M, int N, int S, int K, const ffn_gemm_config *c, int num_sms) {
-  const int tiles = ffn_gemm_num_tiles(c, M, N, S);
+  const long tiles_m = ffn_gemm_tiles_m(c, M), tiles = tiles_m * ffn_gemm_tiles_n(c, N, S);
   const int ktiles = (K + c->bk - 1) / c->bk;
-  const int rows = M < c->bm ? M : c->bm;
-  const int elem = c->kind == FFN_GEMM_SM80 ? 2 : 4;
-  const double ktile_bytes = (double)(rows + c->bn) * c->bk * elem;
-  const double slab_bytes = (double)rows * c->bn * 4 + 8.0 * rows;
-  const int slots = num_sms * (c->ctas_per_sm > 0 ? c->ctas_per_sm : 1);
-  int max_splits = ktiles / 2; /* at least two k-tiles per split */
-  if (max_splits > 32) max_splits = 32;
-  if (num_sms <= 0 || tiles >= 4 * slots || max_splits < 2) return 1;
-  int best = 1;
-  double best_cost = 0;
-  for (int s = 1; s <= max_splits; s++) {
-    long ctas = (long)tiles * s;
-    double rounds = (double)((ctas + num_sms - 1) / num_sms);
-    double cost = rounds * (double)((ktiles + s - 1) / s);
-    if (s > 1) cost += (double)tiles * s * 2.0 * slab_bytes / ktile_bytes / num_sms;
-    if (ctas < slots) cost *= 1.0 + 0.5 * (double)(slots - ctas) / slots; /* too few bytes in flight */
-    if (s == 1 || cost < best_cost * 0.98) {
-      best = s;
-      best_cost = cost;
-    }
-  }
-  return best;
+  if (num_sms <= 0 || tiles <= 0) return 1;
+  long per_sm = tiles_m >= 2 ? 2 : 1;
+  if (c->ctas_per_sm > 0 && per_sm > c->ctas_per_sm) per_sm = c->ctas_per_sm;
+  long s = ((long)num_sms * per_sm + tiles / 2) / tiles;
+  int max_splits = ktiles / 4;
+  if (max_splits > 16) max_splits = 16;
+  if (s > max_splits) s = max_splits;
+  return s < 1 ? 1 : (int)s;
 }
 
 #endif /* FFN_KERNELS_GEMM_HOST_H */

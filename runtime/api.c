@@ -247,6 +247,38 @@ static const char *find_name(const Plan *p, PlanTensorKind kind, int index) {
 const char *ffn_program_input_name(const ffn_program *p, int i) { return p ? find_name(p->plan, PT_INPUT, i) : NULL; }
 const char *ffn_program_output_name(const ffn_program *p, int i) { return p ? find_name(p->plan, PT_OUTPUT, i) : NULL; }
 
+static ffn_status tensor_info(const ffn_program *p, PlanTensorKind kind, int i, ffn_tensor_info *out) {
+  ARG(p && out, "NULL argument");
+  const Plan *plan = p->plan;
+  for (int t = 0; t < plan->ntensors; t++) {
+    const PlanTensor *pt = &plan->tensors[t];
+    if (pt->kind != kind || pt->index != i)
+      continue;
+    *out = (ffn_tensor_info){.name = pt->name, .ndim = pt->rank};
+    switch (pt->dtype) {
+    case DT_F32: out->dtype = (DLDataType){kDLFloat, 32, 1}; break;
+    case DT_F16: out->dtype = (DLDataType){kDLFloat, 16, 1}; break;
+    case DT_BF16: out->dtype = (DLDataType){kDLBfloat, 16, 1}; break;
+    case DT_I8: out->dtype = (DLDataType){kDLInt, 8, 1}; break;
+    default: out->dtype = (DLDataType){kDLUInt, (uint8_t)dtype_bits(pt->dtype), 1}; break;
+    }
+    for (int d = 0; d < pt->rank && d < 8; d++) {
+      out->shape[d] = pt->dims[d].sym >= 0 ? -1 : pt->dims[d].size;
+      out->dim_names[d] = pt->dims[d].sym >= 0 ? plan->dim_names[pt->dims[d].sym] : NULL;
+    }
+    return FFN_OK;
+  }
+  return rt_error(FFN_ERR_INVALID_ARGUMENT, "the program has no %s %d", kind == PT_INPUT ? "input" : "output", i);
+}
+
+ffn_status ffn_program_input_info(const ffn_program *p, int i, ffn_tensor_info *out) {
+  return tensor_info(p, PT_INPUT, i, out);
+}
+
+ffn_status ffn_program_output_info(const ffn_program *p, int i, ffn_tensor_info *out) {
+  return tensor_info(p, PT_OUTPUT, i, out);
+}
+
 int ffn_program_num_weights(const ffn_program *p) {
   int n = 0;
   for (int t = 0; p && t < p->plan->ntensors; t++)
@@ -330,6 +362,7 @@ ffn_status ffn_model_create(const ffn_program *prog, int device, ffn_model **out
   pthread_mutex_init(&m->lock, NULL);
   m->tensor = calloc((size_t)prog->plan->ntensors + 1, sizeof(CUdeviceptr));
   m->owned = calloc((size_t)prog->plan->ntensors + 1, sizeof(bool));
+  m->consumed = calloc((size_t)prog->plan->ntensors + 1, sizeof(bool));
   ffn_status s = FFN_OK;
   CUresult r = cu->cuDeviceGet(&m->dev, device);
   if (r == CUDA_SUCCESS)
@@ -370,6 +403,7 @@ void ffn_model_destroy(ffn_model *m) {
   pthread_mutex_destroy(&m->lock);
   free(m->tensor);
   free(m->owned);
+  free(m->consumed);
   free(m->funcs);
   free(m->func_base);
   free(m);
@@ -397,6 +431,7 @@ static ffn_status upload(ffn_model *m, int t, const void *data, size_t bytes) {
     CU_CHECK(cu, cu->cuMemFree(m->tensor[t]));
   m->tensor[t] = 0;
   m->owned[t] = false;
+  m->consumed[t] = false;
   if (!bytes)
     return FFN_OK;
   CU_CHECK(cu, cu->cuMemAlloc(&m->tensor[t], bytes));
@@ -495,6 +530,7 @@ ffn_status ffn_model_bind_weight(ffn_model *m, const char *name, const DLTensor 
         m->cu->cuMemFree(m->tensor[t]);
       m->tensor[t] = (CUdeviceptr)data;
       m->owned[t] = false;
+      m->consumed[t] = false;
     }
   } else {
     s = rt_error(FFN_ERR_INVALID_ARGUMENT, "weight '%s': device type %d is not supported (kDLCPU or kDLCUDA)", name,
@@ -511,17 +547,24 @@ ffn_status ffn_model_prepare(ffn_model *m) {
   const Plan *p = m->prog->plan;
   for (int t = 0; t < p->ntensors; t++)
     if (p->tensors[t].kind == PT_WEIGHT && !m->tensor[t] && plan_numel(p, t, NULL) > 0)
-      return rt_error(FFN_ERR_TENSOR, "weight '%s' is not bound", p->tensors[t].name);
-  for (int t = 0; t < p->ntensors; t++)
-    if (p->tensors[t].kind == PT_DERIVED && m->owned[t] && m->tensor[t]) {
-      m->cu->cuMemFree(m->tensor[t]);
-      m->tensor[t] = 0;
-      m->owned[t] = false;
-    }
+      return rt_error(FFN_ERR_TENSOR,
+                      m->consumed[t] ? "weight '%s' was released by the previous ffn_model_prepare (only load-time "
+                                       "steps read it): bind it again before preparing again"
+                                     : "weight '%s' is not bound",
+                      p->tensors[t].name);
   CUresult r = m->cu->cuCtxPushCurrent(m->ctx);
   if (r != CUDA_SUCCESS)
     return cu_fail(m->cu, r, "cu->cuCtxPushCurrent()");
-  ffn_status s = exec_prepare(m);
+  ffn_status s = FFN_OK;
+  for (int t = 0; t < p->ntensors && s == FFN_OK; t++) /* derived tensors of an earlier prepare */
+    if (p->tensors[t].kind == PT_DERIVED && m->owned[t] && m->tensor[t]) {
+      if ((r = m->cu->cuMemFree(m->tensor[t])) != CUDA_SUCCESS)
+        s = cu_fail(m->cu, r, "cu->cuMemFree()");
+      m->tensor[t] = 0;
+      m->owned[t] = false;
+    }
+  if (s == FFN_OK)
+    s = exec_prepare(m);
   CUcontext c;
   m->cu->cuCtxPopCurrent(&c);
   m->prepared = s == FFN_OK;

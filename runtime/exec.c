@@ -181,6 +181,7 @@ ffn_status exec_prepare(ffn_model *m) {
       CU_CHECK(CU, CU->cuMemFree(m->tensor[t]));
       m->tensor[t] = 0;
       m->owned[t] = false;
+      m->consumed[t] = pt->kind == PT_WEIGHT;
     }
   }
   return FFN_OK;
@@ -208,8 +209,8 @@ static DType dl_dtype(DLDataType t, DType want) {
 
 static ffn_status check_tensor(const Plan *p, int t, const DLTensor *d, const char *what, int64_t *dims, bool bind) {
   const PlanTensor *pt = &p->tensors[t];
-  if (!d || !d->data)
-    return rt_error(FFN_ERR_INVALID_ARGUMENT, "%s '%s': no data pointer", what, pt->name);
+  if (!d)
+    return rt_error(FFN_ERR_INVALID_ARGUMENT, "%s '%s': no tensor", what, pt->name);
   if (d->device.device_type != kDLCUDA && d->device.device_type != kDLCUDAManaged)
     return rt_error(FFN_ERR_INVALID_ARGUMENT, "%s '%s': must be in device memory (kDLCUDA), got device type %d", what,
                     pt->name, (int)d->device.device_type);
@@ -238,75 +239,85 @@ static ffn_status check_tensor(const Plan *p, int t, const DLTensor *d, const ch
       return rt_error(FFN_ERR_TENSOR, "%s '%s': must be contiguous row-major", what, pt->name);
     expect *= size;
   }
+  if (expect == 0) /* no elements: empty tensors often have no pointer at all */
+    return FFN_OK;
+  if (!d->data)
+    return rt_error(FFN_ERR_INVALID_ARGUMENT, "%s '%s': no data pointer", what, pt->name);
   if (((uintptr_t)d->data + d->byte_offset) % 16)
     return rt_error(FFN_ERR_INVALID_ARGUMENT, "%s '%s': data must be 16-byte aligned", what, pt->name);
   return FFN_OK;
 }
 
-static ffn_status acquire(ffn_model *m, CUstream stream, size_t need, size_t counters_off, size_t counters_bytes,
-                          Workspace **out) {
+static size_t counters_bytes(size_t n) { return (n * 4 + 255) / 256 * 256; }
+
+/* Takes a workspace for a call on `stream` with `tiles` split-K counters and `rest` bytes after
+ * them: a free one whose last use has finished, or one last used on this stream (the stream
+ * is made to wait for that use, so a recycled stream handle is safe too), else a new one. */
+static ffn_status acquire(ffn_model *m, CUstream stream, size_t tiles, size_t rest, Workspace **out) {
   pthread_mutex_lock(&m->lock);
   Workspace *w = NULL;
-  for (int i = 0; i < m->nws && !w; i++) {
-    Workspace *c = &m->ws[i];
-    if (c->busy)
-      continue;
-    if (c->last_stream == stream || CU->cuEventQuery(c->done) == CUDA_SUCCESS)
-      w = c;
-  }
+  for (int pass = 0; pass < 2 && !w; pass++)
+    for (int i = 0; i < m->nws && !w; i++) {
+      Workspace *c = m->ws[i];
+      if (!c->busy && (pass ? c->last_stream == stream : CU->cuEventQuery(c->done) == CUDA_SUCCESS))
+        w = c;
+    }
+  ffn_status st = FFN_OK;
   if (!w) {
     if (m->nws == m->capws) {
       int cap = m->capws ? m->capws * 2 : 4;
-      Workspace *ws = realloc(m->ws, sizeof(Workspace) * (size_t)cap);
-      if (!ws) {
-        pthread_mutex_unlock(&m->lock);
-        return rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
+      Workspace **ws = realloc(m->ws, sizeof(Workspace *) * (size_t)cap);
+      if (!ws)
+        st = rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
+      else {
+        m->ws = ws;
+        m->capws = cap;
       }
-      m->ws = ws;
-      m->capws = cap;
     }
-    w = &m->ws[m->nws];
-    *w = (Workspace){0};
-    CUresult r = CU->cuEventCreate(&w->done, CU_EVENT_DISABLE_TIMING);
+    if (st == FFN_OK && !(w = calloc(1, sizeof *w)))
+      st = rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
+    CUresult r = st == FFN_OK ? CU->cuEventCreate(&w->done, CU_EVENT_DISABLE_TIMING) : CUDA_SUCCESS;
     if (r != CUDA_SUCCESS) {
-      pthread_mutex_unlock(&m->lock);
-      return cu_fail(CU, r, "cu->cuEventCreate()");
+      free(w);
+      w = NULL;
+      st = cu_fail(CU, r, "cu->cuEventCreate()");
     }
-    m->nws++;
+    if (st == FFN_OK)
+      m->ws[m->nws++] = w;
   }
-  w->busy = true;
-  int idx = (int)(w - m->ws);
+  if (w)
+    w->busy = true;
   pthread_mutex_unlock(&m->lock);
-  ffn_status st = FFN_OK;
-  if (w->size < need) {
-    /* grow: the old allocation may still be read by work queued on its last stream */
+  if (st != FFN_OK)
+    return st;
+  CUresult r = CU->cuStreamWaitEvent(stream, w->done, 0);
+  if (r != CUDA_SUCCESS)
+    st = cu_fail(CU, r, "cu->cuStreamWaitEvent()");
+  size_t ncounters = tiles > w->ncounters ? tiles : w->ncounters;
+  if (st == FFN_OK && (w->size < counters_bytes(ncounters) + rest || ncounters > w->ncounters)) {
+    /* grow; the old allocation may still be read by work queued earlier */
     if (w->base) {
-      CUresult r = CU->cuEventSynchronize(w->done);
+      r = CU->cuEventSynchronize(w->done);
       if (r == CUDA_SUCCESS)
         r = CU->cuMemFree(w->base);
       if (r != CUDA_SUCCESS)
         st = cu_fail(CU, r, "cu->cuMemFree()");
       w->base = 0;
-      w->size = 0;
+      w->size = w->ncounters = 0;
     }
+    size_t size = counters_bytes(ncounters) + rest + rest / 4; /* room for more tokens next time */
+    if (st == FFN_OK && (r = CU->cuMemAlloc(&w->base, size)) != CUDA_SUCCESS)
+      st = cu_fail(CU, r, "cu->cuMemAlloc()");
+    if (st == FFN_OK && (r = CU->cuMemsetD8Async(w->base, 0, counters_bytes(ncounters), stream)) != CUDA_SUCCESS)
+      st = cu_fail(CU, r, "cu->cuMemsetD8Async()");
     if (st == FFN_OK) {
-      size_t size = need + need / 4; /* room for a few more tokens next time */
-      CUresult r = CU->cuMemAlloc(&w->base, size);
-      if (r == CUDA_SUCCESS)
-        w->size = size;
-      else
-        st = cu_fail(CU, r, "cu->cuMemAlloc()");
-      /* split-K tile counters start at zero; the kernels leave them zero */
-      if (st == FFN_OK && counters_bytes) {
-        r = CU->cuMemsetD8Async(w->base + counters_off, 0, w->size - counters_off, stream);
-        if (r != CUDA_SUCCESS)
-          st = cu_fail(CU, r, "cu->cuMemsetD8Async()");
-      }
+      w->size = size;
+      w->ncounters = ncounters;
     }
   }
   if (st != FFN_OK) {
     pthread_mutex_lock(&m->lock);
-    m->ws[idx].busy = false;
+    w->busy = false;
     pthread_mutex_unlock(&m->lock);
     return st;
   }
@@ -322,12 +333,6 @@ static void release(ffn_model *m, Workspace *w, CUstream stream, bool recorded) 
   pthread_mutex_unlock(&m->lock);
 }
 
-typedef struct {
-  const KernelVariant *v;
-  int splits;
-  int64_t m;
-} LaunchChoice;
-
 static LaunchChoice choose(const ffn_model *m, const PlanKernel *k, int64_t rows) {
   LaunchChoice c = {&k->variants[k->nvariants - 1], 1, rows};
   for (int i = 0; i < k->nvariants; i++)
@@ -340,133 +345,162 @@ static LaunchChoice choose(const ffn_model *m, const PlanKernel *k, int64_t rows
   return c;
 }
 
-ffn_status exec_run(ffn_model *m, CUstream stream, const DLTensor *inputs, int ninputs, const DLTensor *outputs,
-                    int noutputs) {
+ffn_status exec_begin(ffn_model *m, CUstream stream, const DLTensor *inputs, int ninputs, const DLTensor *outputs,
+                      int noutputs, ExecRun *run) {
   const Plan *p = m->prog->plan;
+  *run = (ExecRun){.m = m, .stream = stream};
   if (!m->prepared)
     return rt_error(FFN_ERR_INVALID_ARGUMENT, "ffn_model_run: call ffn_model_prepare first");
   if (ninputs != p->ninputs || noutputs != p->noutputs)
     return rt_error(FFN_ERR_INVALID_ARGUMENT, "ffn_model_run: the model has %d inputs and %d outputs, got %d and %d",
                     p->ninputs, p->noutputs, ninputs, noutputs);
-  int64_t dims[64];
+  if (p->ndims > 64)
+    return rt_error(FFN_ERR_INVALID_ARGUMENT, "too many dynamic dims");
   for (int i = 0; i < p->ndims; i++)
-    dims[i] = -1;
+    run->dims[i] = -1;
   ffn_status st;
   for (int t = 0; t < p->ntensors; t++)
-    if (p->tensors[t].kind == PT_INPUT && (st = check_tensor(p, t, &inputs[p->tensors[t].index], "input", dims, true)))
+    if (p->tensors[t].kind == PT_INPUT &&
+        (st = check_tensor(p, t, &inputs[p->tensors[t].index], "input", run->dims, true)))
       return st;
   for (int i = 0; i < p->ndims; i++)
-    if (dims[i] < 0)
+    if (run->dims[i] < 0)
       return rt_error(FFN_ERR_TENSOR, "dim %s is not bound by any input", p->dim_names[i]);
   for (int t = 0; t < p->ntensors; t++)
     if (p->tensors[t].kind == PT_OUTPUT &&
-        (st = check_tensor(p, t, &outputs[p->tensors[t].index], "output", dims, false)))
+        (st = check_tensor(p, t, &outputs[p->tensors[t].index], "output", run->dims, false)))
       return st;
   /* workspace: planned buffers, then split-K partials, then tile counters */
   size_t *offsets = malloc(sizeof(size_t) * (size_t)(p->ntensors + 1));
-  LaunchChoice *choice = malloc(sizeof(LaunchChoice) * (size_t)(p->nsteps + 1));
-  if (!offsets || !choice) {
+  run->choice = malloc(sizeof(LaunchChoice) * (size_t)(p->nsteps + 1));
+  run->ptr = calloc((size_t)p->ntensors + 1, sizeof(CUdeviceptr));
+  if (!offsets || !run->choice || !run->ptr) {
     free(offsets);
-    free(choice);
+    exec_end(run, FFN_OK);
     return rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
   }
-  size_t scratch = (memplan_assign(p, dims, offsets) + 255) / 256 * 256, ws_floats = 0, tiles = 0;
+  size_t scratch = (memplan_assign(p, run->dims, offsets) + 255) / 256 * 256, ws_floats = 0, tiles = 0;
   for (int s = 0; s < p->nsteps; s++) {
     const PlanStep *ps = &p->steps[s];
     if (ps->kind != STEP_LAUNCH)
       continue;
     int64_t rows = 1;
     for (int d = 0; d < ps->nrowdims; d++)
-      rows *= ps->rowdims[d].sym >= 0 ? dims[ps->rowdims[d].sym] : ps->rowdims[d].size;
+      rows *= ps->rowdims[d].sym >= 0 ? run->dims[ps->rowdims[d].sym] : ps->rowdims[d].size;
     const PlanKernel *k = &p->kernels[ps->kernel];
-    choice[s] = choose(m, k, rows);
+    run->choice[s] = choose(m, k, rows);
     if (k->kind == KK_GEMM && rows > 0) {
-      size_t f = ffn_gemm_ws_floats(&choice[s].v->cfg, (int)rows, (int)k->n, k->streams, choice[s].splits);
-      size_t t = (size_t)ffn_gemm_num_tiles(&choice[s].v->cfg, (int)rows, (int)k->n, k->streams);
+      size_t f = ffn_gemm_ws_floats(&run->choice[s].v->cfg, (int)rows, (int)k->n, k->streams, run->choice[s].splits);
+      size_t t = (size_t)ffn_gemm_num_tiles(&run->choice[s].v->cfg, (int)rows, (int)k->n, k->streams);
       if (f > ws_floats)
         ws_floats = f;
       if (t > tiles)
         tiles = t;
     }
   }
-  size_t counters_off = scratch + (ws_floats * 4 + 255) / 256 * 256;
-  size_t need = counters_off + tiles * 4;
-  Workspace *w = NULL;
+  size_t rest = scratch + ws_floats * 4;
   CUresult r = CU->cuCtxPushCurrent(m->ctx);
   if (r != CUDA_SUCCESS) {
     free(offsets);
-    free(choice);
+    exec_end(run, FFN_OK);
     return cu_fail(CU, r, "cu->cuCtxPushCurrent()");
   }
-  st = need ? acquire(m, stream, need, counters_off, tiles * 4, &w) : FFN_OK;
-  for (int s = 0; s < p->nsteps && st == FFN_OK; s++) {
-    const PlanStep *ps = &p->steps[s];
-    CUdeviceptr ptr[32];
-    int list[32], n = 0;
-    if (ps->kind == STEP_LAUNCH)
-      for (int j = 0; j < ps->nargs; j++)
-        list[n++] = ps->args[j];
-    else
-      list[n++] = ps->src, list[n++] = ps->dst;
-    for (int j = 0; j < n; j++) {
-      const PlanTensor *t = &p->tensors[list[j]];
-      switch (t->kind) {
-      case PT_INPUT: ptr[j] = (CUdeviceptr)inputs[t->index].data + inputs[t->index].byte_offset; break;
-      case PT_OUTPUT: ptr[j] = (CUdeviceptr)outputs[t->index].data + outputs[t->index].byte_offset; break;
-      case PT_SCRATCH: ptr[j] = w ? w->base + offsets[list[j]] : 0; break;
-      default: ptr[j] = m->tensor[list[j]]; break;
+  run->pushed = true;
+  st = rest || tiles ? acquire(m, stream, tiles, rest, &run->w) : FFN_OK;
+  if (st == FFN_OK) {
+    Workspace *w = run->w;
+    size_t base = w ? counters_bytes(w->ncounters) : 0; /* the planned buffers follow the counters */
+    for (int t = 0; t < p->ntensors; t++) {
+      const PlanTensor *pt = &p->tensors[t];
+      switch (pt->kind) {
+      case PT_INPUT: run->ptr[t] = (CUdeviceptr)inputs[pt->index].data + inputs[pt->index].byte_offset; break;
+      case PT_OUTPUT: run->ptr[t] = (CUdeviceptr)outputs[pt->index].data + outputs[pt->index].byte_offset; break;
+      case PT_SCRATCH: run->ptr[t] = w ? w->base + base + offsets[t] : 0; break;
+      default: run->ptr[t] = m->tensor[t]; break;
       }
     }
-    if (ps->kind == STEP_COPY) {
-      size_t bytes = tensor_bytes(p, ps->dst, dims);
-      if (bytes && (r = CU->cuMemcpyDtoDAsync(ptr[1], ptr[0], bytes, stream)) != CUDA_SUCCESS)
-        st = cu_fail(CU, r, "cu->cuMemcpyDtoDAsync()");
-      continue;
-    }
-    const PlanKernel *k = &p->kernels[ps->kernel];
-    LaunchChoice c = choice[s];
-    if (c.m <= 0)
-      continue; /* zero tokens: nothing to do */
-    KArgs args = {.m = c.m, .splits = c.splits};
-    for (int j = 0; j < n; j++)
-      args.p[j] = (void *)ptr[j];
-    args.ws = w ? (float *)(w->base + scratch) : NULL;
-    args.counters = w ? (unsigned *)(w->base + counters_off) : NULL;
-    unsigned grid[3] = {1, 1, 1};
-    if (k->kind == KK_GEMM)
-      ffn_gemm_grid(&c.v->cfg, (int)c.m, (int)k->n, k->streams, c.splits, grid);
-    else
-      grid[0] = (unsigned)(c.m < (int64_t)m->sms * 16 ? c.m : (int64_t)m->sms * 16);
-    CUfunction f = m->funcs[m->func_base[ps->kernel] + (int)(c.v - k->variants)];
-    void *params[] = {&args};
-    r = CU->cuLaunchKernel(f, grid[0], grid[1], grid[2], (unsigned)c.v->threads, 1, 1, (unsigned)c.v->smem, stream,
-                           params, NULL);
-    if (r != CUDA_SUCCESS)
-      st = cu_fail(CU, r, "cu->cuLaunchKernel()");
+    run->ws = w ? w->base + base + scratch : 0;
+    run->counters = w ? w->base : 0;
   }
-  bool recorded = false;
-  if (w) {
-    r = CU->cuEventRecord(w->done, stream);
-    recorded = r == CUDA_SUCCESS;
+  free(offsets);
+  if (st != FFN_OK)
+    exec_end(run, st);
+  return st;
+}
+
+ffn_status exec_step(ExecRun *run, int s) {
+  ffn_model *m = run->m;
+  const Plan *p = m->prog->plan;
+  const PlanStep *ps = &p->steps[s];
+  CUresult r;
+  if (ps->kind == STEP_COPY) {
+    size_t bytes = tensor_bytes(p, ps->dst, run->dims);
+    if (bytes && (r = CU->cuMemcpyDtoDAsync(run->ptr[ps->dst], run->ptr[ps->src], bytes, run->stream)) != CUDA_SUCCESS)
+      return cu_fail(CU, r, "cu->cuMemcpyDtoDAsync()");
+    return FFN_OK;
+  }
+  const PlanKernel *k = &p->kernels[ps->kernel];
+  LaunchChoice c = run->choice[s];
+  if (c.m <= 0)
+    return FFN_OK; /* zero tokens: nothing to do */
+  KArgs args = {.m = c.m, .splits = c.splits, .ws = (float *)run->ws, .counters = (unsigned *)run->counters};
+  for (int j = 0; j < ps->nargs; j++)
+    args.p[j] = (void *)run->ptr[ps->args[j]];
+  unsigned grid[3] = {1, 1, 1};
+  if (k->kind == KK_GEMM)
+    ffn_gemm_grid(&c.v->cfg, (int)c.m, (int)k->n, k->streams, c.splits, grid);
+  else
+    grid[0] = (unsigned)(c.m < (int64_t)m->sms * 16 ? c.m : (int64_t)m->sms * 16);
+  CUfunction f = m->funcs[m->func_base[ps->kernel] + (int)(c.v - k->variants)];
+  void *params[] = {&args};
+  r = CU->cuLaunchKernel(f, grid[0], grid[1], grid[2], (unsigned)c.v->threads, 1, 1, (unsigned)c.v->smem, run->stream,
+                         params, NULL);
+  return r == CUDA_SUCCESS ? FFN_OK : cu_fail(CU, r, "cu->cuLaunchKernel()");
+}
+
+ffn_status exec_end(ExecRun *run, ffn_status st) {
+  ffn_model *m = run->m;
+  if (run->w) {
+    CUresult r = CU->cuEventRecord(run->w->done, run->stream);
+    bool recorded = r == CUDA_SUCCESS;
     if (!recorded && st == FFN_OK)
       st = cu_fail(CU, r, "cu->cuEventRecord()");
-    release(m, w, stream, recorded);
+    release(m, run->w, run->stream, recorded);
+    run->w = NULL;
   }
-  CUcontext popped;
-  CU->cuCtxPopCurrent(&popped);
-  free(offsets);
-  free(choice);
+  if (run->pushed) {
+    CUcontext popped;
+    CU->cuCtxPopCurrent(&popped);
+    run->pushed = false;
+  }
+  free(run->choice);
+  free(run->ptr);
+  run->choice = NULL;
+  run->ptr = NULL;
   return st;
+}
+
+ffn_status exec_run(ffn_model *m, CUstream stream, const DLTensor *inputs, int ninputs, const DLTensor *outputs,
+                    int noutputs) {
+  ExecRun run;
+  ffn_status st = exec_begin(m, stream, inputs, ninputs, outputs, noutputs, &run);
+  if (st != FFN_OK)
+    return st;
+  for (int s = 0; s < m->prog->plan->nsteps && st == FFN_OK; s++)
+    st = exec_step(&run, s);
+  return exec_end(&run, st);
 }
 
 void exec_free_workspaces(ffn_model *m) {
   for (int i = 0; i < m->nws; i++) {
-    if (m->ws[i].done)
-      CU->cuEventSynchronize(m->ws[i].done);
-    if (m->ws[i].base)
-      CU->cuMemFree(m->ws[i].base);
-    if (m->ws[i].done)
-      CU->cuEventDestroy(m->ws[i].done);
+    Workspace *w = m->ws[i];
+    if (w->done)
+      CU->cuEventSynchronize(w->done);
+    if (w->base)
+      CU->cuMemFree(w->base);
+    if (w->done)
+      CU->cuEventDestroy(w->done);
+    free(w);
   }
   free(m->ws);
   m->ws = NULL;

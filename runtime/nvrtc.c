@@ -31,6 +31,11 @@ static pthread_once_t nv_once = PTHREAD_ONCE_INIT;
 
 static void load(void) {
   static const char *const names[] = {"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"};
+  const char *off = getenv("FFNC_DISABLE_NVRTC"); /* tests: prove AOT programs need no NVRTC */
+  if (off && *off && strcmp(off, "0") != 0) {
+    snprintf(nv_why, sizeof nv_why, "NVRTC is disabled (FFNC_DISABLE_NVRTC is set)");
+    return;
+  }
   void *lib = NULL;
   char errs[400] = "";
   for (size_t i = 0; i < sizeof names / sizeof names[0] && !lib; i++) {

@@ -29,7 +29,7 @@ ffn_status rt_error(ffn_status s, const char *fmt, ...) __attribute__((format(pr
   X(cuStreamEndCapture) X(cuGraphInstantiate) X(cuGraphLaunch) X(cuGraphExecDestroy)                  \
   X(cuGraphDestroy) X(cuEventCreate) X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize)           \
   X(cuEventElapsedTime) X(cuEventDestroy) X(cuGetErrorName) X(cuGetErrorString)                       \
-  X(cuPointerGetAttribute)
+  X(cuPointerGetAttribute) X(cuStreamWaitEvent)
 
 typedef struct {
 #define X(f) __typeof__(&f) f;
@@ -78,10 +78,14 @@ struct ffn_program {
   Image image;
 };
 
+/* A call's device memory: split-K tile counters first (always zero between launches: each
+ * GEMM leaves them zero, so they are cleared only when the region is allocated), then the
+ * planned buffers and the split-K partials. */
 typedef struct {
   CUdeviceptr base;
   size_t size;
-  CUstream last_stream; /* reuse is stream-ordered on the same stream */
+  size_t ncounters;     /* capacity of the counters region at base */
+  CUstream last_stream;
   CUevent done;         /* recorded after the last run that used it */
   bool busy;            /* taken by a run being enqueued */
 } Workspace;
@@ -99,12 +103,38 @@ struct ffn_model {
   CUdeviceptr *tensor; /* per plan tensor: device memory of weights and derived tensors */
   bool *owned;         /* we allocated tensor[i] (and free it) */
   bool prepared;
+  bool *consumed;      /* weights released after the load-time steps that read them */
   pthread_mutex_t lock; /* guards the workspace pool */
-  Workspace *ws;
+  Workspace **ws;       /* entries never move: a call holds a pointer to its own */
   int nws, capws;
 };
 
 /* exec.c */
+typedef struct {
+  const KernelVariant *v; /* the variant for this call's M */
+  int splits;
+  int64_t m;
+} LaunchChoice;
+
+/* One call in progress: exec_begin checks the tensors, binds the dims, lays out and takes a
+ * workspace and resolves every tensor's device pointer; exec_step enqueues one plan step;
+ * exec_end gives the workspace back (after recording its event). exec_run does all three.
+ * The bench uses the pieces to run some steps its own way. */
+typedef struct {
+  ffn_model *m;
+  CUstream stream;
+  int64_t dims[64];
+  LaunchChoice *choice; /* per step */
+  CUdeviceptr *ptr;     /* per plan tensor */
+  CUdeviceptr ws, counters;
+  Workspace *w;
+  bool pushed;
+} ExecRun;
+
+ffn_status exec_begin(ffn_model *m, CUstream stream, const DLTensor *inputs, int ninputs, const DLTensor *outputs,
+                      int noutputs, ExecRun *run);
+ffn_status exec_step(ExecRun *run, int step);
+ffn_status exec_end(ExecRun *run, ffn_status st); /* returns st, or the first error of its own */
 ffn_status exec_prepare(ffn_model *m);
 ffn_status exec_run(ffn_model *m, CUstream stream, const DLTensor *inputs, int ninputs, const DLTensor *outputs,
                     int noutputs);

@@ -5,10 +5,13 @@
 #   FFNC_UPDATE_GOLDEN=1 ctest -L golden -R '^fe_'     rewrites the expected files;
 #   review each diff by eye: it is what a user will see.
 #
-# The goldens run fe_driver, the front end alone with ffnc's command lines (`check FILE`,
-# `build FILE --emit ir -o -`): they pin what the front end builds and reports, not what
-# the passes make of it, and they keep running while other parts of the library change.
-# fe_driver is compiled from the front-end and IR sources for that reason.
+# The goldens run ffnc: `check FILE` for diagnostics, `build FILE --emit ir -o - -O0` for
+# the IR as the front end builds it (-O0 runs no pass, so these pin the front end, not
+# what the passes make of its output).
+#
+# fe_driver is the front end alone with the same two command lines, compiled from the
+# front-end and IR sources only: for debugging the front end while the rest of the library
+# does not build (FE_TOOL below can point at it).
 set(FE_DIR ${FFNC_TEST_DIR}/frontend)
 
 add_executable(fe_driver
@@ -23,14 +26,30 @@ add_executable(fe_driver
   ${FLEX_ffn_lexer_OUTPUTS})
 target_include_directories(fe_driver PRIVATE ${CMAKE_SOURCE_DIR} ${CMAKE_SOURCE_DIR}/frontend ${CMAKE_BINARY_DIR}/gen)
 target_link_libraries(fe_driver PRIVATE m)
-set(FE_TOOL $<TARGET_FILE:fe_driver>)
+set(FE_TOOL $<TARGET_FILE:ffnc>)
+
+# Each test runs in a copy of its directory in the build tree, so messages name files as a
+# user would see them (`arity.ffn:12:5`) and a failing test's `.actual` file lands there,
+# not in the sources. The copies follow the sources at every configure (configure_file).
+set(FE_RUN ${CMAKE_CURRENT_BINARY_DIR}/frontend)
+function(fe_stage src_dir name)
+  file(GLOB files CONFIGURE_DEPENDS ${src_dir}/*.ffn)
+  foreach(f ${files})
+    get_filename_component(base ${f} NAME)
+    configure_file(${f} ${FE_RUN}/${name}/${base} COPYONLY)
+  endforeach()
+endfunction()
+fe_stage(${FFNC_EXAMPLES_DIR} examples)
+fe_stage(${FE_DIR}/spec_examples spec_examples)
+fe_stage(${FE_DIR}/ir ir)
+fe_stage(${FE_DIR}/diag diag)
 
 # IR of the tiny examples: tests/frontend/examples/NAME.ir
 foreach(name llama3_tiny gpt2_tiny phi3_tiny)
   ffn_golden_test(fe_ir_example_${name}
     EXPECT ${FE_DIR}/examples/${name}.ir
-    WORKDIR ${FFNC_EXAMPLES_DIR}
-    COMMAND ${FE_TOOL} build ${name}.ffn --emit ir -o -)
+    WORKDIR ${FE_RUN}/examples
+    COMMAND ${FE_TOOL} build ${name}.ffn --emit ir -o - -O0)
 endforeach()
 
 # Every example checks clean (the full-size ones too: the front end is cheap).
@@ -39,7 +58,7 @@ foreach(path ${FE_EXAMPLES})
   get_filename_component(name ${path} NAME_WE)
   ffn_golden_test(fe_check_example_${name}
     EXPECT ${FE_DIR}/clean.out
-    WORKDIR ${FFNC_EXAMPLES_DIR}
+    WORKDIR ${FE_RUN}/examples
     COMMAND ${FE_TOOL} check ${name}.ffn)
 endforeach()
 
@@ -49,7 +68,7 @@ foreach(path ${FE_SPEC})
   get_filename_component(name ${path} NAME_WE)
   ffn_golden_test(fe_spec_${name}
     EXPECT ${FE_DIR}/clean.out
-    WORKDIR ${FE_DIR}/spec_examples
+    WORKDIR ${FE_RUN}/spec_examples
     COMMAND ${FE_TOOL} check ${name}.ffn)
 endforeach()
 
@@ -59,14 +78,14 @@ foreach(path ${FE_IR})
   get_filename_component(name ${path} NAME_WE)
   ffn_golden_test(fe_ir_${name}
     EXPECT ${FE_DIR}/ir/${name}.ir
-    WORKDIR ${FE_DIR}/ir
-    COMMAND ${FE_TOOL} build ${name}.ffn --emit ir -o -)
+    WORKDIR ${FE_RUN}/ir
+    COMMAND ${FE_TOOL} build ${name}.ffn --emit ir -o - -O0)
 endforeach()
 # Command-line precision and fusion: they replace the file's setting without a conflict.
 ffn_golden_test(fe_ir_precision_cli
   EXPECT ${FE_DIR}/ir/precision.cli.ir
-  WORKDIR ${FE_DIR}/ir
-  COMMAND ${FE_TOOL} build precision.ffn --emit ir -o - --precision matmul=bf16
+  WORKDIR ${FE_RUN}/ir
+  COMMAND ${FE_TOOL} build precision.ffn --emit ir -o - -O0 --precision matmul=bf16
           --precision weights=i4,group=64 --ffn-fusion 2..5)
 
 # Diagnostics: tests/frontend/diag/NAME.ffn -> NAME.out
@@ -76,19 +95,19 @@ foreach(path ${FE_DIAG})
   get_filename_component(name ${path} NAME_WE)
   ffn_golden_test(fe_diag_${name}
     EXPECT ${FE_DIR}/diag/${name}.out
-    WORKDIR ${FE_DIR}/diag
+    WORKDIR ${FE_RUN}/diag
     COMMAND ${FE_TOOL} check ${name}.ffn)
 endforeach()
 # A precision setting on the command line that the file contradicts.
 ffn_golden_test(fe_diag_weights_f8_cli
   EXPECT ${FE_DIR}/diag/weights_f8.cli.out
-  WORKDIR ${FE_DIR}/ir
+  WORKDIR ${FE_RUN}/ir
   COMMAND ${FE_TOOL} check precision.ffn --precision weights=i8)
 
 # dsl.md's diagnostic example, from a file named as in the spec so that the first line
 # matches it character for character.
-configure_file(${FE_DIR}/diag/spec_example.ffn ${CMAKE_CURRENT_BINARY_DIR}/fe_spec_example/mlp.ffn COPYONLY)
+configure_file(${FE_DIR}/diag/spec_example.ffn ${FE_RUN}/spec_example/mlp.ffn COPYONLY)
 ffn_golden_test(fe_diag_spec_example
   EXPECT ${FE_DIR}/diag/spec_example.out
-  WORKDIR ${CMAKE_CURRENT_BINARY_DIR}/fe_spec_example
+  WORKDIR ${FE_RUN}/spec_example
   COMMAND ${FE_TOOL} check mlp.ffn)

@@ -36,3 +36,16 @@ foreach(m ${FFNC_EXAMPLE_MODELS} ${GPU_TEST_MODELS})
       ENVIRONMENT "FFNC_CACHE_DIR=${CMAKE_BINARY_DIR}/test-kernel-cache")
   endforeach()
 endforeach()
+
+# The host programs of examples/host: JIT and AOT (without NVRTC) agree.
+add_test(NAME gpu_host_examples
+  COMMAND sh ${FFNC_TEST_DIR}/gpu/host_examples_test.sh $<TARGET_FILE:ffnc> $<TARGET_FILE:jit_run>
+          $<TARGET_FILE:aot_run> ${CMAKE_SOURCE_DIR}/examples/llama3_tiny.ffn ${CMAKE_CURRENT_BINARY_DIR}/host_examples)
+set_tests_properties(gpu_host_examples PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 ENVIRONMENT "${FFNC_GPU_ENV}")
+
+# One model, several host threads and streams at once.
+add_executable(gpu_threads_test gpu/gpu_threads_test.c)
+target_include_directories(gpu_threads_test PRIVATE ${CMAKE_SOURCE_DIR} ${FFNC_TEST_DIR})
+target_link_libraries(gpu_threads_test PRIVATE ffn)
+add_test(NAME gpu_threads COMMAND gpu_threads_test)
+set_tests_properties(gpu_threads PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 ENVIRONMENT "${FFNC_GPU_ENV}")

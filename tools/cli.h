@@ -37,5 +37,6 @@ int cmd_run(int argc, char **argv);
 int cmd_gen(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_analyze(int argc, char **argv);
+int cmd_compare(int argc, char **argv);
 
 #endif

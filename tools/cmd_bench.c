@@ -1,9 +1,858 @@
-/* cmd_bench.c: `ffnc bench` (see bench/). */
+/* cmd_bench.c: `ffnc bench FILE.ffn... --tokens N[,N...]`.
+ *
+ * Measures, in one process on one card:
+ *   the ceilings: device-to-device copy bandwidth (bytes read + written) and cuBLASLt's bf16
+ *     (and fp8 e4m3 where the card has it) matrix-product rate at 8192^3 on random data;
+ *   for each model and token count, three variants on the same weights and inputs:
+ *     ffnc      the compiled model (fused kernels);
+ *     eager     what an eager framework runs: every matrix product a cuBLASLt call, every
+ *               other op (norm, activation, gate*up, residual add) a kernel of its own (the
+ *               -O0 plan, its products swapped for cuBLASLt);
+ *     cublaslt  the same with cuBLASLt's own fused epilogues where they apply (bias,
+ *               bias+GELU, bias+ReLU, residual as beta*C);
+ *   each checked against the others before timing (a fast wrong kernel is a failure), then
+ *   timed with CUDA events after warm-up, median of many runs, inputs rotated across buffers
+ *   that together exceed L2, with and without CUDA graph replay for small token counts.
+ * Reports time, TFLOP/s, GB/s, the floor (max of FLOPs / measured GEMM rate and minimum bytes
+ * / measured bandwidth), the fraction of the floor reached and the speedups; writes JSON with
+ * every number and a gnuplot script for the plot (rendered here if gnuplot is installed).
+ */
 #include "cli.h"
+#include "codegen/driver.h"
+#include "cublaslt.h"
+#include "runtime/randinit.h"
+#include "runtime/rt.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef FFNC_GIT_COMMIT
+#define FFNC_GIT_COMMIT "unknown"
+#endif
+
+int cli_status_exit(ffn_status s);
+ffn_status cli_options(const CompileArgs *ca, ffn_options **out);
+
+enum { V_FFNC, V_EAGER, V_CUBLASLT, NVARIANTS };
+static const char *const variant_names[NVARIANTS] = {"ffnc", "eager", "cublaslt"};
+
+typedef enum { A_OURS, A_SKIP, A_GEMM } ActKind;
+typedef struct {
+  ActKind kind;
+  int a, b, out, bias, resid; /* plan tensors; bias/resid -1 if none */
+  LtEpilogue epi;
+} Action;
+
+typedef struct {
+  const char *file;
+  Graph *g; /* the source, for FLOPs, bytes and tensor names */
+  DType type;
+  ffn_program *prog[2]; /* -O3, -O0 */
+  ffn_model *model[2];
+  CUdeviceptr *wdev;
+  int nw;
+  Action *act[NVARIANTS]; /* per step of the -O0 plan (eager, cublaslt) */
+} Model;
+
+typedef struct {
+  int64_t tokens;
+  int variant;
+  bool graph;
+  double us, tflops, gbps, floor_us, frac, vs_eager, vs_lt;
+  double check_err;
+  bool check_ok;
+} Result;
+
+static const CuApi *cu;
+static Lt *lt;
+static char errbuf[1024];
+
+#define CK(call)                                                     \
+  do {                                                               \
+    CUresult r_ = (call);                                            \
+    if (r_ != CUDA_SUCCESS) {                                        \
+      cu_fail(cu, r_, #call);                                        \
+      cli_error("bench: %s", ffn_last_error());                      \
+      exit(EXIT_DEVICE);                                             \
+    }                                                                \
+  } while (0)
+
+/* ---- random data (fast; the values only need the right scale) ---- */
+
+static uint64_t rng_state = 0x853c49e6748fea9bull;
+static inline uint32_t rnd(void) {
+  rng_state ^= rng_state << 13;
+  rng_state ^= rng_state >> 7;
+  rng_state ^= rng_state << 17;
+  return (uint32_t)(rng_state >> 11);
+}
+
+/* Uniform values with the given mean and standard deviation, stored as dt. */
+static void *random_buffer(DType dt, size_t n, double mean, double std) {
+  void *p = malloc(dtype_bytes(dt, n) + 16);
+  if (!p) {
+    cli_error("bench: out of host memory");
+    exit(EXIT_USER);
+  }
+  float half = (float)(std * 1.7320508);
+  for (size_t i = 0; i < n; i++) {
+    float v = (float)mean + half * ((float)rnd() * (2.0f / 2097152.0f) - 1.0f);
+    if (dt == DT_F32)
+      ((float *)p)[i] = v;
+    else if (dt == DT_BF16)
+      ((uint16_t *)p)[i] = f32_to_bf16_bits(v);
+    else if (dt == DT_F16)
+      ((uint16_t *)p)[i] = f32_to_f16_bits(v);
+    else if (dt == DT_F8E4M3)
+      ((uint8_t *)p)[i] = f32_to_f8e4m3_bits(v);
+    else
+      dtype_store(dt, p, i, v);
+  }
+  return p;
+}
+
+static CUdeviceptr upload(const void *host, size_t bytes) {
+  CUdeviceptr d;
+  CK(cu->cuMemAlloc(&d, bytes + 16));
+  CK(cu->cuMemcpyHtoD(d, host, bytes));
+  return d;
+}
+
+/* ---- timing ---- */
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+typedef void (*RunFn)(void *ctx, int rotation, CUstream s);
+
+/* Median microseconds of reps runs (after warm-up), each between two events. */
+static double time_runs(RunFn fn, void *ctx, int rotations, int reps, CUstream s) {
+  for (int i = 0; i < 3; i++)
+    fn(ctx, i % rotations, s);
+  CUevent *ev = malloc(sizeof(CUevent) * (size_t)(2 * reps));
+  for (int i = 0; i < 2 * reps; i++)
+    CK(cu->cuEventCreate(&ev[i], CU_EVENT_DEFAULT));
+  for (int i = 0; i < reps; i++) {
+    CK(cu->cuEventRecord(ev[2 * i], s));
+    fn(ctx, i % rotations, s);
+    CK(cu->cuEventRecord(ev[2 * i + 1], s));
+  }
+  CK(cu->cuStreamSynchronize(s));
+  double *t = malloc(sizeof(double) * (size_t)reps);
+  for (int i = 0; i < reps; i++) {
+    float ms;
+    CK(cu->cuEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
+    t[i] = ms * 1000.0;
+  }
+  qsort(t, (size_t)reps, sizeof(double), cmp_double);
+  double med = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
+  for (int i = 0; i < 2 * reps; i++)
+    cu->cuEventDestroy(ev[i]);
+  free(ev);
+  free(t);
+  return med;
+}
+
+/* ---- ceilings ---- */
+
+typedef struct {
+  CUdeviceptr src, dst;
+  size_t bytes;
+} CopyCtx;
+
+static void run_copy(void *p, int rot, CUstream s) {
+  CopyCtx *c = p;
+  (void)rot;
+  CK(cu->cuMemcpyDtoDAsync(c->dst, c->src, c->bytes, s));
+}
+
+typedef struct {
+  bool fp8;
+  int n;
+  CUdeviceptr a, b, d;
+} GemmCtx;
+
+static void run_gemm(void *p, int rot, CUstream s) {
+  GemmCtx *g = p;
+  (void)rot;
+  int rc = g->fp8 ? lt_matmul_fp8(lt, s, g->n, g->n, g->n, g->a, g->b, g->d, errbuf, sizeof errbuf)
+                  : lt_matmul(lt, s, DT_BF16, g->n, g->n, g->n, g->a, g->b, g->d, 0, LT_EPI_NONE, 0, errbuf,
+                              sizeof errbuf);
+  if (rc != 0) {
+    cli_error("bench: %s", errbuf);
+    exit(EXIT_DEVICE);
+  }
+}
+
+typedef struct {
+  double copy_gbps, bf16_tflops, fp8_tflops;
+} Ceilings;
+
+static Ceilings measure_ceilings(CUstream s, int major, int minor) {
+  Ceilings c = {0};
+  CopyCtx cc = {.bytes = (size_t)1 << 30};
+  CK(cu->cuMemAlloc(&cc.src, cc.bytes));
+  CK(cu->cuMemAlloc(&cc.dst, cc.bytes));
+  CK(cu->cuMemsetD32Async(cc.src, 0x3f800000u, cc.bytes / 4, s));
+  double us = time_runs(run_copy, &cc, 1, 20, s);
+  c.copy_gbps = 2.0 * (double)cc.bytes / (us * 1e-6) / 1e9;
+  cu->cuMemFree(cc.src);
+  cu->cuMemFree(cc.dst);
+  int n = 8192;
+  for (int fp8 = 0; fp8 < 2; fp8++) {
+    if (fp8 && major * 10 + minor < 89)
+      break;
+    DType t = fp8 ? DT_F8E4M3 : DT_BF16;
+    size_t elems = (size_t)n * n;
+    void *h = random_buffer(t, elems, 0, fp8 ? 1.0 : 0.02);
+    GemmCtx g = {fp8, n, upload(h, dtype_bytes(t, elems)), upload(h, dtype_bytes(t, elems)), 0};
+    free(h);
+    CK(cu->cuMemAlloc(&g.d, elems * 2));
+    us = time_runs(run_gemm, &g, 1, 10, s);
+    double tf = 2.0 * n * (double)n * n / (us * 1e-6) / 1e12;
+    if (fp8)
+      c.fp8_tflops = tf;
+    else
+      c.bf16_tflops = tf;
+    cu->cuMemFree(g.a);
+    cu->cuMemFree(g.b);
+    cu->cuMemFree(g.d);
+  }
+  return c;
+}
+
+/* ---- the baselines' plan: which -O0 steps cuBLASLt takes over ---- */
+
+static int readers(const Plan *p, int t, int *only) {
+  int n = 0;
+  for (int s = 0; s < p->nsteps; s++) {
+    const PlanStep *ps = &p->steps[s];
+    if (ps->kind != STEP_LAUNCH)
+      continue;
+    const PlanKernel *k = &p->kernels[ps->kernel];
+    int nin = k->op < OP_COUNT ? ps->nargs - 1 : ps->nargs; /* the last slot of a one-op kernel is its result */
+    for (int j = 0; j < nin; j++)
+      if (ps->args[j] == t) {
+        *only = s;
+        n++;
+        break;
+      }
+  }
+  return n;
+}
+
+static bool is_col_vector(const Plan *p, int t, int64_t n) {
+  const PlanTensor *pt = &p->tensors[t];
+  return (pt->kind == PT_WEIGHT || pt->kind == PT_DERIVED) && pt->rank == 1 && pt->dims[0].sym < 0 &&
+         pt->dims[0].size == n;
+}
+
+static bool same_shape(const Plan *p, int a, int b) {
+  const PlanTensor *x = &p->tensors[a], *y = &p->tensors[b];
+  if (x->rank != y->rank)
+    return false;
+  for (int d = 0; d < x->rank; d++)
+    if (!dim_eq(x->dims[d], y->dims[d]))
+      return false;
+  return true;
+}
+
+/* The one step after a GEMM that reads its result t as `op(t, other)` (or op(t)), if t has
+ * no other reader and is scratch. Returns the step or -1; sets *other. */
+static int follower(const Plan *p, int t, Op op, int *other) {
+  int s;
+  if (p->tensors[t].kind != PT_SCRATCH || readers(p, t, &s) != 1)
+    return -1;
+  const PlanStep *ps = &p->steps[s];
+  const PlanKernel *k = &p->kernels[ps->kernel];
+  if (k->kind != KK_ROWWISE || k->op != op)
+    return -1;
+  int nin = ps->nargs - 1;
+  if (op == OP_ADD && nin == 2 && (ps->args[0] == t || ps->args[1] == t)) {
+    *other = ps->args[0] == t ? ps->args[1] : ps->args[0];
+    return s;
+  }
+  if (op != OP_ADD && nin == 1 && ps->args[0] == t) {
+    *other = -1;
+    return s;
+  }
+  return -1;
+}
+
+static Action *plan_actions(const Plan *p, bool epilogues) {
+  Action *act = calloc((size_t)p->nsteps + 1, sizeof(Action));
+  for (int s = 0; s < p->nsteps; s++) {
+    const PlanStep *ps = &p->steps[s];
+    if (act[s].kind == A_SKIP)
+      continue;
+    act[s].kind = A_OURS;
+    if (ps->kind != STEP_LAUNCH)
+      continue;
+    const PlanKernel *k = &p->kernels[ps->kernel];
+    DType t = p->tensors[ps->args[0]].dtype;
+    if (k->kind != KK_GEMM || k->op != OP_MATMUL || k->streams != 1 || p->tensors[ps->args[1]].dtype != t ||
+        (t != DT_BF16 && t != DT_F16 && t != DT_F32))
+      continue;
+    Action *a = &act[s];
+    *a = (Action){A_GEMM, ps->args[0], ps->args[1], ps->args[2], -1, -1, LT_EPI_NONE};
+    if (!epilogues)
+      continue;
+    int other, f;
+    /* bias, then an activation; or a residual (beta * C) */
+    if ((f = follower(p, a->out, OP_ADD, &other)) >= 0 && is_col_vector(p, other, k->n) && p->tensors[other].dtype == t) {
+      a->bias = other;
+      a->epi = LT_EPI_BIAS;
+      a->out = p->steps[f].args[p->steps[f].nargs - 1];
+      act[f].kind = A_SKIP;
+      int g2;
+      if ((g2 = follower(p, a->out, OP_GELU_TANH, &other)) >= 0 || (g2 = follower(p, a->out, OP_RELU, &other)) >= 0) {
+        a->epi = p->kernels[p->steps[g2].kernel].op == OP_RELU ? LT_EPI_RELU_BIAS : LT_EPI_GELU_BIAS;
+        a->out = p->steps[g2].args[p->steps[g2].nargs - 1];
+        act[g2].kind = A_SKIP;
+        continue;
+      }
+    }
+    if ((f = follower(p, a->out, OP_ADD, &other)) >= 0 && same_shape(p, other, a->out) && p->tensors[other].dtype == t) {
+      a->resid = other;
+      a->out = p->steps[f].args[p->steps[f].nargs - 1];
+      act[f].kind = A_SKIP;
+    }
+  }
+  return act;
+}
+
+/* ---- running the variants ---- */
+
+typedef struct {
+  Model *md;
+  int variant;
+  int nin, nout;
+  DLTensor (*in)[16], (*out)[16]; /* [rotation][i] */
+} RunCtx;
+
+static void run_variant(void *p, int rot, CUstream s) {
+  RunCtx *r = p;
+  Model *md = r->md;
+  ffn_status st;
+  if (r->variant == V_FFNC) {
+    st = ffn_model_run(md->model[0], s, r->in[rot], r->nin, r->out[rot], r->nout);
+  } else {
+    const Action *act = md->act[r->variant];
+    ExecRun run;
+    st = exec_begin(md->model[1], s, r->in[rot], r->nin, r->out[rot], r->nout, &run);
+    const Plan *plan = md->prog[1]->plan;
+    for (int i = 0; i < plan->nsteps && st == FFN_OK; i++) {
+      const Action *a = &act[i];
+      if (a->kind == A_OURS)
+        st = exec_step(&run, i);
+      else if (a->kind == A_GEMM) {
+        const PlanKernel *k = &plan->kernels[plan->steps[i].kernel];
+        int64_t m = run.choice[i].m;
+        if (m > 0 && lt_matmul(lt, s, plan->tensors[a->a].dtype, (int)m, (int)k->n, (int)k->k, run.ptr[a->a],
+                               run.ptr[a->b], run.ptr[a->out], a->resid >= 0 ? run.ptr[a->resid] : 0, a->epi,
+                               a->bias >= 0 ? run.ptr[a->bias] : 0, errbuf, sizeof errbuf) != 0)
+          st = rt_error(FFN_ERR_CUDA, "%s", errbuf);
+      }
+    }
+    st = exec_end(&run, st);
+  }
+  if (st != FFN_OK) {
+    cli_error("bench: %s: %s: %s", md->file, variant_names[r->variant], ffn_last_error());
+    exit(cli_status_exit(st));
+  }
+}
+
+typedef struct {
+  RunCtx *rc;
+  CUgraphExec *exec;
+} GraphCtx;
+
+static void run_graph(void *p, int rot, CUstream s) {
+  GraphCtx *g = p;
+  CK(cu->cuGraphLaunch(g->exec[rot], s));
+}
+
+/* ---- models ---- */
+
+static ffn_status compile_model(Model *md, const CompileArgs *base) {
+  for (int i = 0; i < 2; i++) {
+    CompileArgs ca = *base;
+    ca.file = md->file;
+    ca.opt_level = i == 0 ? base->opt_level : 0;
+    ffn_options *o;
+    ffn_status s = cli_options(&ca, &o);
+    if (s == FFN_OK)
+      s = ffn_program_compile_file(md->file, o, &md->prog[i]);
+    ffn_options_destroy(o);
+    if (s != FFN_OK)
+      return s;
+  }
+  return FFN_OK;
+}
+
+static void setup_model(Model *md) {
+  for (int i = 0; i < 2; i++)
+    if (ffn_model_create(md->prog[i], 0, &md->model[i]) != FFN_OK) {
+      cli_error("bench: %s", ffn_last_error());
+      exit(EXIT_DEVICE);
+    }
+  /* random weights of the right scale, on the device once, bound to both models */
+  Graph *g = md->g;
+  md->wdev = calloc((size_t)g->nodes.len + 1, sizeof(CUdeviceptr));
+  for (int i = 0; i < g->nodes.len; i++) {
+    Node *n = GRAPH_NODE(g, i);
+    if (n->op != OP_WEIGHT)
+      continue;
+    int64_t shape[FFN_MAX_RANK];
+    size_t numel = 1;
+    for (int d = 0; d < n->shape.rank; d++)
+      numel *= (size_t)(shape[d] = n->shape.d[d].size);
+    double mean, std;
+    randinit_weight_scale(g, n, &mean, &std);
+    void *h = random_buffer(n->dtype, numel, mean, std);
+    CUdeviceptr d = upload(h, dtype_bytes(n->dtype, numel));
+    free(h);
+    md->wdev[md->nw++] = d;
+    DLDataType dl = n->dtype == DT_F32 ? (DLDataType){kDLFloat, 32, 1}
+                    : n->dtype == DT_F16 ? (DLDataType){kDLFloat, 16, 1}
+                                         : (DLDataType){kDLBfloat, 16, 1};
+    DLTensor t = {(void *)d, {kDLCUDA, 0}, n->shape.rank, dl, shape, NULL, 0};
+    for (int m = 0; m < 2; m++)
+      if (ffn_model_bind_weight(md->model[m], n->name, &t) != FFN_OK) {
+        cli_error("bench: %s", ffn_last_error());
+        exit(EXIT_USER);
+      }
+  }
+  for (int m = 0; m < 2; m++)
+    if (ffn_model_prepare(md->model[m]) != FFN_OK) {
+      cli_error("bench: %s", ffn_last_error());
+      exit(EXIT_DEVICE);
+    }
+  md->act[V_EAGER] = plan_actions(md->prog[1]->plan, false);
+  md->act[V_CUBLASLT] = plan_actions(md->prog[1]->plan, true);
+}
+
+/* FLOPs of the source's matrix products, and the fewest bytes a call must move (every
+ * weight, input and output once), for `tokens` in every dynamic dim. */
+static void work(const Graph *g, int64_t tokens, double *flops, double *bytes) {
+  *flops = *bytes = 0;
+  for (int i = 0; i < g->nodes.len; i++) {
+    Node *n = GRAPH_NODE(g, i);
+    int64_t numel = 1;
+    for (int d = 0; d < n->shape.rank; d++)
+      numel *= n->shape.d[d].sym >= 0 ? tokens : n->shape.d[d].size;
+    if (n->op == OP_WEIGHT || n->op == OP_INPUT)
+      *bytes += (double)dtype_bytes(n->dtype, (size_t)numel);
+    if (n->op == OP_MATMUL && !ir_is_const(n)) {
+      int64_t k = n->args[1]->shape.d[0].size;
+      *flops += 2.0 * (double)numel * (double)k;
+    }
+  }
+  for (int i = 0; i < g->noutputs; i++) {
+    Node *n = g->outputs[i].node;
+    int64_t numel = 1;
+    for (int d = 0; d < n->shape.rank; d++)
+      numel *= n->shape.d[d].sym >= 0 ? tokens : n->shape.d[d].size;
+    *bytes += (double)dtype_bytes(n->dtype, (size_t)numel);
+  }
+}
+
+static double rel_err(const void *a, const void *b, DType t, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; i++) {
+    double x = dtype_load(t, a, i), y = dtype_load(t, b, i);
+    num += (x - y) * (x - y);
+    den += y * y;
+  }
+  return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* Measures one model at one token count; appends results. */
+static int bench_tokens(Model *md, int64_t tokens, const Ceilings *ceil, int reps, bool graphs, size_t l2, CUstream s,
+                        Result *res, int *nres) {
+  Graph *g = md->g;
+  ffn_program *prog = md->prog[0];
+  int nin = ffn_program_num_inputs(prog), nout = ffn_program_num_outputs(prog);
+  if (nin > 16 || nout > 16) {
+    cli_error("bench: at most 16 inputs and outputs");
+    return -1;
+  }
+  /* inputs rotated across enough buffers to exceed L2 (at most 16) */
+  size_t in_bytes = 0;
+  for (int i = 0; i < g->nodes.len; i++) {
+    Node *n = GRAPH_NODE(g, i);
+    if (n->op == OP_INPUT) {
+      size_t numel = 1;
+      for (int d = 0; d < n->shape.rank; d++)
+        numel *= (size_t)(n->shape.d[d].sym >= 0 ? tokens : n->shape.d[d].size);
+      in_bytes += dtype_bytes(n->dtype, numel);
+    }
+  }
+  int rotations = (int)(2 * l2 / (in_bytes ? in_bytes : 1)) + 1;
+  if (rotations > 16)
+    rotations = 16;
+  DLTensor in[NVARIANTS][16][16], out[NVARIANTS][16][16];
+  int64_t in_shape[16][FFN_MAX_RANK], out_shape[16][FFN_MAX_RANK];
+  DType out_type[16];
+  size_t out_numel[16];
+  CUdeviceptr bufs[4096];
+  int nbufs = 0;
+  for (int r = 0; r < rotations; r++) {
+    int k = 0;
+    for (int i = 0; i < g->nodes.len; i++) {
+      Node *n = GRAPH_NODE(g, i);
+      if (n->op != OP_INPUT)
+        continue;
+      size_t numel = 1;
+      for (int d = 0; d < n->shape.rank; d++)
+        numel *= (size_t)(in_shape[k][d] = n->shape.d[d].sym >= 0 ? tokens : n->shape.d[d].size);
+      void *h = random_buffer(n->dtype, numel, 0, 1);
+      CUdeviceptr d = upload(h, dtype_bytes(n->dtype, numel));
+      free(h);
+      bufs[nbufs++] = d;
+      ffn_tensor_info info;
+      ffn_program_input_info(prog, k, &info);
+      for (int v = 0; v < NVARIANTS; v++)
+        in[v][r][k] = (DLTensor){(void *)d, {kDLCUDA, 0}, n->shape.rank, info.dtype, in_shape[k], NULL, 0};
+      k++;
+    }
+    for (int i = 0; i < nout; i++) {
+      ffn_tensor_info info;
+      ffn_program_output_info(prog, i, &info);
+      int nd;
+      if (ffn_model_output_shape(md->model[0], i, in[0][r], nin, out_shape[i], &nd) != FFN_OK) {
+        cli_error("bench: %s", ffn_last_error());
+        return -1;
+      }
+      size_t numel = 1;
+      for (int d = 0; d < nd; d++)
+        numel *= (size_t)out_shape[i][d];
+      out_type[i] = g->outputs[i].node->dtype;
+      out_numel[i] = numel;
+      for (int v = 0; v < NVARIANTS; v++) {
+        CUdeviceptr d;
+        CK(cu->cuMemAlloc(&d, dtype_bytes(out_type[i], numel) + 16));
+        bufs[nbufs++] = d;
+        out[v][r][i] = (DLTensor){(void *)d, {kDLCUDA, 0}, nd, info.dtype, out_shape[i], NULL, 0};
+      }
+    }
+  }
+  RunCtx rc[NVARIANTS];
+  for (int v = 0; v < NVARIANTS; v++)
+    rc[v] = (RunCtx){md, v, nin, nout, in[v], out[v]};
+  /* correctness first: every variant's outputs against the others' */
+  double err[NVARIANTS] = {0};
+  bool ok[NVARIANTS];
+  void *host[NVARIANTS][16];
+  for (int v = 0; v < NVARIANTS; v++) {
+    for (int i = 0; i < nout; i++)
+      CK(cu->cuMemsetD8Async((CUdeviceptr)out[v][0][i].data, 0xff, dtype_bytes(out_type[i], out_numel[i]), s));
+    run_variant(&rc[v], 0, s);
+  }
+  CK(cu->cuStreamSynchronize(s));
+  for (int v = 0; v < NVARIANTS; v++)
+    for (int i = 0; i < nout; i++) {
+      host[v][i] = malloc(dtype_bytes(out_type[i], out_numel[i]) + 16);
+      CK(cu->cuMemcpyDtoH(host[v][i], (CUdeviceptr)out[v][0][i].data, dtype_bytes(out_type[i], out_numel[i])));
+    }
+  double tol = md->type == DT_F32 ? 1e-4 : 2e-2; /* the eager variant rounds after every op */
+  for (int v = 0; v < NVARIANTS; v++) {
+    int other = v == V_EAGER ? V_FFNC : V_EAGER;
+    for (int i = 0; i < nout; i++) {
+      double e = rel_err(host[v][i], host[other][i], out_type[i], out_numel[i]);
+      if (e > err[v] || e != e)
+        err[v] = e;
+    }
+    ok[v] = err[v] <= tol;
+  }
+  for (int v = 0; v < NVARIANTS; v++)
+    for (int i = 0; i < nout; i++)
+      free(host[v][i]);
+  double flops, bytes;
+  work(g, tokens, &flops, &bytes);
+  double floor_us = fmax(flops / (ceil->bf16_tflops * 1e12), bytes / (ceil->copy_gbps * 1e9)) * 1e6;
+  if (md->type == DT_F32)
+    floor_us = bytes / (ceil->copy_gbps * 1e9) * 1e6; /* no measured f32 GEMM ceiling: bandwidth only */
+  double t[2][NVARIANTS] = {{0}};
+  for (int gr = 0; gr < (graphs ? 2 : 1); gr++) {
+    for (int v = 0; v < NVARIANTS; v++) {
+      if (!gr) {
+        t[gr][v] = time_runs(run_variant, &rc[v], rotations, reps, s);
+        continue;
+      }
+      /* a graph per rotation, captured after the warm-up runs above sized the workspace */
+      GraphCtx gc = {&rc[v], calloc((size_t)rotations, sizeof(CUgraphExec))};
+      CUgraph graphs_[16];
+      for (int r = 0; r < rotations; r++) {
+        CK(cu->cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+        run_variant(&rc[v], r, s);
+        CK(cu->cuStreamEndCapture(s, &graphs_[r]));
+        CK(cu->cuGraphInstantiate(&gc.exec[r], graphs_[r], 0));
+      }
+      t[gr][v] = time_runs(run_graph, &gc, rotations, reps, s);
+      for (int r = 0; r < rotations; r++) {
+        cu->cuGraphExecDestroy(gc.exec[r]);
+        cu->cuGraphDestroy(graphs_[r]);
+      }
+      free(gc.exec);
+    }
+  }
+  for (int gr = 0; gr < (graphs ? 2 : 1); gr++)
+    for (int v = 0; v < NVARIANTS; v++) {
+      double us = t[gr][v];
+      res[(*nres)++] = (Result){tokens,
+                                v,
+                                gr == 1,
+                                us,
+                                flops / (us * 1e-6) / 1e12,
+                                bytes / (us * 1e-6) / 1e9,
+                                floor_us,
+                                floor_us / us,
+                                t[gr][V_EAGER] / us,
+                                t[gr][V_CUBLASLT] / us,
+                                err[v],
+                                ok[v]};
+    }
+  for (int i = 0; i < nbufs; i++)
+    cu->cuMemFree(bufs[i]);
+  return (ok[0] && ok[1] && ok[2]) ? 0 : -1;
+}
+
+/* ---- output ---- */
+
+static void print_results(const Model *md, const Result *r, int n) {
+  printf("\n%s (%s)\n", md->file, dtype_name(md->type));
+  printf("%7s  %-9s %-5s %10s %8s %8s %10s %6s %8s %8s  %s\n", "tokens", "variant", "graph", "time_us", "TFLOP/s",
+         "GB/s", "floor_us", "%floor", "vs_eager", "vs_lt", "check");
+  for (int i = 0; i < n; i++)
+    printf("%7lld  %-9s %-5s %10.1f %8.1f %8.0f %10.1f %5.0f%% %7.2fx %7.2fx  %s (%.1e)\n", (long long)r[i].tokens,
+           variant_names[r[i].variant], r[i].graph ? "yes" : "no", r[i].us, r[i].tflops, r[i].gbps, r[i].floor_us,
+           100 * r[i].frac, r[i].vs_eager, r[i].vs_lt, r[i].check_ok ? "ok" : "MISMATCH", r[i].check_err);
+}
+
+static void write_plot(const char *prefix, Model *models, Result **res, int *nres, int nmodels) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s.dat", prefix);
+  FILE *f = fopen(path, "w");
+  if (!f)
+    return;
+  for (int m = 0; m < nmodels; m++)
+    for (int v = 0; v < NVARIANTS; v++) {
+      fprintf(f, "# %s %s\n", models[m].file, variant_names[v]);
+      for (int i = 0; i < nres[m]; i++)
+        if (res[m][i].variant == v && !res[m][i].graph)
+          fprintf(f, "%lld %.6g %.6g\n", (long long)res[m][i].tokens, res[m][i].us, res[m][i].frac);
+      fprintf(f, "\n\n");
+    }
+  fclose(f);
+  snprintf(path, sizeof path, "%s.gp", prefix);
+  f = fopen(path, "w");
+  if (!f)
+    return;
+  const char *base = strrchr(prefix, '/') ? strrchr(prefix, '/') + 1 : prefix;
+  fprintf(f, "set terminal pngcairo size %d,500 font ',10'\nset output '%s.png'\n", 420 * (nmodels < 4 ? nmodels : 4) + 100,
+          base);
+  fprintf(f, "set multiplot layout 1,%d\nset logscale x 2\nset xlabel 'tokens'\nset ylabel 'fraction of floor'\n"
+             "set yrange [0:1.05]\nset key bottom right\nset grid\n",
+          nmodels);
+  for (int m = 0; m < nmodels; m++) {
+    const char *name = strrchr(models[m].file, '/') ? strrchr(models[m].file, '/') + 1 : models[m].file;
+    fprintf(f, "set title '%s'\nplot ", name);
+    for (int v = 0; v < NVARIANTS; v++)
+      fprintf(f, "%s'%s.dat' index %d using 1:3 with linespoints title '%s'", v ? ", " : "", base, m * NVARIANTS + v,
+              variant_names[v]);
+    fprintf(f, "\n");
+  }
+  fprintf(f, "unset multiplot\n");
+  fclose(f);
+}
+
+static void write_json(const char *path, const char *card, int sms, const Ceilings *c, Model *models, Result **res,
+                       int *nres, int nmodels) {
+  char nvrtc[128], driver[128];
+  ffn_runtime_versions(nvrtc, sizeof nvrtc, driver, sizeof driver);
+  time_t now = time(NULL);
+  char date[64];
+  strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+  json_t *root = json_pack("{s:s, s:s, s:s, s:s, s:i, s:s, s:s, s:s}", "ffnc", FFNC_VERSION, "commit", FFNC_GIT_COMMIT,
+                           "date", date, "card", card, "sms", sms, "driver", driver, "nvrtc", nvrtc, "cublaslt",
+                           lt_version(lt));
+  json_object_set_new(root, "ceilings", json_pack("{s:f, s:f, s:f}", "copy_gbps", c->copy_gbps, "bf16_tflops",
+                                                  c->bf16_tflops, "fp8_e4m3_tflops", c->fp8_tflops));
+  json_t *ms = json_array();
+  for (int m = 0; m < nmodels; m++) {
+    json_t *rs = json_array();
+    for (int i = 0; i < nres[m]; i++) {
+      Result *r = &res[m][i];
+      json_array_append_new(
+          rs, json_pack("{s:I, s:s, s:b, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:b}", "tokens", (json_int_t)r->tokens,
+                        "variant", variant_names[r->variant], "graph", r->graph, "time_us", r->us, "tflops", r->tflops,
+                        "gbps", r->gbps, "floor_us", r->floor_us, "fraction_of_floor", r->frac, "speedup_vs_eager",
+                        r->vs_eager, "speedup_vs_cublaslt", r->vs_lt, "check_rel_err", r->check_err, "check_ok",
+                        r->check_ok));
+    }
+    json_array_append_new(ms, json_pack("{s:s, s:s, s:i, s:o}", "model", models[m].file, "dtype",
+                                        dtype_name(models[m].type), "kernels", ffn_program_num_kernels(models[m].prog[0]),
+                                        "results", rs));
+  }
+  json_object_set_new(root, "models", ms);
+  if (json_dump_file(root, path, JSON_INDENT(1)) != 0)
+    cli_error("bench: cannot write %s", path);
+  json_decref(root);
+}
+
+/* ---- main ---- */
 
 int cmd_bench(int argc, char **argv) {
-  (void)argc;
-  (void)argv;
-  cli_error("bench: not built yet");
-  return EXIT_USAGE;
+  CompileArgs ca = {.opt_level = 3};
+  const char *files[32], *json = NULL, *plot = NULL, *v;
+  int nfiles = 0, reps = 30;
+  int64_t tokens[32];
+  int ntokens = 0;
+  bool compile_only = false, graphs = true;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--help") == 0) {
+      printf("usage: ffnc bench FILE.ffn... --tokens N[,N...] [--json OUT.json] [--plot PREFIX] [--reps N]\n"
+             "                  [--no-graphs] [--compile-only] [--arch sm_XX] [-O0..-O3] [--precision KEY=TYPE]...\n"
+             "Times each model against an eager cuBLASLt baseline and cuBLASLt with its fused epilogues, after\n"
+             "measuring the card's copy bandwidth and cuBLASLt bf16/fp8 GEMM rate; prints a table, writes JSON\n"
+             "(--json) and PREFIX.dat/.gp for gnuplot (--plot; PREFIX.png too where gnuplot is installed).\n"
+             "--compile-only compiles every variant into the kernel cache and needs no GPU.\n");
+      return 0;
+    }
+    int r = cli_compile_option(argc, argv, &i, &ca);
+    if (r < 0)
+      return EXIT_USAGE;
+    if (r)
+      continue;
+    if ((v = cli_value(argc, argv, &i, "--tokens"))) {
+      for (const char *p = v; *p && ntokens < 32;) {
+        char *end;
+        long long t = strtoll(p, &end, 10);
+        if (end == p || t <= 0) {
+          cli_error("bench: --tokens %s: expected positive integers separated by commas", v);
+          return EXIT_USAGE;
+        }
+        tokens[ntokens++] = t;
+        p = *end == ',' ? end + 1 : end;
+      }
+    } else if ((v = cli_value(argc, argv, &i, "--json")))
+      json = v;
+    else if ((v = cli_value(argc, argv, &i, "--plot")))
+      plot = v;
+    else if ((v = cli_value(argc, argv, &i, "--reps")))
+      reps = atoi(v) > 0 ? atoi(v) : 30;
+    else if (strcmp(argv[i], "--no-graphs") == 0)
+      graphs = false;
+    else if (strcmp(argv[i], "--compile-only") == 0)
+      compile_only = true;
+    else if (argv[i][0] == '-' || nfiles == 32) {
+      cli_error("bench: unexpected argument '%s'", argv[i]);
+      return EXIT_USAGE;
+    } else
+      files[nfiles++] = argv[i];
+  }
+  if (!nfiles || (!ntokens && !compile_only)) {
+    cli_error("bench: usage: ffnc bench FILE.ffn... --tokens N[,N...]");
+    return EXIT_USAGE;
+  }
+  Model *models = calloc((size_t)nfiles, sizeof(Model));
+  for (int m = 0; m < nfiles; m++) {
+    models[m].file = files[m];
+    CompileArgs one = ca;
+    one.file = files[m];
+    int status;
+    models[m].g = cli_frontend(&one, &status);
+    if (!models[m].g)
+      return status;
+    models[m].type = DT_F32;
+    for (int i = 0; i < models[m].g->noutputs; i++)
+      if (dtype_bits(models[m].g->outputs[i].node->dtype) < 32)
+        models[m].type = models[m].g->outputs[i].node->dtype;
+    fprintf(stderr, "bench: compiling %s\n", files[m]);
+    ffn_status s = compile_model(&models[m], &ca);
+    if (s != FFN_OK) {
+      if (s == FFN_ERR_SOURCE)
+        fputs(ffn_last_error(), stderr);
+      else
+        cli_error("bench: %s", ffn_last_error());
+      return cli_status_exit(s);
+    }
+  }
+  if (compile_only) {
+    printf("compiled %d model%s (ffnc and -O0 plans) into the kernel cache\n", nfiles, nfiles > 1 ? "s" : "");
+    return 0;
+  }
+  char why[512];
+  if (!(cu = cu_api(why, sizeof why))) {
+    cli_error("bench: %s", why);
+    return EXIT_DEVICE;
+  }
+  CUdevice dev;
+  CUcontext ctx;
+  CK(cu->cuDeviceGet(&dev, 0));
+  CK(cu->cuDevicePrimaryCtxRetain(&ctx, dev));
+  CK(cu->cuCtxPushCurrent(ctx));
+  char card[256];
+  int sms, l2, major, minor;
+  CK(cu->cuDeviceGetName(card, sizeof card, dev));
+  CK(cu->cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+  CK(cu->cuDeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, dev));
+  CK(cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
+  CK(cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
+  if (!(lt = lt_create(why, sizeof why))) {
+    cli_error("bench: %s", why);
+    return EXIT_DEVICE;
+  }
+  CUstream s;
+  CK(cu->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  Ceilings c = measure_ceilings(s, major, minor);
+  printf("%s, %d SMs, L2 %d MB; ffnc %s (%s)\n", card, sms, l2 >> 20, FFNC_VERSION, FFNC_GIT_COMMIT);
+  printf("ceilings: copy %.0f GB/s (read + write), cuBLASLt bf16 %.0f TFLOP/s", c.copy_gbps, c.bf16_tflops);
+  if (c.fp8_tflops > 0)
+    printf(", fp8 e4m3 %.0f TFLOP/s", c.fp8_tflops);
+  printf(" (8192^3)\n");
+  Result **res = calloc((size_t)nfiles, sizeof(Result *));
+  int *nres = calloc((size_t)nfiles, sizeof(int)), failed = 0;
+  for (int m = 0; m < nfiles; m++) {
+    setup_model(&models[m]);
+    res[m] = calloc((size_t)ntokens * 2 * NVARIANTS + 1, sizeof(Result));
+    for (int k = 0; k < ntokens; k++)
+      failed |= bench_tokens(&models[m], tokens[k], &c, reps, graphs && tokens[k] <= 128, (size_t)l2, s, res[m],
+                             &nres[m]) != 0;
+    print_results(&models[m], res[m], nres[m]);
+    fflush(stdout);
+    for (int i = 0; i < 2; i++)
+      ffn_model_destroy(models[m].model[i]);
+    for (int i = 0; i < models[m].nw; i++)
+      cu->cuMemFree(models[m].wdev[i]);
+  }
+  if (json)
+    write_json(json, card, sms, &c, models, res, nres, nfiles);
+  if (plot) {
+    write_plot(plot, models, res, nres, nfiles);
+    char cmd[8300];
+    const char *slash = strrchr(plot, '/');
+    char dir[4096] = ".";
+    if (slash)
+      snprintf(dir, sizeof dir, "%.*s", (int)(slash - plot), plot);
+    snprintf(cmd, sizeof cmd, "command -v gnuplot >/dev/null 2>&1 && cd '%s' && gnuplot '%s.gp'", dir,
+             slash ? slash + 1 : plot);
+    if (system(cmd) != 0)
+      fprintf(stderr, "bench: gnuplot not found here; render the plot with `gnuplot %s.gp` next to %s.dat\n", plot,
+              plot);
+  }
+  lt_destroy(lt);
+  cu->cuStreamDestroy(s);
+  CUcontext popped;
+  cu->cuCtxPopCurrent(&popped);
+  if (failed)
+    cli_error("bench: a variant's output disagreed with the others (see MISMATCH above)");
+  return failed ? EXIT_USER : 0;
 }

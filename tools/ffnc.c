@@ -15,6 +15,7 @@ static const struct {
     {"bench", cmd_bench, "time the model against cuBLASLt and the device's limits"},
     {"analyze", cmd_analyze, "FFN Fusion analysis (not implemented yet)"},
     {"gen", cmd_gen, "write random weights and inputs of the right names and shapes"},
+    {"compare", cmd_compare, "compare the tensors of two safetensors files"},
 };
 
 static void usage(FILE *out) {

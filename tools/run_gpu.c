@@ -29,6 +29,11 @@ static int fail(ffn_status s) {
 }
 
 int run_gpu(const CompileArgs *ca, StFile *wf, StFile *inf, const char *weights_path, const char *out_path) {
+  char why[512];
+  if (ffn_device_count(why, sizeof why) == 0) { /* say so before spending time compiling */
+    cli_error("%s", why);
+    return EXIT_DEVICE;
+  }
   ffn_options *o;
   ffn_program *prog = NULL;
   ffn_model *m = NULL;

@@ -125,16 +125,16 @@ static int nkernels, kcap;
 
 // Extra variants measured beside gemm_host.h's recommendations.
 static const ffn_gemm_config extra_configs[] = {
+    {"sm80_16x128x64", FFN_GEMM_SM80, 16, 128, 64, 16, 32, 4, 128, 3, 3, 0},
     {"sm80_16x256x64", FFN_GEMM_SM80, 16, 256, 64, 16, 32, 3, 256, 1, 2, 0},
-    {"sm80_16x128x128", FFN_GEMM_SM80, 16, 128, 128, 16, 32, 3, 128, 1, 2, 0},
-    {"sm80_32x128x64", FFN_GEMM_SM80, 32, 128, 64, 32, 32, 4, 128, 1, 2, 0},
     {"sm80_64x256x64", FFN_GEMM_SM80, 64, 256, 64, 32, 64, 3, 256, 1, 1, 0},
+    {"sm80_128x128x32", FFN_GEMM_SM80, 128, 128, 32, 64, 64, 4, 128, 1, 2, 0},
     {"sm80_128x128x32w8", FFN_GEMM_SM80, 128, 128, 32, 64, 32, 4, 256, 1, 1, 0},
     {"sm80_128x128x64", FFN_GEMM_SM80, 128, 128, 64, 64, 64, 3, 128, 1, 2, 0},
+    {"sm80_128x256x32", FFN_GEMM_SM80, 128, 256, 32, 64, 64, 4, 256, 1, 1, 0},
     {"sm80_128x256x32s3", FFN_GEMM_SM80, 128, 256, 32, 64, 64, 3, 256, 1, 1, 0},
-    {"sm80_128x256x64", FFN_GEMM_SM80, 128, 256, 64, 64, 64, 3, 256, 1, 1, 0},
     {"sm80_256x128x32", FFN_GEMM_SM80, 256, 128, 32, 64, 64, 4, 256, 1, 1, 0},
-    {"simt_128x64x8", FFN_GEMM_SIMT, 128, 64, 8, 8, 4, 2, 256, 2, 2, 0},
+    {"simt_128x128x8", FFN_GEMM_SIMT, 128, 128, 8, 8, 8, 2, 256, 1, 1, 0},
 };
 
 static int filtered(const char *name) { return opt.filter && !strstr(name, opt.filter); }
@@ -381,7 +381,35 @@ static const char *util_src =
     "extern \"C\" __global__ void rowsum_f16(const ffn::f16 *b, float *o, int r, int K) { rowsum(b, o, r, K); }\n"
     "extern \"C\" __global__ void rowsum_f32(const float *b, float *o, int r, int K) { rowsum(b, o, r, K); }\n";
 
+static void compile_util(const char *path);
 static void load_util(void) {
+  const char *o[8];
+  int no;
+  char archbuf[32], path[4600];
+  compile_options(o, &no, archbuf);
+  int major, minor;
+  nvrtcVersion(&major, &minor);
+  uint64_t h = fnv(1469598103934665603ull, util_src, strlen(util_src));
+  for (int i = 0; i < NHDR; i++) h = fnv(h, hdr_text[i], strlen(hdr_text[i]));
+  for (int i = 0; i < no; i++) h = fnv(h, o[i], strlen(o[i]));
+  h = fnv(h, &major, sizeof major);
+  h = fnv(h, &minor, sizeof minor);
+  snprintf(path, sizeof path, "%s/util-%016llx.cubin", opt.cache, (unsigned long long)h);
+  char *cached = read_file(path, NULL);
+  if (cached) {
+    CU_CHECK(cuModuleLoadData(&util_mod, cached));
+    free(cached);
+  } else {
+    compile_util(path);
+  }
+  const char *fills[] = {"fill_bf16", "fill_f16", "fill_f32"}, *sums[] = {"rowsum_bf16", "rowsum_f16", "rowsum_f32"};
+  for (int i = 0; i < 3; i++) {
+    CU_CHECK(cuModuleGetFunction(&fn_fill[i], util_mod, fills[i]));
+    CU_CHECK(cuModuleGetFunction(&fn_colsum[i], util_mod, sums[i]));
+  }
+}
+
+static void compile_util(const char *path) {
   nvrtcProgram prog;
   NVRTC_CHECK(nvrtcCreateProgram(&prog, util_src, "util.cu", NHDR, (const char *const *)hdr_text, hdr_names));
   const char *o[8];
@@ -402,13 +430,16 @@ static void load_util(void) {
   char *cubin = xmalloc(n);
   NVRTC_CHECK(nvrtcGetCUBIN(prog, cubin));
   nvrtcDestroyProgram(&prog);
-  CU_CHECK(cuModuleLoadData(&util_mod, cubin));
-  free(cubin);
-  const char *fills[] = {"fill_bf16", "fill_f16", "fill_f32"}, *sums[] = {"rowsum_bf16", "rowsum_f16", "rowsum_f32"};
-  for (int i = 0; i < 3; i++) {
-    CU_CHECK(cuModuleGetFunction(&fn_fill[i], util_mod, fills[i]));
-    CU_CHECK(cuModuleGetFunction(&fn_colsum[i], util_mod, sums[i]));
+  char tmp[4700];
+  snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
+  FILE *f = fopen(tmp, "wb");
+  if (f) {
+    fwrite(cubin, 1, n, f);
+    fclose(f);
+    rename(tmp, path);
   }
+  if (!opt.compile_only) CU_CHECK(cuModuleLoadData(&util_mod, cubin));
+  free(cubin);
 }
 
 static void fill(CUdeviceptr p, size_t n, dtype t, unsigned seed, float scale, float offset) {
@@ -1249,7 +1280,13 @@ int main(int argc, char **argv) {
 
   if (opt.lib != 1) build_kernel_list();
   compile_all();
-  if (opt.compile_only) return 0;
+  if (opt.compile_only) {
+    char path[4600];
+    snprintf(path, sizeof path, "%s/util-check.cubin", opt.cache);
+    compile_util(path);
+    remove(path);
+    return 0;
+  }
   for (int i = 0; i < nkernels; i++)
     if (ffn_gemm_smem_bytes(&kernels[i].cfg) > (size_t)max_smem_optin) {
       fprintf(stderr, "%s needs %zu B of shared memory, the device allows %d\n", kernels[i].name,

@@ -1,11 +1,12 @@
 /* fe_driver.c: the front end alone, with the command lines of ffnc that only need it:
  *
  *   fe_driver check FILE [--precision KEY=TYPE]... [--ffn-fusion A..B]...
- *   fe_driver build FILE --emit ir -o - [same options]   the IR as the front end builds it
+ *   fe_driver build FILE --emit ir -o - [-O0] [same options]   the front end's IR
  *
  * Diagnostics go to stderr; the exit status is 1 when there are errors, 2 for bad usage
- * (as ffnc). The front-end golden tests run it, so they pin the front end's output and
- * keep working while the rest of the library is being changed.
+ * (as ffnc). It is built from the front-end and IR sources only, so the front end can be
+ * debugged (and its goldens run, see tests/frontend.cmake) while the rest of the library
+ * does not build.
  */
 #include "frontend/frontend.h"
 
@@ -14,7 +15,7 @@
 
 static int usage(void) {
   fprintf(stderr, "usage: fe_driver check FILE [--precision KEY=TYPE]... [--ffn-fusion A..B]...\n"
-                  "       fe_driver build FILE --emit ir -o - [options]\n");
+                  "       fe_driver build FILE --emit ir -o - [-O0] [options]\n");
   return 2;
 }
 
@@ -47,6 +48,8 @@ int main(int argc, char **argv) {
       emit_ir = true;
     } else if (build && strcmp(argv[i], "-o") == 0 && next && strcmp(next, "-") == 0) {
       to_stdout = true;
+    } else if (build && strcmp(argv[i], "-O0") == 0) {
+      i--; /* no value */
     } else {
       return usage();
     }

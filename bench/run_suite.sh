@@ -1,0 +1,12 @@
+#!/bin/sh
+# bench/run_suite.sh FFNC OUTDIR [TOKENS]
+# Runs the whole suite in one process (the ceilings are measured once): writes
+# OUTDIR/bench.json, OUTDIR/bench.txt (the table) and OUTDIR/bench.dat/.gp (the plot's data and
+# gnuplot script; OUTDIR/bench.png where gnuplot is installed).
+set -eu
+ffnc=$1 out=$2 tokens=${3:-1,16,128,1024,8192}
+here=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$out"
+"$ffnc" bench "$here/suite/llama3_8b_layer.ffn" "$here/suite/llama3_70b_layer.ffn" \
+  "$here/suite/gpt_gelu_4096.ffn" "$here/suite/llama3_8b_4layers.ffn" \
+  --tokens "$tokens" --json "$out/bench.json" --plot "$out/bench" | tee "$out/bench.txt"

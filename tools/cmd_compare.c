@@ -1,0 +1,68 @@
+/* cmd_compare.c: `ffnc compare A.safetensors B.safetensors [--tol X]`: the same tensors, and
+ * values within a relative (norm-wise) tolerance. For checking a GPU run against the CPU
+ * reference from the shell. */
+#include "cli.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cmd_compare(int argc, char **argv) {
+  const char *paths[2] = {NULL, NULL}, *v;
+  double tol = 1e-2;
+  int n = 0;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--help") == 0) {
+      printf("usage: ffnc compare A.safetensors B.safetensors [--tol X]\n"
+             "Every tensor of A is in B with the same dtype and shape, and ||a - b|| / ||b|| <= X (default 1e-2).\n");
+      return 0;
+    }
+    if ((v = cli_value(argc, argv, &i, "--tol")))
+      tol = atof(v);
+    else if (argv[i][0] == '-' || n == 2) {
+      cli_error("compare: unexpected argument '%s'", argv[i]);
+      return EXIT_USAGE;
+    } else
+      paths[n++] = argv[i];
+  }
+  if (n != 2) {
+    cli_error("compare: usage: ffnc compare A.safetensors B.safetensors [--tol X]");
+    return EXIT_USAGE;
+  }
+  char err[512];
+  StFile *a = st_open(paths[0], err, sizeof err), *b = a ? st_open(paths[1], err, sizeof err) : NULL;
+  if (!a || !b) {
+    cli_error("%s", err);
+    st_close(a);
+    return EXIT_USER;
+  }
+  int rc = 0;
+  for (int i = 0; i < st_count(a); i++) {
+    const StTensor *x = st_get(a, i), *y = st_find(b, x->name);
+    if (!y || y->dtype != x->dtype || y->rank != x->rank || memcmp(x->shape, y->shape, sizeof(int64_t) * (size_t)x->rank)) {
+      printf("%s: missing or different dtype/shape in %s\n", x->name, paths[1]);
+      rc = EXIT_USER;
+      continue;
+    }
+    size_t count = 1;
+    for (int d = 0; d < x->rank; d++)
+      count *= (size_t)x->shape[d];
+    double num = 0, den = 0, maxabs = 0;
+    for (size_t j = 0; j < count; j++) {
+      double p = dtype_load(x->dtype, x->data, j), q = dtype_load(y->dtype, y->data, j);
+      num += (p - q) * (p - q);
+      den += q * q;
+      if (fabs(p - q) > maxabs || p != p || q != q)
+        maxabs = p != p || q != q ? NAN : fabs(p - q);
+    }
+    double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    bool ok = rel <= tol;
+    printf("%s %s: rel_l2 %.3g, max_abs %.3g (%zu elements, tol %.1e)\n", ok ? "ok  " : "FAIL", x->name, rel, maxabs,
+           count, tol);
+    if (!ok)
+      rc = EXIT_USER;
+  }
+  st_close(a);
+  st_close(b);
+  return rc;
+}
