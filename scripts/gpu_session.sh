@@ -1,0 +1,41 @@
+#!/bin/sh
+# scripts/gpu_session.sh OUT [tests] [sanitize] [bench]
+# What one call on the lent GPU machine runs, with a build made here and carried there (that
+# machine has no flex, bison or jansson headers). The build has absolute paths under
+# /work/main, so the copy is linked there first; the kernel cache in build/test-kernel-cache
+# was filled here by NVRTC (`ctest -L nvrtc` and `ffnc bench --compile-only`), so nothing is
+# compiled twice. Logs go to OUT.
+set -u
+out=$1
+shift
+here=$(cd "$(dirname "$0")/.." && pwd)
+mkdir -p /work "$out"
+[ "$here" = /work/main ] || ln -sfn "$here" /work/main
+cd /work/main/build || exit 1
+export FFNC_CACHE_DIR=/work/main/build/test-kernel-cache
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv >"$out/gpu.txt" 2>&1
+cat "$out/gpu.txt"
+for part in "$@"; do
+  case $part in
+  tests)
+    timeout 300 ctest -L gpu --output-on-failure -j 4 >"$out/gpu_tests.log" 2>&1
+    echo "gpu tests: exit $?"
+    grep -E "tests passed|Failed|Skipped|Passed" "$out/gpu_tests.log" | tail -20
+    ;;
+  sanitize)
+    for tool in memcheck racecheck; do
+      for m in examples/llama3_tiny.ffn tests/gpu/models/rowwise_ops.ffn tests/gpu/models/layernorm_f32.ffn; do
+        name=$(basename "$m" .ffn)
+        FFNC_TEST_TOKENS=1,7,130 timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 \
+          ./tests/gpu_model_test "$m" >"$out/${tool}_$name.log" 2>&1
+        echo "compute-sanitizer $tool $name: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/${tool}_$name.log" | tail -1))"
+      done
+    done
+    ;;
+  bench)
+    timeout 420 sh /work/main/bench/run_suite.sh /work/main/build/ffnc "$out" >"$out/bench.log" 2>&1
+    echo "bench: exit $?"
+    tail -80 "$out/bench.log"
+    ;;
+  esac
+done
