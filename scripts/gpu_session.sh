@@ -18,15 +18,15 @@ cat "$out/gpu.txt"
 for part in "$@"; do
   case $part in
   tests)
-    timeout 300 ctest -L gpu --output-on-failure -j 4 >"$out/gpu_tests.log" 2>&1
+    timeout 240 ctest -L gpu --output-on-failure -j 4 >"$out/gpu_tests.log" 2>&1
     echo "gpu tests: exit $?"
     grep -E "tests passed|Failed|Skipped|Passed" "$out/gpu_tests.log" | tail -20
     ;;
   sanitize)
     for tool in memcheck racecheck; do
-      for m in examples/llama3_tiny.ffn tests/gpu/models/rowwise_ops.ffn tests/gpu/models/layernorm_f32.ffn; do
+      for m in examples/llama3_tiny.ffn tests/gpu/models/rowwise_ops.ffn; do
         name=$(basename "$m" .ffn)
-        FFNC_TEST_TOKENS=1,7,130 timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 \
+        FFNC_TEST_TOKENS=1,7,130 timeout 60 compute-sanitizer --tool $tool --error-exitcode 9 \
           ./tests/gpu_model_test "$m" >"$out/${tool}_$name.log" 2>&1
         echo "compute-sanitizer $tool $name: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/${tool}_$name.log" | tail -1))"
       done
