@@ -2,8 +2,11 @@
  *
  * ffnc and programs linked with it start on machines without a GPU or driver; the first
  * call that needs the device loads libcuda.so.1 and reports clearly if it cannot. Entry
- * points are fetched with cuGetProcAddress for the CUDA version we were built against, so
- * each gets the ABI our cuda.h describes (the _v2 variants and so on).
+ * points are fetched with cuGetProcAddress under the name cuda.h maps each call to (cuMemAlloc
+ * -> cuMemAlloc_v2, cuGraphInstantiate -> cuGraphInstantiateWithFlags), less its _vN suffix,
+ * for the CUDA version we were built against, so each gets the ABI our prototypes describe.
+ * (A call whose newest ABI has no macro in cuda.h, like cuCtxSynchronize, whose 13.0 version
+ * takes a context, would get that newest ABI: we don't use those.)
  */
 #include "rt.h"
 
@@ -18,6 +21,19 @@ static pthread_once_t api_once = PTHREAD_ONCE_INIT;
 
 typedef CUresult (*GetProcAddress)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
 
+/* "cuMemAlloc_v2" -> "cuMemAlloc": cuGetProcAddress wants the base name. */
+static void entry_name(const char *expanded, char *out, size_t len) {
+  snprintf(out, len, "%s", expanded);
+  char *v = strrchr(out, '_');
+  if (v && v[1] == 'v' && v[2]) {
+    char *d = v + 2;
+    while (*d >= '0' && *d <= '9')
+      d++;
+    if (!*d)
+      *v = 0;
+  }
+}
+
 static void load(void) {
   void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!lib) {
@@ -29,11 +45,15 @@ static void load(void) {
     snprintf(api_why, sizeof api_why, "the CUDA driver is too old: libcuda.so.1 has no cuGetProcAddress_v2 (need 12.0+)");
     return;
   }
+#define STR(x) #x
+#define XSTR(x) STR(x)
 #define X(f)                                                                                       \
   {                                                                                                \
     CUdriverProcAddressQueryResult q;                                                              \
     void *p = NULL;                                                                                \
-    if (get(#f, &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &q) != CUDA_SUCCESS || !p) {        \
+    char base[64];                                                                                 \
+    entry_name(XSTR(f), base, sizeof base);                                                        \
+    if (get(base, &p, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &q) != CUDA_SUCCESS || !p) {      \
       snprintf(api_why, sizeof api_why, "the CUDA driver has no usable %s (built for CUDA %d.%d)", #f, \
                CUDA_VERSION / 1000, CUDA_VERSION % 1000 / 10);                                     \
       return;                                                                                      \
@@ -74,10 +94,10 @@ ffn_status cu_fail(const CuApi *cu, CUresult r, const char *call) {
   cu->cuGetErrorName(r, &name);
   cu->cuGetErrorString(r, &desc);
   /* the call text is "cu->cuFoo(args)": name the function */
-  const char *f = strstr(call, "cu->");
+  const char *f = strstr(call, "->");
   char fn[64] = "";
   if (f) {
-    f += 4;
+    f += 2;
     size_t n = strcspn(f, "(");
     snprintf(fn, sizeof fn, "%.*s", (int)(n < 63 ? n : 63), f);
   }

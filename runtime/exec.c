@@ -173,7 +173,7 @@ ffn_status exec_prepare(ffn_model *m) {
     if (s != FFN_OK)
       return s;
   }
-  CU_CHECK(CU, CU->cuCtxSynchronize());
+  CU_CHECK(CU, CU->cuStreamSynchronize(NULL)); /* the steps ran on the default stream */
   /* what only the load-time steps needed goes back (weights the caller owns stay theirs) */
   for (int t = 0; t < p->ntensors; t++) {
     const PlanTensor *pt = &p->tensors[t];

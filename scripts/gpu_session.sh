@@ -12,7 +12,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p /work "$out"
 [ "$here" = /work/main ] || ln -sfn "$here" /work/main
 cd /work/main/build || exit 1
-export FFNC_CACHE_DIR=/work/main/build/test-kernel-cache
+export FFNC_CACHE_DIR=/work/main/build/test-kernel-cache FFNC_SOURCE_DIR=/work/main
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv >"$out/gpu.txt" 2>&1
 cat "$out/gpu.txt"
 for part in "$@"; do
