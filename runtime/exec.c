@@ -252,14 +252,28 @@ static size_t counters_bytes(size_t n) { return (n * 4 + 255) / 256 * 256; }
 
 /* Takes a workspace for a call on `stream` with `tiles` split-K counters and `rest` bytes after
  * them: a free one whose last use has finished, or one last used on this stream (the stream
- * is made to wait for that use, so a recycled stream handle is safe too), else a new one. */
+ * is made to wait for that use, so a recycled stream handle is safe too), else a new one.
+ *
+ * A call being captured into a CUDA graph keeps its workspace for good (pinned): the graph's
+ * replays use it whenever they run, so nothing else may. It takes the one a warm-up call on the
+ * same stream used, when large enough, else a new one (allocating during capture needs
+ * CU_STREAM_CAPTURE_MODE_RELAXED); its counters are zeroed by a memset node in the graph. */
 static ffn_status acquire(ffn_model *m, CUstream stream, size_t tiles, size_t rest, Workspace **out) {
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  CUresult r = CU->cuStreamIsCapturing(stream, &capture);
+  if (r != CUDA_SUCCESS)
+    return cu_fail(CU, r, "cu->cuStreamIsCapturing()");
+  bool capturing = capture != CU_STREAM_CAPTURE_STATUS_NONE;
   pthread_mutex_lock(&m->lock);
   Workspace *w = NULL;
   for (int pass = 0; pass < 2 && !w; pass++)
     for (int i = 0; i < m->nws && !w; i++) {
       Workspace *c = m->ws[i];
-      if (!c->busy && (pass ? c->last_stream == stream : CU->cuEventQuery(c->done) == CUDA_SUCCESS))
+      if (c->busy)
+        continue;
+      if (capturing ? pass == 1 && c->last_stream == stream && c->ncounters >= tiles &&
+                          c->size >= counters_bytes(c->ncounters) + rest
+                    : pass ? c->last_stream == stream : CU->cuEventQuery(c->done) == CUDA_SUCCESS)
         w = c;
     }
   ffn_status st = FFN_OK;
@@ -276,7 +290,7 @@ static ffn_status acquire(ffn_model *m, CUstream stream, size_t tiles, size_t re
     }
     if (st == FFN_OK && !(w = calloc(1, sizeof *w)))
       st = rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
-    CUresult r = st == FFN_OK ? CU->cuEventCreate(&w->done, CU_EVENT_DISABLE_TIMING) : CUDA_SUCCESS;
+    r = st == FFN_OK ? CU->cuEventCreate(&w->done, CU_EVENT_DISABLE_TIMING) : CUDA_SUCCESS;
     if (r != CUDA_SUCCESS) {
       free(w);
       w = NULL;
@@ -285,17 +299,21 @@ static ffn_status acquire(ffn_model *m, CUstream stream, size_t tiles, size_t re
     if (st == FFN_OK)
       m->ws[m->nws++] = w;
   }
-  if (w)
+  if (w) {
     w->busy = true;
+    w->pinned = capturing;
+  }
   pthread_mutex_unlock(&m->lock);
   if (st != FFN_OK)
     return st;
-  CUresult r = CU->cuStreamWaitEvent(stream, w->done, 0);
-  if (r != CUDA_SUCCESS)
+  if (!capturing && CU->cuEventQuery(w->done) != CUDA_SUCCESS &&
+      (r = CU->cuStreamWaitEvent(stream, w->done, 0)) != CUDA_SUCCESS)
     st = cu_fail(CU, r, "cu->cuStreamWaitEvent()");
   size_t ncounters = tiles > w->ncounters ? tiles : w->ncounters;
-  if (st == FFN_OK && (w->size < counters_bytes(ncounters) + rest || ncounters > w->ncounters)) {
-    /* grow; the old allocation may still be read by work queued earlier */
+  bool grow = w->size < counters_bytes(ncounters) + rest || ncounters > w->ncounters;
+  if (st == FFN_OK && grow) {
+    /* the old allocation may still be read by work queued earlier (never the case for a
+     * capture, which only takes a workspace that is large enough or a new one) */
     if (w->base) {
       r = CU->cuEventSynchronize(w->done);
       if (r == CUDA_SUCCESS)
@@ -308,16 +326,18 @@ static ffn_status acquire(ffn_model *m, CUstream stream, size_t tiles, size_t re
     size_t size = counters_bytes(ncounters) + rest + rest / 4; /* room for more tokens next time */
     if (st == FFN_OK && (r = CU->cuMemAlloc(&w->base, size)) != CUDA_SUCCESS)
       st = cu_fail(CU, r, "cu->cuMemAlloc()");
-    if (st == FFN_OK && (r = CU->cuMemsetD8Async(w->base, 0, counters_bytes(ncounters), stream)) != CUDA_SUCCESS)
-      st = cu_fail(CU, r, "cu->cuMemsetD8Async()");
     if (st == FFN_OK) {
       w->size = size;
       w->ncounters = ncounters;
     }
   }
+  if (st == FFN_OK && (grow || capturing) &&
+      (r = CU->cuMemsetD8Async(w->base, 0, counters_bytes(w->ncounters), stream)) != CUDA_SUCCESS)
+    st = cu_fail(CU, r, "cu->cuMemsetD8Async()");
   if (st != FFN_OK) {
     pthread_mutex_lock(&m->lock);
     w->busy = false;
+    w->pinned = false;
     pthread_mutex_unlock(&m->lock);
     return st;
   }
@@ -329,7 +349,7 @@ static void release(ffn_model *m, Workspace *w, CUstream stream, bool recorded) 
   pthread_mutex_lock(&m->lock);
   if (recorded)
     w->last_stream = stream;
-  w->busy = false;
+  w->busy = w->pinned;
   pthread_mutex_unlock(&m->lock);
 }
 
@@ -461,8 +481,8 @@ ffn_status exec_step(ExecRun *run, int s) {
 ffn_status exec_end(ExecRun *run, ffn_status st) {
   ffn_model *m = run->m;
   if (run->w) {
-    CUresult r = CU->cuEventRecord(run->w->done, run->stream);
-    bool recorded = r == CUDA_SUCCESS;
+    CUresult r = run->w->pinned ? CUDA_SUCCESS : CU->cuEventRecord(run->w->done, run->stream);
+    bool recorded = r == CUDA_SUCCESS && !run->w->pinned;
     if (!recorded && st == FFN_OK)
       st = cu_fail(CU, r, "cu->cuEventRecord()");
     release(m, run->w, run->stream, recorded);

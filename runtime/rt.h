@@ -29,7 +29,7 @@ ffn_status rt_error(ffn_status s, const char *fmt, ...) __attribute__((format(pr
   X(cuStreamEndCapture) X(cuGraphInstantiate) X(cuGraphLaunch) X(cuGraphExecDestroy)                  \
   X(cuGraphDestroy) X(cuEventCreate) X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize)           \
   X(cuEventElapsedTime) X(cuEventDestroy) X(cuGetErrorName) X(cuGetErrorString)                       \
-  X(cuPointerGetAttribute) X(cuStreamWaitEvent)
+  X(cuPointerGetAttribute) X(cuStreamWaitEvent) X(cuStreamIsCapturing)
 
 typedef struct {
 #define X(f) __typeof__(&f) f;
@@ -88,6 +88,7 @@ typedef struct {
   CUstream last_stream;
   CUevent done;         /* recorded after the last run that used it */
   bool busy;            /* taken by a run being enqueued */
+  bool pinned;          /* baked into a captured CUDA graph: never handed out again */
 } Workspace;
 
 struct ffn_model {
