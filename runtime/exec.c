@@ -483,7 +483,7 @@ ffn_status exec_end(ExecRun *run, ffn_status st) {
   if (run->w) {
     CUresult r = run->w->pinned ? CUDA_SUCCESS : CU->cuEventRecord(run->w->done, run->stream);
     bool recorded = r == CUDA_SUCCESS && !run->w->pinned;
-    if (!recorded && st == FFN_OK)
+    if (r != CUDA_SUCCESS && st == FFN_OK)
       st = cu_fail(CU, r, "cu->cuEventRecord()");
     release(m, run->w, run->stream, recorded);
     run->w = NULL;
