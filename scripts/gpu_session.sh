@@ -32,6 +32,13 @@ for part in "$@"; do
       done
     done
     ;;
+  debug)
+    # whatever is being chased; kept short
+    timeout 100 compute-sanitizer --tool memcheck ./tests/gpu_model_test tests/gpu/models/gpt_bf16.ffn >"$out/memcheck_gpt_bf16.log" 2>&1
+    echo "memcheck gpt_bf16: exit $?"; grep -E "ERROR SUMMARY|Invalid|at .*in |FAIL|PASSED" "$out/memcheck_gpt_bf16.log" | head -20
+    timeout 200 compute-sanitizer --tool memcheck --print-limit 5 ./ffnc bench /work/main/bench/suite/gpt_gelu_4096.ffn --tokens 1 --reps 2 --no-graphs --no-ceilings >"$out/memcheck_bench_gpt.log" 2>&1
+    echo "memcheck bench gpt: exit $?"; grep -E "ERROR SUMMARY|Invalid|at .*in |error" "$out/memcheck_bench_gpt.log" | head -20
+    ;;
   bench)
     timeout 420 sh /work/main/bench/run_suite.sh /work/main/build/ffnc "$out" >"$out/bench.log" 2>&1
     echo "bench: exit $?"
