@@ -323,15 +323,17 @@ static const char *value(Kgen *k, Scope *s, Node *n) {
 /* Stores of the group's stored members, given their variables in element scope `es` (or, for
  * per-row members, in row scope `rs`). */
 static void emit_stores_rowwise(Kgen *k, Scope *es, Scope *rs, Buf *out, const char *indent) {
+  /* values first, then the stored tensors' slots: a kernel's operands come before its results
+   * in KArgs.p[] (PlanKernel.op relies on it) */
   for (int i = 0; i < k->gr->stores.len; i++) {
     Node *n = k->gr->stores.items[i];
-    int t = tensor_for(k->G, n);
-    int sl = slot(k, t);
+    const char *v = is_row_shaped(k, n) ? value(k, rs, n) : value(k, es, n);
+    int sl = slot(k, tensor_for(k->G, n));
     const char *ty = tname(n->dtype);
     if (is_row_shaped(k, n))
-      buf_printf(out, "%sif (threadIdx.x == 0) ffn::st_%s(a->p[%d], row, %s);\n", indent, ty, sl, value(k, rs, n));
+      buf_printf(out, "%sif (threadIdx.x == 0) ffn::st_%s(a->p[%d], row, %s);\n", indent, ty, sl, v);
     else
-      buf_printf(out, "%sffn::st_%s(a->p[%d], i, %s);\n", indent, ty, sl, value(k, es, n));
+      buf_printf(out, "%sffn::st_%s(a->p[%d], i, %s);\n", indent, ty, sl, v);
   }
 }
 
@@ -378,17 +380,18 @@ static void gen_epilogue(Kgen *k, Buf *out) {
   Buf stores = {0};
   for (int i = 0; i < gr->stores.len; i++) {
     Node *n = gr->stores.items[i];
-    int sl = slot(k, tensor_for(G, n));
     const char *ty = tname(n->dtype);
     if (!ty) {
       fail(G, n, "storing %s values is not supported by the GPU code generator yet", dtype_name(n->dtype));
       continue;
     }
+    /* the value first, then the stored tensor's slot: operands come before results */
+    const char *v = is_row_shaped(k, n) ? value(k, &rs, n) : value(k, &es, n);
+    int sl = slot(k, tensor_for(G, n));
     if (is_row_shaped(k, n)) {
-      buf_printf(&stores, "    if (col == 0) ffn::st_%s(a->p[%d], row, %s);\n", ty, sl, value(k, &rs, n));
+      buf_printf(&stores, "    if (col == 0) ffn::st_%s(a->p[%d], row, %s);\n", ty, sl, v);
       continue;
     }
-    const char *v = value(k, &es, n);
     buf_printf(&elb, "        o%d[e] = %s;\n", i, v);
     if (n_even)
       buf_printf(&stores,
