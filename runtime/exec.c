@@ -360,6 +360,12 @@ static LaunchChoice choose(const ffn_model *m, const PlanKernel *k, int64_t rows
       c.v = &k->variants[i];
       break;
     }
+  /* tuning knob: FFNC_GEMM_VARIANT=CONFIG (a name in kernels/gemm_host.h) forces that tile
+   * configuration wherever a GEMM has it */
+  const char *force = k->kind == KK_GEMM ? getenv("FFNC_GEMM_VARIANT") : NULL;
+  for (int i = 0; force && i < k->nvariants; i++)
+    if (strcmp(k->variants[i].cfg.name, force) == 0)
+      c.v = &k->variants[i];
   if (k->kind == KK_GEMM && k->splittable)
     c.splits = ffn_gemm_pick_splits((int)rows, (int)k->n, k->streams, (int)k->k, &c.v->cfg, m->sms);
   return c;

@@ -32,6 +32,16 @@ for part in "$@"; do
       done
     done
     ;;
+  ab)
+    # tile configurations A/B at mid token counts (FFNC_GEMM_VARIANT forces one)
+    for v in default sm80_64x128x64 sm80_32x128x64; do
+      if [ $v = default ]; then unset FFNC_GEMM_VARIANT; else export FFNC_GEMM_VARIANT=$v; fi
+      timeout 100 ./ffnc bench /work/main/bench/suite/llama3_8b_layer.ffn --tokens 64,128,256,512 --no-graphs \
+        --reps 20 >"$out/ab_$v.txt" 2>&1
+      echo "== $v"; grep -E "^ +[0-9]+ +ffnc" "$out/ab_$v.txt"
+    done
+    unset FFNC_GEMM_VARIANT
+    ;;
   debug)
     # whatever is being chased; kept short
     timeout 100 compute-sanitizer --tool memcheck ./tests/gpu_model_test tests/gpu/models/gpt_bf16.ffn >"$out/memcheck_gpt_bf16.log" 2>&1
