@@ -676,10 +676,11 @@ static void write_plot(const char *prefix, Model *models, Result **res, int *nre
   if (!f)
     return;
   const char *base = strrchr(prefix, '/') ? strrchr(prefix, '/') + 1 : prefix;
-  fprintf(f, "set terminal pngcairo size %d,500 font ',10'\nset output '%s.png'\n", 420 * (nmodels < 4 ? nmodels : 4) + 100,
-          base);
-  fprintf(f, "set multiplot layout 1,%d\nset logscale x 2\nset xlabel 'tokens'\nset ylabel 'fraction of floor'\n"
-             "set yrange [0:1.05]\nset key bottom right\nset grid\n",
+  fprintf(f, "set terminal pngcairo noenhanced size %d,500 font ',10'\nset output '%s.png'\n",
+          420 * (nmodels < 4 ? nmodels : 4) + 100, base);
+  fprintf(f, "set multiplot layout 1,%d title 'fraction of the floor (max of FLOPs / cuBLASLt bf16 rate, bytes / copy "
+             "bandwidth) reached; higher is better'\nset logscale x 2\nset xlabel 'tokens'\n"
+             "set ylabel 'fraction of floor'\nset yrange [0:1.1]\nset key bottom right\nset grid\n",
           nmodels);
   for (int m = 0; m < nmodels; m++) {
     const char *name = strrchr(models[m].file, '/') ? strrchr(models[m].file, '/') + 1 : models[m].file;
