@@ -198,6 +198,7 @@ typedef struct Scope {
   const char *indent;
   char **memo;          /* node id -> variable in this scope */
   const char *col;      /* column index expression */
+  int line;             /* the last #line emitted into out */
 } Scope;
 
 static bool is_row_shaped(Kgen *k, const Node *n) {
@@ -208,7 +209,8 @@ static bool is_row_shaped(Kgen *k, const Node *n) {
 }
 
 static void emit_line(Kgen *k, Scope *s, const Node *n) {
-  if (n->loc.line > 0 && k->G->g->file) {
+  if (n->loc.line > 0 && k->G->g->file && n->loc.line != s->line) {
+    s->line = n->loc.line;
     buf_printf(s->out, "#line %d \"", n->loc.line);
     for (const char *p = k->G->g->file; *p; p++)
       buf_printf(s->out, *p == '"' || *p == '\\' ? "\\%c" : "%c", *p);
@@ -359,8 +361,8 @@ static void gen_epilogue(Kgen *k, Buf *out) {
   Group *gr = k->gr;
   Gen *G = k->G;
   Buf rowb = {0}, elb = {0};
-  Scope rs = {SC_ROW, NULL, &rowb, "    ", new_memo(G), "col"};
-  Scope es = {SC_ELEM, &rs, &elb, "        ", new_memo(G), "(col + e)"};
+  Scope rs = {SC_ROW, NULL, &rowb, "    ", new_memo(G), "col", 0};
+  Scope es = {SC_ELEM, &rs, &elb, "        ", new_memo(G), "(col + e)", 0};
   bool n_even = k->ncols % 2 == 0;
   /* the stream values, and the statistics of A's rows */
   for (int s = 0; s < gr->streams; s++) {
@@ -528,14 +530,14 @@ static void gen_rowwise(Gen *G, Group *gr) {
   }
   long long N = (long long)k.ncols;
   Buf body = {0}, rowb = {0}, elb = {0};
-  Scope rs = {SC_ROW, NULL, &rowb, "    ", new_memo(G), "col"};
+  Scope rs = {SC_ROW, NULL, &rowb, "    ", new_memo(G), "col", 0};
   /* statistics first: one pass (two for layernorm) over the row per statistic */
   for (int i = 0; i < gr->nodes.len; i++) {
     Node *n = gr->nodes.items[i];
     if (!is_stat_or_norm(n->op))
       continue;
     Buf pass = {0};
-    Scope ps = {SC_ELEM, NULL, &pass, "      ", new_memo(G), "col"};
+    Scope ps = {SC_ELEM, NULL, &pass, "      ", new_memo(G), "col", 0};
     const char *x = value(&k, &ps, n->args[0]);
     int id = k.nvars++;
     bool ln = n->op == OP_LAYERNORM || n->op == OP_LN_MEAN || n->op == OP_LN_RSTD;
@@ -548,7 +550,7 @@ static void gen_rowwise(Gen *G, Group *gr) {
     if (ln) {
       /* second pass for the variance around the mean, as the reference computes it */
       Buf pass2 = {0};
-      Scope ps2 = {SC_ELEM, NULL, &pass2, "      ", new_memo(G), "col"};
+      Scope ps2 = {SC_ELEM, NULL, &pass2, "      ", new_memo(G), "col", 0};
       const char *x2 = value(&k, &ps2, n->args[0]);
       buf_printf(&rowb, "    const float mean%d = s%d / %lld.0f;\n    float q%d = 0.f;\n"
                         "    for (int col = threadIdx.x; col < %lld; col += blockDim.x) {\n"
@@ -578,7 +580,7 @@ static void gen_rowwise(Gen *G, Group *gr) {
     }
     rs.memo[n->id] = var;
   }
-  Scope es = {SC_ELEM, &rs, &elb, "      ", new_memo(G), "col"};
+  Scope es = {SC_ELEM, &rs, &elb, "      ", new_memo(G), "col", 0};
   /* norms are per element: x * rstd * g (+ b), or (x - mean) * rstd * g (+ b) */
   for (int i = 0; i < gr->nodes.len; i++) {
     Node *n = gr->nodes.items[i];
