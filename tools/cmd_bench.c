@@ -785,6 +785,11 @@ int cmd_bench(int argc, char **argv) {
     cli_error("bench: usage: ffnc bench FILE.ffn... --tokens N[,N...]");
     return EXIT_USAGE;
   }
+  char why[512];
+  if (!compile_only && !(cu = cu_api(why, sizeof why))) { /* before spending time compiling */
+    cli_error("bench: %s", why);
+    return EXIT_DEVICE;
+  }
   Model *models = calloc((size_t)nfiles, sizeof(Model));
   for (int m = 0; m < nfiles; m++) {
     models[m].file = files[m];
@@ -811,11 +816,6 @@ int cmd_bench(int argc, char **argv) {
   if (compile_only) {
     printf("compiled %d model%s (ffnc and -O0 plans) into the kernel cache\n", nfiles, nfiles > 1 ? "s" : "");
     return 0;
-  }
-  char why[512];
-  if (!(cu = cu_api(why, sizeof why))) {
-    cli_error("bench: %s", why);
-    return EXIT_DEVICE;
   }
   CUdevice dev;
   CUcontext ctx;

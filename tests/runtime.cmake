@@ -1,0 +1,6 @@
+# Runtime without a GPU: the kernel cache, NVRTC error reporting, and what the GPU paths say
+# where there is no GPU.
+ffn_c_test(cache_test SOURCES runtime/cache_test.c LABELS nvrtc)
+add_test(NAME no_gpu COMMAND sh ${FFNC_TEST_DIR}/runtime/no_gpu_test.sh $<TARGET_FILE:ffnc>
+         ${CMAKE_SOURCE_DIR}/examples/llama3_tiny.ffn ${CMAKE_CURRENT_BINARY_DIR}/no_gpu)
+set_tests_properties(no_gpu PROPERTIES SKIP_RETURN_CODE 77 LABELS runtime)
