@@ -363,8 +363,12 @@ void ir_print(const Graph *g, FILE *out) {
     if (n->dead)
       continue;
     fprintf(out, "%%%d = %s", n->id, op_info[n->op].name);
-    if (n->op == OP_INPUT || n->op == OP_WEIGHT)
-      fprintf(out, " \"%s\"", n->name);
+    if (n->op == OP_INPUT || n->op == OP_WEIGHT) {
+      fputs(" \"", out);
+      for (const char *p = n->name; *p; p++) /* the DSL's own escapes */
+        fprintf(out, *p == '"' || *p == '\\' ? "\\%c" : "%c", *p);
+      fputc('"', out);
+    }
     if (n->op == OP_SCALAR)
       fprintf(out, " %.9g", n->fval);
     for (int j = 0; j < n->nargs; j++)
