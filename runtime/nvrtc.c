@@ -89,8 +89,11 @@ ffn_status nvrtc_compile(const char *source, const char *name, const char *arch,
   if (!nvrtc_version(ver, sizeof ver))
     return rt_error(FFN_ERR_NO_COMPILER, "%s", nv_why);
   int sm = atoi(arch + 3);
+  /* Hopper's wgmma and setmaxnreg exist only in the arch-specific sm_90a target (its code runs
+   * on sm_90 parts only, which is what a plan for sm_90 asks for anyway) */
   char archopt[64];
-  snprintf(archopt, sizeof archopt, ptx ? "--gpu-architecture=compute_%d" : "--gpu-architecture=sm_%d", sm);
+  snprintf(archopt, sizeof archopt, ptx ? "--gpu-architecture=compute_%d%s" : "--gpu-architecture=sm_%d%s", sm,
+           sm == 90 ? "a" : "");
   const char *opts[] = {archopt, "--std=c++17", "-default-device", "-lineinfo", "--fmad=true"};
   int nopts = (int)(sizeof opts / sizeof opts[0]);
 
