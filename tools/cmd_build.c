@@ -77,7 +77,7 @@ int cmd_build(int argc, char **argv) {
       printf("usage: ffnc build FILE.ffn -o OUT [--arch sm_XX] [--emit ir|cuda|plan|ptx|cubin] [-O0..-O3]\n"
              "                  [--precision KEY=TYPE]... [--ffn-fusion A..B] [--dump-ir-after=PASS]\n"
              "Compiles FILE ahead of time. Without --emit, OUT is what a host program needs to run the model with\n"
-             "no compiler at run time (the launch plan, a cubin for the arch and its PTX), loaded by\n"
+             "no compiler at run time (the launch plan and a cubin for the arch), loaded by\n"
              "ffn_program_load(). --emit writes one stage instead: ir (the IR after the passes of this -O level;\n"
              "-O0 prints the front end's IR), cuda (generated source), plan (launch plan, text), ptx or cubin.\n"
              "`-o -` writes to standard output. --arch defaults to the GPU's, or sm_90 without one.\n"
