@@ -1,5 +1,6 @@
-/* gemm_host.h: host-side facts about the GEMM templates in kernels/gemm_sm80.cuh and
- * kernels/gemm_simt.cuh, for ffnc's code generator and runtime. Plain C11, no CUDA headers.
+/* gemm_host.h: host-side facts about the GEMM templates in kernels/gemm_sm80.cuh,
+ * kernels/gemm_sm90.cuh and kernels/gemm_simt.cuh, for ffnc's code generator and runtime.
+ * Plain C11, no CUDA headers.
  *
  * The code generator emits one kernel per (fused GEMM, configuration):
  *
@@ -7,7 +8,11 @@
  *     extern __shared__ __align__(128) char smem[];
  *     ffn::gemm_sm80<c->bm, c->bn, c->bk, c->wm, c->wn, c->stages, S, STATS, T>(g, epi, smem);  // FFN_GEMM_SM80
  *     ffn::gemm_simt<c->bm, c->bn, c->bk, c->wm, c->wn, S, STATS, T>(g, epi, smem);             // FFN_GEMM_SIMT
+ *     ffn::gemm_sm90<c->bm, c->bn, c->bk, c->stages, S, STATS, T, c->bm / c->wm, c->min_blocks>(g, epi, smem);
+ *                                                                                            // FFN_GEMM_SM90
  *   }
+ *
+ * (FFN_GEMM_SM90 kernels must be compiled for sm_90a: NVRTC --gpu-architecture=sm_90a.)
  *
  * and at run time, for the actual M:
  *
@@ -29,15 +34,17 @@
 
 typedef enum {
   FFN_GEMM_SM80, /* mma.sync tensor cores, T = bf16 or f16, K % 8 == 0 */
-  FFN_GEMM_SIMT  /* f32 FMA, T = float (also bf16/f16), any K */
+  FFN_GEMM_SIMT, /* f32 FMA, T = float (also bf16/f16), any K */
+  FFN_GEMM_SM90  /* wgmma tensor cores (sm_90a only), T = bf16 or f16, K % 8 == 0 */
 } ffn_gemm_kind;
 
 typedef struct {
   const char *name;
   ffn_gemm_kind kind;
   int bm, bn, bk; /* CTA tile; bn counts merged (S*N) columns */
-  int wm, wn;     /* SM80: warp tile; SIMT: thread tile (TM, TN) */
-  int stages;     /* SM80: cp.async pipeline depth; SIMT: 2 (register double buffering) */
+  int wm, wn;     /* SM80: warp tile; SIMT: thread tile (TM, TN); SM90: rows x columns per consumer
+                     warpgroup (bm / wm consumer warpgroups, wn == bn) */
+  int stages;     /* SM80/SM90: cp.async pipeline depth; SIMT: 2 (register double buffering) */
   int threads;    /* block size */
   int min_blocks;  /* second __launch_bounds__ argument (2 with 128 threads made ptxas spill: keep 1) */
   int ctas_per_sm; /* resident CTAs per SM (registers and smem, from ptxas), for ffn_gemm_pick_splits */
@@ -56,6 +63,10 @@ static inline const ffn_gemm_config *ffn_gemm_configs(int *count) {
       {"sm80_128x256x64", FFN_GEMM_SM80, 128, 256, 64, 64, 64, 3, 256, 1, 1, 0},  /* prefill: 147 KB, 216 regs */
       {"simt_32x64x16", FFN_GEMM_SIMT, 32, 64, 16, 4, 4, 2, 128, 4, 6, 32},       /* f32, small M: 80 regs */
       {"simt_128x64x8", FFN_GEMM_SIMT, 128, 64, 8, 8, 4, 2, 256, 2, 2, 0},        /* f32: 95 regs */
+      /* sm_90a (wgmma), warp-specialized: one producer warpgroup + bm/wm consumer warpgroups */
+      {"sm90_64x128x64", FFN_GEMM_SM90, 64, 128, 64, 64, 128, 4, 256, 2, 2, 64},    /* decode: 99 KB smem, 124 regs */
+      {"sm90_128x128x64", FFN_GEMM_SM90, 128, 128, 64, 64, 128, 6, 384, 1, 1, 512}, /* 199 KB, 48/224 regs (setmaxnreg) */
+      {"sm90_128x256x64", FFN_GEMM_SM90, 128, 256, 64, 64, 256, 4, 384, 1, 1, 0},   /* prefill: 199 KB, 48/224 regs */
   };
   if (count) *count = (int)(sizeof table / sizeof table[0]);
   return table;
@@ -74,9 +85,13 @@ static inline const ffn_gemm_config *ffn_gemm_pick_config(ffn_gemm_kind kind, in
   return last;
 }
 
-/* Dynamic shared memory per block, bytes (16-bit elements for SM80, f32 staging for SIMT). */
+/* Dynamic shared memory per block, bytes (16-bit elements for SM80/SM90, f32 staging for SIMT).
+ * SM90 (gemm_sm90_smem_bytes in gemm_sm90.cuh): the stage ring, 2 floats of row statistics per row,
+ * and 2048 bytes for the mbarriers, the split-K flag and realigning the base to 1024 bytes. */
 static inline size_t ffn_gemm_smem_bytes(const ffn_gemm_config *c) {
   if (c->kind == FFN_GEMM_SM80) return (size_t)c->stages * (size_t)(c->bm + c->bn) * (size_t)c->bk * 2;
+  if (c->kind == FFN_GEMM_SM90)
+    return (size_t)c->stages * (size_t)(c->bm + c->bn) * (size_t)c->bk * 2 + (size_t)8 * c->bm + 2048;
   return ((size_t)2 * c->bk * (size_t)(c->bm + c->bn + 8) + (size_t)2 * c->bm) * 4;
 }
 

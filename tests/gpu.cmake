@@ -49,3 +49,8 @@ target_include_directories(gpu_threads_test PRIVATE ${CMAKE_SOURCE_DIR} ${FFNC_T
 target_link_libraries(gpu_threads_test PRIVATE ffn)
 add_test(NAME gpu_threads COMMAND gpu_threads_test)
 set_tests_properties(gpu_threads PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 ENVIRONMENT "${FFNC_GPU_ENV}")
+
+# The command line's GPU path against its CPU path.
+add_test(NAME gpu_cli_run COMMAND sh ${FFNC_TEST_DIR}/gpu/cli_run_test.sh $<TARGET_FILE:ffnc>
+         ${CMAKE_SOURCE_DIR}/examples/phi3_tiny.ffn ${CMAKE_CURRENT_BINARY_DIR}/cli_run)
+set_tests_properties(gpu_cli_run PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 ENVIRONMENT "${FFNC_GPU_ENV}")

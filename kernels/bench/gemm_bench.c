@@ -1,12 +1,14 @@
-// gemm_bench.c: kernel-variant bench for kernels/gemm_sm80.cuh and kernels/gemm_simt.cuh
-// (llm.c dev/cuda style). Each variant is NVRTC-compiled the way ffnc compiles generated code
+// gemm_bench.c: kernel-variant bench for kernels/gemm_sm80.cuh, kernels/gemm_sm90.cuh and
+// kernels/gemm_simt.cuh (llm.c dev/cuda style). Each variant is NVRTC-compiled the way ffnc compiles generated code
 // (the templates passed as headers by file name, no CUDA headers), checked against an f64 CPU
 // reference on fresh random data with the output poisoned with NaN first, then timed with CUDA
 // events (median of many launches, inputs rotated across buffers larger than L2).
 //
 //   make -C kernels/bench && kernels/bench/build/gemm_bench [options]
 //     --compile-only      compile every kernel (no GPU needed) into the cache and stop
-//     --arch N            compile for sm_N (default: the device's, or 90 without one)
+//     --arch N            compile for sm_N (default: the device's, or 90 without one); the
+//                         gemm_sm90 variants exist only for 90 and are compiled for sm_90a
+//     --ms LIST           time only these M (comma-separated; default: all of the plan)
 //     --cache DIR         cubin cache directory (default kernels/bench/cache)
 //     --no-check / --no-time / --quick   skip the checks / skip the timings / fewer timings
 //     --filter STR        only kernels whose name contains STR
@@ -70,6 +72,7 @@ static struct {
   int compile_only, no_check, no_time, quick, arch, ptxas_v, list;
   int lib; // -1: kernels and libraries, 0: kernels only (--no-lib), 1: libraries only (--lib)
   const char *cache, *filter, *csv, *refcache;
+  int ms[32], nms; // --ms: the M values to time (none: all)
   char kdir[4200]; // kernels/
   int nthreads;
 } opt;
@@ -149,7 +152,8 @@ static Kernel *find_kernel(const char *cfg, int S, int stats, dtype t) {
 
 static void add_kernel(const ffn_gemm_config *c, int S, int stats, dtype t, int recommended) {
   if (find_kernel(c->name, S, stats, t)) return;
-  if (c->kind == FFN_GEMM_SM80 && t == DT_F32) return;
+  if (c->kind != FFN_GEMM_SIMT && t == DT_F32) return;
+  if (c->kind == FFN_GEMM_SM90 && opt.arch != 90) return; // wgmma: sm_90a only
   char name[128];
   snprintf(name, sizeof name, "%s_s%d_st%d_%s", c->name, S, stats, dt_name[t]);
   if (filtered(name)) return;
@@ -167,7 +171,10 @@ static void add_kernel(const ffn_gemm_config *c, int S, int stats, dtype t, int 
   strcpy(k->name, name);
   // Generated-style source: a kernel per (GEMM, config) with its epilogue functor, as ffnc emits.
   char call[256];
-  if (c->kind == FFN_GEMM_SM80)
+  if (c->kind == FFN_GEMM_SM90)
+    snprintf(call, sizeof call, "ffn::gemm_sm90<%d, %d, %d, %d, %d, %d, %s, %d, %d>(g, epi, smem);", c->bm, c->bn,
+             c->bk, c->stages, S, stats, dt_cxx[t], c->bm / c->wm, c->min_blocks);
+  else if (c->kind == FFN_GEMM_SM80)
     snprintf(call, sizeof call, "ffn::gemm_sm80<%d, %d, %d, %d, %d, %d, %d, %d, %s>(g, epi, smem);", c->bm, c->bn,
              c->bk, c->wm, c->wn, c->stages, S, stats, dt_cxx[t]);
   else
@@ -175,11 +182,14 @@ static void add_kernel(const ffn_gemm_config *c, int S, int stats, dtype t, int 
              c->wm, c->wn, S, stats, dt_cxx[t]);
   size_t n = 2048;
   k->src = xmalloc(n);
+  // FFN_SM90_WATCHDOG: a stuck pipeline traps (the test fails) instead of hanging the device call
   snprintf(k->src, n,
-           "#include \"%s\"\n#include \"bench_epi.cuh\"\n"
+           "%s#include \"%s\"\n#include \"bench_epi.cuh\"\n"
            "extern \"C\" __global__ void __launch_bounds__(%d, %d) %s(ffn::GemmArgs g, BenchEpi<%d, %d, %s> epi) {\n"
            "  extern __shared__ __align__(128) char smem[];\n  %s\n}\n",
-           c->kind == FFN_GEMM_SM80 ? "gemm_sm80.cuh" : "gemm_simt.cuh", c->threads, c->min_blocks, name, S, stats,
+           c->kind == FFN_GEMM_SM90 ? "#define FFN_SM90_WATCHDOG 1\n" : "",
+           c->kind == FFN_GEMM_SM90 ? "gemm_sm90.cuh" : c->kind == FFN_GEMM_SM80 ? "gemm_sm80.cuh" : "gemm_simt.cuh",
+           c->threads, c->min_blocks, name, S, stats,
            dt_cxx[t], call);
 }
 
@@ -192,7 +202,7 @@ static void build_kernel_list(void) {
     const ffn_gemm_config *c = &rec[i];
     for (int S = 1; S <= 2; S++)
       for (int st = 0; st <= 2; st++) {
-        if (c->kind == FFN_GEMM_SM80) {
+        if (c->kind != FFN_GEMM_SIMT) {
           add_kernel(c, S, st, DT_BF16, 1);
           add_kernel(c, S, st, DT_F16, 1);
         } else {
@@ -203,7 +213,7 @@ static void build_kernel_list(void) {
   }
   for (size_t i = 0; i < sizeof extra_configs / sizeof extra_configs[0]; i++) {
     const ffn_gemm_config *c = &extra_configs[i];
-    dtype t = c->kind == FFN_GEMM_SM80 ? DT_BF16 : DT_F32;
+    dtype t = c->kind != FFN_GEMM_SIMT ? DT_BF16 : DT_F32;
     add_kernel(c, 2, 1, t, 0);
     add_kernel(c, 1, 0, t, 0);
   }
@@ -211,8 +221,8 @@ static void build_kernel_list(void) {
 
 // ---- NVRTC, with a cubin cache keyed by a hash of everything that goes into the compile ---------
 
-static const char *hdr_names[] = {"common.cuh", "gemm_sm80.cuh", "gemm_simt.cuh", "bench_epi.cuh"};
-enum { NHDR = 4 };
+static const char *hdr_names[] = {"common.cuh", "gemm_sm80.cuh", "gemm_simt.cuh", "bench_epi.cuh", "gemm_sm90.cuh"};
+enum { NHDR = 5 };
 static char *hdr_text[NHDR];
 
 static char *read_file(const char *path, size_t *size) {
@@ -235,8 +245,10 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n) {
   return h;
 }
 
-static void compile_options(const char **o, int *n, char *archbuf) {
-  sprintf(archbuf, "-arch=sm_%d", opt.arch);
+// sm90a: the wgmma kernels, which need the architecture-specific target (wgmma, setmaxnreg)
+static void compile_options(const char **o, int *n, char *archbuf, int sm90a) {
+  if (sm90a) sprintf(archbuf, "-arch=sm_90a");
+  else sprintf(archbuf, "-arch=sm_%d", opt.arch);
   o[0] = "--std=c++17";
   o[1] = "-default-device";
   o[2] = archbuf;
@@ -251,7 +263,7 @@ static void compile_one(Kernel *k) {
   const char *o[8];
   int no;
   char archbuf[32];
-  compile_options(o, &no, archbuf);
+  compile_options(o, &no, archbuf, k->cfg.kind == FFN_GEMM_SM90);
   int major, minor;
   nvrtcVersion(&major, &minor);
   uint64_t h = 1469598103934665603ull;
@@ -292,8 +304,10 @@ static void compile_one(Kernel *k) {
         sscanf(b, " %d bytes stack frame, %d bytes spill stores, %d bytes spill loads", &stack, &st, &ld);
       }
       pthread_mutex_lock(&compile_lock);
-      printf("ptxas sm_%d %-40s regs %3d  stack %4d  spill stores %4d  loads %4d%s\n", opt.arch, k->name, regs, stack,
+      printf("ptxas %s %-40s regs %3d  stack %4d  spill stores %4d  loads %4d%s\n", archbuf + 6, k->name, regs, stack,
              st, ld, st > 0 || ld > 0 ? "  SPILLS" : "");
+      // ptxas's advisories: setmaxnreg ignored (C7508), wgmma serialized, and the like
+      if (strstr(log, "warning") || strstr(log, "Performance")) printf("ptxas log for %s:\n%s\n", k->name, log);
       pthread_mutex_unlock(&compile_lock);
     } else if (logn > 1 && strstr(log, "warning")) {
       pthread_mutex_lock(&compile_lock);
@@ -386,7 +400,7 @@ static void load_util(void) {
   const char *o[8];
   int no;
   char archbuf[32], path[4600];
-  compile_options(o, &no, archbuf);
+  compile_options(o, &no, archbuf, 0);
   int major, minor;
   nvrtcVersion(&major, &minor);
   uint64_t h = fnv(1469598103934665603ull, util_src, strlen(util_src));
@@ -415,7 +429,7 @@ static void compile_util(const char *path) {
   const char *o[8];
   int no;
   char archbuf[32];
-  compile_options(o, &no, archbuf);
+  compile_options(o, &no, archbuf, 0);
   nvrtcResult r = nvrtcCompileProgram(prog, no, o);
   if (r != NVRTC_SUCCESS) {
     size_t n;
@@ -735,8 +749,9 @@ static int checks_run, checks_failed;
 
 static void correctness(void) {
   // Odd M (1, 7, 1000), M a multiple of nothing, N not a multiple of the tile (704) or of 8 (700),
-  // K not a multiple of BK (264) or, for SIMT, of 8 (263).
-  static const int shapes16[][3] = {{1, 704, 256}, {7, 700, 264}, {64, 704, 256}, {1000, 700, 264}, {4096, 704, 256}};
+  // K not a multiple of BK (264, 520, 1032, 2056) or, for SIMT, of 8 (263). The longer K at small M
+  // run the deeper pipelines (gemm_sm90: up to 8 stages) around their ring more than once.
+  static const int shapes16[][3] = {{1, 704, 2056}, {7, 700, 1032}, {64, 704, 520}, {1000, 700, 264}, {4096, 704, 256}};
   static const int shapes32[][3] = {{1, 700, 263}, {7, 704, 256}, {64, 700, 1000}, {1000, 704, 263}, {4096, 704, 256}};
   unsigned seed = (unsigned)time(NULL);
   printf("\n== correctness (seed base %u) ==\n", seed);
@@ -815,8 +830,9 @@ static void gemm_launch_fn(void *c, int set) {
   launch(g->k, &g->sets[set], g->splits);
 }
 
-static void add_row(const char *what, const char *kernel, int M, int N, int K, int S, int splits, double ms,
-                    dtype t, const char *status) {
+static void emit_row(const Row *r);
+static Row *new_row(const char *what, const char *kernel, int M, int N, int K, int S, int splits, double ms, dtype t,
+                    const char *status) {
   if (nrows_t == rows_cap) {
     rows_cap = rows_cap ? 2 * rows_cap : 256;
     rows = realloc(rows, rows_cap * sizeof *rows);
@@ -831,10 +847,30 @@ static void add_row(const char *what, const char *kernel, int M, int N, int K, i
   r->tflops = 2.0 * M * (double)S * N * K / (ms * 1e-3) / 1e12;
   r->gbs_w = wbytes / (ms * 1e-3) / 1e9;
   r->gbs_all = all / (ms * 1e-3) / 1e9;
+  return r;
+}
+static void add_row(const char *what, const char *kernel, int M, int N, int K, int S, int splits, double ms,
+                    dtype t, const char *status) {
+  emit_row(new_row(what, kernel, M, N, K, S, splits, ms, t, status));
+}
+static void emit_row(const Row *r) {
   printf("TIME %-14s %-34s M=%5d N=%5d S=%d K=%5d splits=%2d  %9.4f ms  %7.1f TFLOP/s  %7.1f GB/s weights  %7.1f GB/s "
          "all  %s\n",
-         what, kernel, M, N, S, K, splits, ms, r->tflops, r->gbs_w, r->gbs_all, status);
+         r->what, r->kernel, r->M, r->N, r->S, r->K, r->splits, r->ms, r->tflops, r->gbs_w, r->gbs_all, r->status);
   fflush(stdout);
+  // appended row by row, so that run.sh's processes (one per configuration) share one file and a
+  // process stopped at its time limit keeps what it measured
+  if (opt.csv) {
+    struct stat st;
+    int fresh = stat(opt.csv, &st) != 0 || st.st_size == 0;
+    FILE *csv = fopen(opt.csv, "a");
+    if (csv) {
+      if (fresh) fprintf(csv, "what,kernel,M,N,S,K,splits,ms,tflops,gbs_weights,gbs_all,status\n");
+      fprintf(csv, "%s,%s,%d,%d,%d,%d,%d,%.5f,%.2f,%.1f,%.1f,%s\n", r->what, r->kernel, r->M, r->N, r->S, r->K,
+              r->splits, r->ms, r->tflops, r->gbs_w, r->gbs_all, r->status);
+      fclose(csv);
+    }
+  }
 }
 
 // Problems for timing: enough sets that one pass over them exceeds 3x L2.
@@ -1039,9 +1075,10 @@ static void time_copy(void) {
   CU_CHECK(cuMemsetD32(c.a, 0x3f800000u, c.n / 4));
   double ms = time_median(copy_fn, &c, 1, 3, 20);
   printf("TIME memcpy DtoD %zu MB: %.3f ms = %.0f GB/s (read + write)\n", c.n >> 20, ms, 2.0 * c.n / (ms * 1e-3) / 1e9);
-  add_row("memcpy", "cuMemcpyDtoD_2GB", 0, 0, 0, 0, 0, ms, DT_BF16, "lib");
-  rows[nrows_t - 1].gbs_all = rows[nrows_t - 1].gbs_w = 2.0 * c.n / (ms * 1e-3) / 1e9;
-  rows[nrows_t - 1].tflops = 0;
+  Row *r = new_row("memcpy", "cuMemcpyDtoD_2GB", 0, 0, 0, 0, 0, ms, DT_BF16, "lib");
+  r->gbs_all = r->gbs_w = 2.0 * c.n / (ms * 1e-3) / 1e9;
+  r->tflops = 0;
+  emit_row(r);
   cuMemFree(c.a), cuMemFree(c.b);
 }
 
@@ -1061,12 +1098,22 @@ static void free_sets(Problem *sets, int n) {
 
 // Which configurations are timed where. Small M: every split factor too (the heuristic's pick first).
 static const char *small_cfgs[] = {"sm80_16x128x64", "sm80_16x256x64", "sm80_16x128x128", "sm80_32x128x64",
-                                   "sm80_64x128x64", "sm80_64x256x64", "sm80_128x128x32"};
+                                   "sm80_64x128x64", "sm80_64x256x64", "sm80_128x128x32", "sm90_64x128x64"};
 static const char *big_cfgs[] = {"sm80_128x128x32", "sm80_128x128x32w8", "sm80_128x128x64", "sm80_128x256x32",
-                                 "sm80_128x256x32s3", "sm80_128x256x64", "sm80_256x128x32", "sm80_64x128x64"};
+                                 "sm80_128x256x32s3", "sm80_128x256x64", "sm80_256x128x32", "sm80_64x128x64",
+                                 "sm90_128x256x64", "sm90_128x128x64", "sm90_64x128x64"};
 static const char *simt_cfgs[] = {"simt_32x64x16", "simt_128x64x8", "simt_128x128x8"};
 #define COUNT(a) (int)(sizeof a / sizeof a[0])
-static int small_cfg_applies(const ffn_gemm_config *c, int M) { return c->bm <= 2 * M + 16 + (M > 16 ? 64 : 0); }
+static int small_cfg_applies(const ffn_gemm_config *c, int M) {
+  if (c->kind == FFN_GEMM_SM90) return c->bm == 64; // wgmma's smallest M tile
+  return c->bm <= 2 * M + 16 + (M > 16 ? 64 : 0);
+}
+static int m_wanted(int M) {
+  if (!opt.nms) return 1;
+  for (int i = 0; i < opt.nms; i++)
+    if (opt.ms[i] == M) return 1;
+  return 0;
+}
 
 static void timing(void) {
   printf("\n== timings ==\n");
@@ -1078,6 +1125,7 @@ static void timing(void) {
     // small M: bound by streaming B
     for (int mi = 0; mi < COUNT(small_m); mi++) {
       int M = small_m[mi];
+      if (!m_wanted(M)) continue;
       unsigned seed = 1000 + si * 100000 + M * 16;
       int any = opt.lib != 0;
       for (int c = 0; c < COUNT(small_cfgs); c++) {
@@ -1117,6 +1165,7 @@ static void timing(void) {
       for (int mi = 0; mi < (range ? 2 : 5); mi++) {
         int M = ms[mi];
         if (opt.quick && range == 0 && M != 512) continue;
+        if (!m_wanted(M)) continue;
         unsigned seed = 1000 + si * 100000 + M * 16;
         int any = opt.lib != 0;
         for (int c = 0; c < COUNT(big_cfgs); c++) any |= opt.lib != 1 && find_kernel(big_cfgs[c], sh->S, sh->stats, DT_BF16);
@@ -1149,6 +1198,7 @@ static void timing(void) {
     const int simt_m[] = {1, 64, 1024};
     for (int mi = 0; mi < 3; mi++) {
       int M = simt_m[mi], N = sh->N / 2, K = sh->K / 2;
+      if (!m_wanted(M)) continue;
       unsigned seed = 5000 + si * 100000 + M * 16;
       int any = 0;
       for (int c = 0; c < COUNT(simt_cfgs); c++) any |= find_kernel(simt_cfgs[c], sh->S, sh->stats, DT_F32) != NULL;
@@ -1169,17 +1219,9 @@ static void print_table(void) {
   printf("\n== summary (median times; GB/s weights = S*N*K*elem / time; GB/s all adds A, residual, output) ==\n");
   printf("%-9s %-34s %5s %6s %1s %6s %3s %10s %8s %8s %8s %s\n", "what", "kernel", "M", "N", "S", "K", "spl", "ms",
          "TFLOP/s", "GB/s_w", "GB/s_all", "status");
-  // appended to, so that run.sh's processes (one per configuration) share one file
-  struct stat st;
-  int fresh = !opt.csv || stat(opt.csv, &st) != 0 || st.st_size == 0;
-  FILE *csv = opt.csv ? fopen(opt.csv, "a") : NULL;
-  if (csv && fresh) fprintf(csv, "what,kernel,M,N,S,K,splits,ms,tflops,gbs_weights,gbs_all,status\n");
   // best per (what, M) among ours, plus the library, to keep the tail of the output readable
   for (int i = 0; i < nrows_t; i++) {
     Row *r = &rows[i];
-    if (csv)
-      fprintf(csv, "%s,%s,%d,%d,%d,%d,%d,%.5f,%.2f,%.1f,%.1f,%s\n", r->what, r->kernel, r->M, r->N, r->S, r->K,
-              r->splits, r->ms, r->tflops, r->gbs_w, r->gbs_all, r->status);
     int best = 1;
     if (strcmp(r->status, "lib"))
       for (int j = 0; j < nrows_t; j++)
@@ -1191,14 +1233,13 @@ static void print_table(void) {
       printf("%-9s %-34s %5d %6d %1d %6d %3d %10.4f %8.1f %8.1f %8.1f %s\n", r->what, r->kernel, r->M, r->N, r->S, r->K,
              r->splits, r->ms, r->tflops, r->gbs_w, r->gbs_all, r->status);
   }
-  if (csv) fclose(csv);
 }
 
 // ---- main ---------------------------------------------------------------------------------------
 
 static void usage(void) {
   fprintf(stderr, "usage: gemm_bench [--compile-only] [--arch N] [--cache DIR] [--no-check] [--no-time] [--quick] "
-                  "[--filter STR] [--csv FILE] [--ptxas-v] [--list] [--lib | --no-lib] [--refcache DIR]\n");
+                  "[--filter STR] [--csv FILE] [--ptxas-v] [--list] [--lib | --no-lib] [--refcache DIR] [--ms M,M,...]\n");
   exit(1);
 }
 
@@ -1219,6 +1260,9 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--cache") && i + 1 < argc) opt.cache = argv[++i];
     else if (!strcmp(argv[i], "--filter") && i + 1 < argc) opt.filter = argv[++i];
     else if (!strcmp(argv[i], "--csv") && i + 1 < argc) opt.csv = argv[++i];
+    else if (!strcmp(argv[i], "--ms") && i + 1 < argc) {
+      for (char *t = strtok(argv[++i], ","); t && opt.nms < 32; t = strtok(NULL, ",")) opt.ms[opt.nms++] = atoi(t);
+    }
     else usage();
   }
   if (opt.list) {

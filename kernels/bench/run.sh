@@ -3,6 +3,8 @@
 # configuration (a kernel fault loses only that configuration), one for memcpy and cuBLASLt, within a
 # time budget. Logs go to OUTDIR (default build/): bench.log (everything), results.csv (timings),
 # summary.txt. Usage: kernels/bench/run.sh [OUTDIR [gemm_bench options...]]
+# BENCH_ORDER (configuration names and @lib) replaces the default list of processes;
+# BENCH_SASS (kernel names) the kernels whose instruction mix goes to sass_mix.txt.
 set -o pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:-$here/build}
@@ -21,8 +23,9 @@ dmon=$!
 refc=$(mktemp -d)
 rm -f "$out/results.csv" "$out/bench.log"
 # recommended first, then the library ceilings, then the other variants, most interesting first
-order="$(./build/gemm_bench --list | head -6) @lib sm80_128x256x64 sm80_128x256x32s3 sm80_256x128x32 sm80_128x128x64
-  sm80_16x256x64 sm80_32x128x64 simt_128x64x8 sm80_16x128x128 sm80_64x256x64 sm80_128x128x32w8"
+order=${BENCH_ORDER:-"$(./build/gemm_bench --list | grep -v sm90 | head -6) @lib sm80_128x256x64 sm80_128x256x32s3
+  sm80_256x128x32 sm80_128x128x64 sm80_16x256x64 sm80_32x128x64 simt_128x64x8 sm80_16x128x128 sm80_64x256x64
+  sm80_128x128x32w8"}
 status=0
 for cfg in $order; do
   left=$((budget - ($(date +%s) - start)))
@@ -33,7 +36,9 @@ for cfg in $order; do
   if [ "$cfg" = @lib ]; then args="--lib"; else args="--no-lib --filter ${cfg}_s"; fi
   echo "=== $cfg ($left s left)" | tee -a "$out/bench.log"
   before=$(wc -l < "$out/bench.log")
-  timeout "$left" ./build/gemm_bench $args --refcache "$refc" --csv "$out/results.csv" "$@" >> "$out/bench.log" 2>&1
+  limit=$left
+  [ -n "${BENCH_PROC_S:-}" ] && [ "$BENCH_PROC_S" -lt "$limit" ] && limit=$BENCH_PROC_S
+  timeout "$limit" ./build/gemm_bench $args --refcache "$refc" --csv "$out/results.csv" "$@" >> "$out/bench.log" 2>&1
   rc=$?
   [ $rc -ne 0 ] && status=1
   # digest on stdout: failures, faults, and the totals line
@@ -43,8 +48,11 @@ done
 kill $dmon 2> /dev/null
 python3 summary.py "$out/results.csv" > "$out/summary.txt" 2>&1
 cat "$out/summary.txt"
-for k in sm80_128x256x32_s2_st1_bf16 sm80_16x128x64_s2_st1_bf16 simt_128x128x8_s2_st1_f32; do
-  f=$(ls cache/$k-*.cubin 2> /dev/null | head -1)
+cache=cache
+prev=
+for a in "$@"; do [ "$prev" = --cache ] && cache=$a; prev=$a; done
+for k in ${BENCH_SASS:-sm80_128x256x32_s2_st1_bf16 sm80_16x128x64_s2_st1_bf16 simt_128x128x8_s2_st1_f32}; do
+  f=$(ls $cache/$k-*.cubin 2> /dev/null | head -1)
   [ -n "$f" ] || continue
   echo "== $k"
   cuobjdump --dump-sass "$f" | grep -oE '/\*[0-9a-f]{4,}\*/\s+(@!?U?P[0-9T]+\s+)?[A-Z][A-Z0-9._]*' | awk '{print $NF}' | sort | uniq -c | sort -rn | head -40

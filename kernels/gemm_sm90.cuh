@@ -1,0 +1,449 @@
+// gemm_sm90.cuh: Hopper tensor-core GEMM (wgmma.mma_async, bf16/f16 in, f32 accumulate) with the
+// same interface and semantics as gemm_sm80 (see that file's header for the epilogue functor, the
+// STATS values and the split-K protocol). Needs the sm_90a target (NVRTC --gpu-architecture=sm_90a):
+// wgmma and setmaxnreg exist only there.
+//
+//   extern "C" __global__ void __launch_bounds__(384, 1) ffn_up(ffn::GemmArgs g, UpEpi epi) {
+//     extern __shared__ __align__(128) char smem[];
+//     ffn::gemm_sm90<128, 256, 64, 4, /*S*/ 2, /*STATS*/ 1, ffn::bf16>(g, epi, smem);
+//   }
+//
+// launched with grid (tiles_m * tiles_n, 1, splits), block 128 * (CWG + 1) threads and
+// gemm_sm90_smem_bytes() of dynamic shared memory (kernels/gemm_host.h: FFN_GEMM_SM90 configs).
+//
+// Design: warp specialization. Warpgroup 0 is the producer: its 128 threads copy the A and B k-tiles
+// into a STAGES-deep ring with 16-byte cp.async (zero-fill for M/N/K tails, so no tensor maps and
+// no host changes), and each thread's cp.async.mbarrier.arrive.noinc completes the stage's "full"
+// mbarrier once its copies have landed. Warpgroups 1..CWG are consumers: each owns BM/CWG rows of the
+// tile and issues wgmma m64nBNk16 with both operands read from shared memory through matrix
+// descriptors. Tiles are stored K-major with 128-byte rows in the canonical 128B-swizzle layout
+// (16-byte chunk c of row r at r*128 + ((c ^ (r % 8)) * 16), 1024-byte aligned atoms), which is also
+// free of bank conflicts for the cp.async stores. A consumer keeps one wgmma group in flight and
+// hands a stage back (its "empty" mbarrier, one arrival per consumer warp) once the group that read
+// it has completed. With 2 consumer warpgroups, setmaxnreg moves registers from the producer (48) to
+// the consumers (224: the 64 x 256 f32 accumulator tile alone is 128 per thread).
+//
+// Row statistics (STATS 1/2): each consumer thread reads 32 (CWG = 2) or 64 (BM/CWG = 128) A
+// elements of its warpgroup's rows from the stage right after issuing that stage's wgmmas, so the
+// loads and FMAs overlap the asynchronous tensor-core work; every A element is read once per CTA.
+//
+// The accumulator fragment of wgmma m64nNk16 gives thread (warp w of the warpgroup, lane l) rows
+// 16w + l/4 (+8) and, per 8-column block j, columns 8j + 2(l%4) + {0,1}: adjacent column pairs as
+// with mma.sync, so with S == 2 the gate block (j even) and the up block (j + 1) of one output column
+// pair land in the same thread.
+#pragma once
+#include "common.cuh"
+
+namespace ffn {
+
+// Dynamic shared memory: the stage ring, then mbarriers, the split-K flag and the row statistics;
+// 2048 bytes cover the barriers, the flag and the 1024-byte realignment of the base.
+template <int BM, int BN, int BK, int STAGES> __host__ __device__ constexpr int gemm_sm90_smem_bytes() {
+  return STAGES * (BM + BN) * BK * 2 + 8 * BM + 2048;
+}
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+// ---- sm_90a PTX wrappers ------------------------------------------------------------------------
+
+__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ bool mbar_try_wait(u32 bar, u32 parity) {
+  u32 ok;
+  asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+               : "=r"(ok)
+               : "r"(bar), "r"(parity)
+               : "memory");
+  return ok != 0;
+}
+// Waits until the phase of parity `parity` has completed. FFN_SM90_WATCHDOG (the bench defines it)
+// turns a hang into a trap after about 10 s, so that a broken pipeline fails a test instead of
+// wedging the device.
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+  if (mbar_try_wait(bar, parity)) return;
+#ifdef FFN_SM90_WATCHDOG
+  const long long t0 = clock64();
+#endif
+  while (!mbar_try_wait(bar, parity)) {
+#ifdef FFN_SM90_WATCHDOG
+    if (clock64() - t0 > 20000000000ll) __trap();
+#endif
+  }
+}
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+// Arrives on `bar` when all of this thread's earlier cp.async copies have completed; counts as one
+// of the barrier's expected arrivals (.noinc).
+__device__ __forceinline__ void cp_async_mbar_arrive(u32 bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+__device__ __forceinline__ void fence_barrier_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+// Orders this thread's view of shared memory written through the generic proxy (cp.async) before
+// its subsequent async-proxy reads (wgmma operands).
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+__device__ __forceinline__ void named_bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+template <int R> __device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(R));
+}
+template <int R> __device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(R));
+}
+__device__ __forceinline__ void lds128(u32 addr, u32 &a, u32 &b, u32 &c, u32 &d) {
+  asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(a), "=r"(b), "=r"(c), "=r"(d) : "r"(addr) : "memory");
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+// Pins accumulator registers at this point of the program: the compiler must not move their reads
+// above a wgmma.wait_group (it does not know that the wgmma writes them asynchronously).
+template <int N> __device__ __forceinline__ void reg_fence(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// Shared-memory matrix descriptor of a K-major tile with 128-byte rows in the 128B-swizzle layout:
+// start address >> 4 (bits 0-13), leading byte offset unused for swizzled K-major (1), stride byte
+// offset 1024 between 8-row groups (bits 32-45), base offset 0 (1024-aligned atoms), swizzle mode 1
+// = 128B (bits 62-63). Advancing along K by 16 elements adds 32 bytes to the start address.
+__device__ __forceinline__ u64 wgmma_desc_sw128(u32 addr) {
+  return (u64)((addr & 0x3FFFF) >> 4) | ((u64)1 << 16) | ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
+}
+
+// D[64 x N] += A[64 x 16] . B[N x 16]^T, both from shared memory (descriptors da, db), f32 D.
+template <int N, class T> __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], u64 da, u64 db);
+template <> __device__ __forceinline__ void wgmma_ss<64, bf16>(float (&d)[32], u64 da, u64 db) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+               "%32, %33, p, 1, 1, 0, 0;\n}\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+               : "l"(da), "l"(db), "r"(1));
+}
+template <> __device__ __forceinline__ void wgmma_ss<64, f16>(float (&d)[32], u64 da, u64 db) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+               "%32, %33, p, 1, 1, 0, 0;\n}\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+               : "l"(da), "l"(db), "r"(1));
+}
+template <> __device__ __forceinline__ void wgmma_ss<128, bf16>(float (&d)[64], u64 da, u64 db) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+               "%64, %65, p, 1, 1, 0, 0;\n}\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+               : "l"(da), "l"(db), "r"(1));
+}
+template <> __device__ __forceinline__ void wgmma_ss<128, f16>(float (&d)[64], u64 da, u64 db) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+               "%64, %65, p, 1, 1, 0, 0;\n}\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+               : "l"(da), "l"(db), "r"(1));
+}
+template <> __device__ __forceinline__ void wgmma_ss<256, bf16>(float (&d)[128], u64 da, u64 db) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+               "%128, %129, p, 1, 1, 0, 0;\n}\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+               : "l"(da), "l"(db), "r"(1));
+}
+template <> __device__ __forceinline__ void wgmma_ss<256, f16>(float (&d)[128], u64 da, u64 db) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
+               "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}, "
+               "%128, %129, p, 1, 1, 0, 0;\n}\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+               : "l"(da), "l"(db), "r"(1));
+}
+
+// ---- the GEMM -----------------------------------------------------------------------------------
+
+// CWG: consumer warpgroups (BM / CWG rows each). CTAS: the kernel's __launch_bounds__ minimum
+// blocks per SM. With CWG == 2 it must be 1: the CTA then starts with 168 registers per thread and
+// setmaxnreg splits them 48 (producer) / 224 (consumers); at 2 CTAs/SM (80 registers at entry)
+// ptxas cannot compile a wgmma m64n128 at all. With CWG == 1 (256 threads) no setmaxnreg is needed.
+template <int BM, int BN, int BK, int STAGES, int S, int STATS, class T, int CWG = (BM >= 128 ? 2 : 1), int CTAS = 1,
+          class Epi>
+__device__ __forceinline__ void gemm_sm90(const GemmArgs &g, const Epi &epi, char *smem) {
+  constexpr int WG_M = BM / CWG, MI = WG_M / 64; // rows per consumer warpgroup, m64 wgmmas per k-step
+  constexpr int NC = 128 * CWG;                  // consumer threads
+  constexpr int ROW = BK * 2;                    // bytes per smem row (128: one swizzle atom wide)
+  constexpr int A_BYTES = BM * ROW, STAGE = (BM + BN) * ROW;
+  constexpr int CPR = BK / 8, RPP = 128 / CPR;   // 16-byte chunks per row, rows per producer pass
+  constexpr int A_ITERS = BM / RPP, B_ITERS = BN / RPP;
+  constexpr int NB = BN / 8;                     // 8-column blocks of the accumulator tile
+  constexpr int SLAB = BM * BN + 2 * BM;         // split-K workspace floats per (tile, split)
+  constexpr int TPR = 128 / WG_M, CPT = CPR / TPR; // statistics: threads per A row, chunks per thread
+  static_assert(BK == 64, "BK must be 64 (one 128-byte swizzle atom of 16-bit elements)");
+  static_assert(CWG == 1 || CWG == 2, "one or two consumer warpgroups");
+  static_assert(WG_M % 64 == 0 && MI <= 2, "each consumer warpgroup owns 64 or 128 rows");
+  static_assert(BN % 16 == 0 && BN >= 64 && BN <= 256 && (BN == 64 || BN == 128 || BN == 256), "BN: 64, 128 or 256");
+  static_assert(BN % (8 * S) == 0, "BN must be a multiple of 8*S");
+  static_assert(S == 1 || S == 2, "S is 1 or 2");
+  static_assert(STATS >= 0 && STATS <= 2, "STATS is 0, 1 or 2");
+  static_assert(BM % RPP == 0 && BN % RPP == 0 && B_ITERS <= 32, "producer copy assignment");
+  static_assert(16 * STAGES + 16 + 1024 <= 2048, "barrier area");
+  static_assert(gemm_sm90_smem_bytes<BM, BN, BK, STAGES>() * CTAS <= 232448, "shared memory");
+  static_assert(CTAS == 1 || (CTAS == 2 && CWG == 1), "CTAS: 1, or 2 with one consumer warpgroup");
+
+  const int tid = threadIdx.x;
+  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0); // warp-uniform role
+  const int M = g.M, N = g.N, K = g.K, splits = g.splits, z = blockIdx.z;
+  const int tiles_m = (M + BM - 1) / BM, tiles_n = (S * N + BN - 1) / BN;
+  int tm, tn;
+  gemm_tile_coords(blockIdx.x, tiles_m, tiles_n, tm, tn);
+  const int m0 = tm * BM, n0 = tn * BN; // n0 in merged columns
+  const int ktiles = (K + BK - 1) / BK;
+  const int kt0 = (int)((long long)ktiles * z / splits);
+  const int nk = (int)((long long)ktiles * (z + 1) / splits) - kt0;
+
+  // Shared memory: realign the base to 1024 bytes (the swizzle atom); static shared memory of the
+  // enclosing kernel may have moved the dynamic base off that boundary.
+  const u32 raw = smem_addr(smem);
+  const u32 sbase = (raw + 1023u) & ~1023u;
+  char *base = smem + (sbase - raw);
+  const u32 bars = sbase + STAGES * STAGE;                   // full[s] at +8s, empty[s] at +8(STAGES+s)
+  u32 *flag = (u32 *)(base + STAGES * STAGE + 16 * STAGES);  // split-K: this CTA arrived last
+  float *rowstat = (float *)(base + STAGES * STAGE + 16 * STAGES + 16); // [2][BM]: sum of squares, sum
+
+  if (tid == 0) {
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(bars + 8 * s, 128);                    // one arrival per producer thread
+      mbar_init(bars + 8 * (STAGES + s), 4 * CWG);     // one arrival per consumer warp
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // ---------------- producer warpgroup ----------------
+    if (CWG == 2) setmaxnreg_dec<48>(); // 48 x 128 + 224 x 256 <= 168 x 384: the CTA's registers
+    // Thread copies chunk `ch` of rows r0, r0 + RPP, ... of each tile (as in gemm_sm80).
+    const int ch = tid % CPR, r0 = tid / CPR;
+    const T *__restrict__ Ag = (const T *)g.A;
+    const T *__restrict__ Bg = (const T *)g.B;
+    const T *a_base = Ag + (size_t)(m0 + r0) * K + ch * 8;
+    const T *b_base = Bg + (size_t)(n0 + r0) * K + ch * 8;
+    u32 a_ok = 0, b_ok = 0;
+#pragma unroll
+    for (int i = 0; i < A_ITERS; ++i)
+      if (m0 + r0 + i * RPP < M) a_ok |= 1u << i;
+#pragma unroll
+    for (int i = 0; i < B_ITERS; ++i)
+      if (gemm_brow_valid<S>(n0 + r0 + i * RPP, N)) b_ok |= 1u << i;
+    const u32 a_dst = sbase + (u32)(r0 * ROW + ((ch ^ (r0 & 7)) << 4)); // RPP % 8 == 0: same swizzle per pass
+    int s = 0;
+    u32 phase = 0;
+    for (int j = 0; j < nk; ++j) {
+      if (j >= STAGES) mbar_wait(bars + 8 * (STAGES + s), phase ^ 1u); // consumers released k-tile j - STAGES
+      const int koff = (kt0 + j) * BK;
+      const bool kok = koff + ch * 8 < K;
+      const u32 dst = a_dst + s * STAGE;
+      // One running pointer per operand: per-row pointers would not fit in the producer's registers.
+      const T *pa = a_base + koff, *pb = b_base + koff;
+#pragma unroll
+      for (int i = 0; i < A_ITERS; ++i, pa += RPP * (size_t)K) {
+        const bool ok = kok && ((a_ok >> i) & 1);
+        cp_async16(dst + i * RPP * ROW, ok ? pa : Ag, ok);
+      }
+#pragma unroll
+      for (int i = 0; i < B_ITERS; ++i, pb += RPP * (size_t)K) {
+        const bool ok = kok && ((b_ok >> i) & 1);
+        cp_async16(dst + A_BYTES + i * RPP * ROW, ok ? pb : Bg, ok);
+      }
+      cp_async_mbar_arrive(bars + 8 * s);
+      if (++s == STAGES) s = 0, phase ^= 1u;
+    }
+    cp_async_wait_all();
+  } else {
+    // ---------------- consumer warpgroups ----------------
+    if (CWG == 2) setmaxnreg_inc<224>();
+    const int ctid = tid - 128, cw = wg - 1, wtid = ctid & 127; // consumer thread, warpgroup, thread in it
+    const int lane = tid & 31, warp = wtid >> 5;
+    float acc[MI][BN / 2];
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int e = 0; e < BN / 2; ++e) acc[i][e] = 0.f;
+    const u64 da0 = wgmma_desc_sw128(sbase + cw * WG_M * ROW);
+    const u64 db0 = wgmma_desc_sw128(sbase + A_BYTES);
+    // statistics: this thread's A row (in the tile) and first chunk
+    const int srow = cw * WG_M + wtid / TPR, sch = (wtid % TPR) * CPT;
+    const u32 srow_addr = sbase + srow * ROW;
+    float ssq0 = 0.f, ssq1 = 0.f, ssum0 = 0.f, ssum1 = 0.f;
+
+    int s = 0, prev = 0;
+    u32 phase = 0;
+    for (int j = 0; j < nk; ++j) {
+      mbar_wait(bars + 8 * s, phase);
+      fence_proxy_async();
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BK / 16; ++kk)
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+          wgmma_ss<BN, T>(acc[i], da0 + (u64)((s * STAGE + i * 64 * ROW + kk * 32) >> 4),
+                          db0 + (u64)((s * STAGE + kk * 32) >> 4));
+      wgmma_commit();
+      if (STATS) {
+        // overlaps the wgmmas just issued: they only read this stage
+#pragma unroll
+        for (int c = 0; c < CPT; ++c) {
+          u32 w[4];
+          lds128(srow_addr + s * STAGE + (((sch + c) ^ (srow & 7)) << 4), w[0], w[1], w[2], w[3]);
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            float lo, hi;
+            unpack2<T>(w[q], lo, hi);
+            if (q & 1) {
+              ssq1 = fmaf(lo, lo, fmaf(hi, hi, ssq1));
+              if (STATS == 2) ssum1 += lo + hi;
+            } else {
+              ssq0 = fmaf(lo, lo, fmaf(hi, hi, ssq0));
+              if (STATS == 2) ssum0 += lo + hi;
+            }
+          }
+        }
+      }
+      wgmma_wait<1>(); // the group of k-tile j - 1 has completed: its stage can be refilled
+      if (j > 0) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+      }
+      prev = s;
+      if (++s == STAGES) s = 0, phase ^= 1u;
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int i = 0; i < MI; ++i) reg_fence(acc[i]);
+
+    // ---- row statistics: combine the TPR threads of a row; rowstat is this CTA's (split's) part ----
+    if (STATS) {
+      float q = ssq0 + ssq1, sm = ssum0 + ssum1;
+      if (TPR == 2) {
+        q += __shfl_xor_sync(0xffffffffu, q, 1);
+        sm += __shfl_xor_sync(0xffffffffu, sm, 1);
+      }
+      if (wtid % TPR == 0) {
+        rowstat[srow] = q;
+        rowstat[BM + srow] = sm;
+      }
+      named_bar_sync(1, NC);
+    }
+
+    // ---- split-K: every split stores its partials; the last to arrive sums them in split order ----
+    if (splits > 1) {
+      float *slab = g.ws + ((size_t)blockIdx.x * splits + z) * SLAB;
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if (m0 + cw * WG_M + i * 64 + warp * 16 + (lane >> 2) + h * 8 >= M) continue;
+#pragma unroll
+          for (int j = 0; j < NB; ++j)
+            st_cg_f2(slab + 2 * (((i * NB + j) * 2 + h) * NC + ctid), acc[i][4 * j + 2 * h], acc[i][4 * j + 2 * h + 1]);
+        }
+      if (STATS)
+        for (int r = ctid; r < BM; r += NC) {
+          slab[BM * BN + r] = rowstat[r];
+          slab[BM * BN + BM + r] = rowstat[BM + r];
+        }
+      // arrival (gemm_splitk_arrive for the consumer threads only: the producer has left)
+      __threadfence();
+      named_bar_sync(1, NC);
+      if (ctid == 0) {
+        const unsigned prev_count = atomicAdd(g.counters + blockIdx.x, 1u);
+        const unsigned last = prev_count == (unsigned)(splits - 1);
+        if (last) atomicExch(g.counters + blockIdx.x, 0u);
+        *(volatile u32 *)flag = last;
+      }
+      named_bar_sync(1, NC);
+      if (*(volatile u32 *)flag == 0) return;
+      __threadfence();
+
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int e = 0; e < BN / 2; ++e) acc[i][e] = 0.f;
+      for (int sp = 0; sp < splits; ++sp) {
+        const float *p = g.ws + ((size_t)blockIdx.x * splits + sp) * SLAB;
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            if (m0 + cw * WG_M + i * 64 + warp * 16 + (lane >> 2) + h * 8 >= M) continue;
+#pragma unroll
+            for (int j = 0; j < NB; ++j) {
+              float x, y;
+              ld_cg_f2(p + 2 * (((i * NB + j) * 2 + h) * NC + ctid), x, y);
+              acc[i][4 * j + 2 * h] += x;
+              acc[i][4 * j + 2 * h + 1] += y;
+            }
+          }
+      }
+      if (STATS) {
+        for (int r = ctid; r < BM; r += NC) {
+          float q = 0.f, sm = 0.f;
+          for (int sp = 0; sp < splits; ++sp) {
+            const float *p = g.ws + ((size_t)blockIdx.x * splits + sp) * SLAB + BM * BN;
+            q += ld_cg_f(p + r);
+            sm += ld_cg_f(p + BM + r);
+          }
+          rowstat[r] = q;
+          rowstat[BM + r] = sm;
+        }
+        named_bar_sync(1, NC);
+      }
+    }
+
+    // ---- epilogue ----
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int rl = cw * WG_M + i * 64 + warp * 16 + (lane >> 2) + h * 8, row = m0 + rl;
+        if (row >= M) continue;
+        const float rsumsq = STATS ? rowstat[rl] : 0.f;
+        const float rsum = STATS == 2 ? rowstat[BM + rl] : 0.f;
+#pragma unroll
+        for (int jg = 0; jg < NB / S; ++jg) {
+          const int col = n0 / S + jg * 8 + 2 * (lane & 3);
+          if (col >= N) continue;
+          float v[S][2];
+#pragma unroll
+          for (int st = 0; st < S; ++st) {
+            v[st][0] = acc[i][4 * (jg * S + st) + 2 * h];
+            v[st][1] = acc[i][4 * (jg * S + st) + 2 * h + 1];
+          }
+          epi(row, col, col + 1 < N ? 2 : 1, v, rsum, rsumsq);
+        }
+      }
+  }
+}
+
+#else // not sm_90a
+
+template <int BM, int BN, int BK, int STAGES, int S, int STATS, class T, int CWG = (BM >= 128 ? 2 : 1), int CTAS = 1,
+          class Epi>
+__device__ __forceinline__ void gemm_sm90(const GemmArgs &, const Epi &, char *) {
+  static_assert(sizeof(T) == 0, "gemm_sm90 needs the sm_90a target (--gpu-architecture=sm_90a)");
+}
+
+#endif
+
+} // namespace ffn
