@@ -460,25 +460,36 @@ static void gen_gemm(Gen *G, Group *gr) {
   buf_printf(&body, "struct Epi_@ {\n  const ffn::KArgs *a;\n");
   gen_epilogue(&k, &body);
   buf_puts(&body, "};\n");
-  /* tensor cores for 16-bit types with 16-byte rows; f32 (and odd K) on the FMA path */
+  /* tensor cores for 16-bit types with 16-byte rows; f32 (and odd K) on the FMA path. On sm_90
+   * the wgmma kernels take M > 64; at decode sizes the mma.sync ones are as fast or faster
+   * (kernels/NOTES.md), so both kinds are compiled and the runtime picks by M. */
   bool tc = (t == DT_BF16 || t == DT_F16) && K % 8 == 0;
-  ffn_gemm_kind kind = tc ? FFN_GEMM_SM80 : FFN_GEMM_SIMT;
   const char *ctype = t == DT_BF16 ? "ffn::bf16" : t == DT_F16 ? "ffn::f16" : "float";
   PlanKernel pk = {.kind = KK_GEMM, .n = k.ncols, .k = K, .streams = gr->streams, .splittable = tc, .op = OP_COUNT};
   if (gr->nodes.len == 1 && gr->stores.len == 1 && gr->stores.items[0] == gr->mm)
     pk.op = OP_MATMUL; /* slots: A, B, the product */
   int ncfg;
   const ffn_gemm_config *table = ffn_gemm_configs(&ncfg);
-  for (int i = 0; i < ncfg && pk.nvariants < 4; i++) {
+  for (int i = 0; i < ncfg && pk.nvariants < 6; i++) {
     const ffn_gemm_config *c = &table[i];
-    if (c->kind != kind)
+    bool hopper = G->c->arch == 90;
+    bool small = c->max_m > 0 && c->max_m <= 64;
+    bool use = !tc ? c->kind == FFN_GEMM_SIMT
+                   : hopper ? (c->kind == FFN_GEMM_SM80 && small) || (c->kind == FFN_GEMM_SM90 && !small)
+                            : c->kind == FFN_GEMM_SM80;
+    if (!use)
       continue;
-    const char *tmpl = tc ? "gemm_sm80" : "gemm_simt";
-    char params[128];
-    if (tc)
-      snprintf(params, sizeof params, "%d, %d, %d, %d, %d, %d", c->bm, c->bn, c->bk, c->wm, c->wn, c->stages);
+    const char *tmpl = c->kind == FFN_GEMM_SM80 ? "gemm_sm80" : c->kind == FFN_GEMM_SM90 ? "gemm_sm90" : "gemm_simt";
+    char params[160];
+    if (c->kind == FFN_GEMM_SM80)
+      snprintf(params, sizeof params, "%d, %d, %d, %d, %d, %d, %d, %d, %s", c->bm, c->bn, c->bk, c->wm, c->wn,
+               c->stages, gr->streams, gr->stats, ctype);
+    else if (c->kind == FFN_GEMM_SM90)
+      snprintf(params, sizeof params, "%d, %d, %d, %d, %d, %d, %s, %d, %d", c->bm, c->bn, c->bk, c->stages,
+               gr->streams, gr->stats, ctype, c->bm / c->wm, c->min_blocks);
     else
-      snprintf(params, sizeof params, "%d, %d, %d, %d, %d", c->bm, c->bn, c->bk, c->wm, c->wn);
+      snprintf(params, sizeof params, "%d, %d, %d, %d, %d, %d, %d, %s", c->bm, c->bn, c->bk, c->wm, c->wn,
+               gr->streams, gr->stats, ctype);
     buf_printf(&body,
                "extern \"C\" __global__ void __launch_bounds__(%d, %d) @_%s(const __grid_constant__ ffn::KArgs a) {\n"
                "  extern __shared__ __align__(128) char smem[];\n"
@@ -486,9 +497,8 @@ static void gen_gemm(Gen *G, Group *gr) {
                "  g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = %lld; g.K = %lld;\n"
                "  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters;\n"
                "  const Epi_@ epi{&a};\n"
-               "  ffn::%s<%s, %d, %d, %s>(g, epi, smem);\n}\n",
-               c->threads, c->min_blocks, c->name, (long long)k.ncols, (long long)K, tmpl, params, gr->streams,
-               gr->stats, ctype);
+               "  ffn::%s<%s>(g, epi, smem);\n}\n",
+               c->threads, c->min_blocks, c->name, (long long)k.ncols, (long long)K, tmpl, params);
     KernelVariant *v = &pk.variants[pk.nvariants++];
     *v = (KernelVariant){.func = NULL, .threads = c->threads, .smem = (int)ffn_gemm_smem_bytes(c), .max_m = c->max_m,
                          .cfg = *c};
@@ -649,6 +659,8 @@ static void emit_prelude(Gen *G) {
 #include "ir/ops.def"
 #undef OP
   buf_puts(&G->src, "#include \"ewise.cuh\"\n#include \"gemm_sm80.cuh\"\n#include \"gemm_simt.cuh\"\n#include \"prep.cuh\"\n");
+  if (G->c->arch == 90)
+    buf_puts(&G->src, "#include \"gemm_sm90.cuh\"\n");
 }
 
 static int plan_outputs(Gen *G) {

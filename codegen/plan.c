@@ -95,10 +95,10 @@ char *plan_to_json(const Plan *p) {
     for (int v = 0; v < k->nvariants; v++) {
       const KernelVariant *kv = &k->variants[v];
       const ffn_gemm_config *c = &kv->cfg;
-      json_array_append_new(vs, json_pack("{s:s, s:i, s:i, s:I, s:s, s:i, s:[iiiiiiii]}", "func", kv->func, "threads",
+      json_array_append_new(vs, json_pack("{s:s, s:i, s:i, s:I, s:s, s:i, s:[iiiiiiiii]}", "func", kv->func, "threads",
                                           kv->threads, "smem", kv->smem, "max_m", (json_int_t)kv->max_m, "cfg",
                                           c->name ? c->name : "", "cfg_kind", (int)c->kind, "tile", c->bm, c->bn, c->bk,
-                                          c->wm, c->wn, c->stages, c->threads, c->min_blocks));
+                                          c->wm, c->wn, c->stages, c->threads, c->min_blocks, c->ctas_per_sm));
     }
     json_object_set_new(o, "variants", vs);
     json_array_append_new(ks, o);
@@ -322,8 +322,8 @@ Plan *plan_from_json(const char *text, char *err, size_t errlen) {
     k->op = op && json_is_string(op) && *json_string_value(op) ? op_from_name(json_string_value(op)) : OP_COUNT;
     json_t *vs = field(&r, o, "variants", JSON_ARRAY);
     k->nvariants = vs ? (int)json_array_size(vs) : 0;
-    if (k->nvariants < 1 || k->nvariants > 4)
-      bad(&r, "launch plan: kernel %s%lld needs 1 to 4 variants", "", i), k->nvariants = 0;
+    if (k->nvariants < 1 || k->nvariants > 6)
+      bad(&r, "launch plan: kernel %s%lld needs 1 to 6 variants", "", i), k->nvariants = 0;
     for (int v = 0; v < k->nvariants && !r.bad; v++) {
       json_t *vo = json_array_get(vs, (size_t)v), *tile;
       KernelVariant *kv = &k->variants[v];
@@ -336,13 +336,13 @@ Plan *plan_from_json(const char *text, char *err, size_t errlen) {
       kv->smem = (int)integer(&r, vo, "smem", 0, 1 << 20);
       kv->max_m = integer(&r, vo, "max_m", 0, (long long)1 << 40);
       kv->cfg.name = string(&r, vo, "cfg");
-      kv->cfg.kind = (ffn_gemm_kind)integer(&r, vo, "cfg_kind", 0, 1);
+      kv->cfg.kind = (ffn_gemm_kind)integer(&r, vo, "cfg_kind", 0, FFN_GEMM_SM90);
       tile = json_object_get(vo, "tile");
-      int tv[8] = {0};
-      if (read_ints(&r, tile, tv, 8, 1 << 20) != 8)
+      int tv[9] = {0};
+      if (read_ints(&r, tile, tv, 9, 1 << 20) != 9)
         bad(&r, "launch plan: %s %lld has a bad tile", "variant", v);
       kv->cfg.bm = tv[0], kv->cfg.bn = tv[1], kv->cfg.bk = tv[2], kv->cfg.wm = tv[3], kv->cfg.wn = tv[4];
-      kv->cfg.stages = tv[5], kv->cfg.threads = tv[6], kv->cfg.min_blocks = tv[7];
+      kv->cfg.stages = tv[5], kv->cfg.threads = tv[6], kv->cfg.min_blocks = tv[7], kv->cfg.ctas_per_sm = tv[8];
       kv->cfg.max_m = (int)kv->max_m;
       if (k->kind == KK_GEMM && (kv->cfg.bm < 1 || kv->cfg.bn < 1 || kv->cfg.bk < 1))
         bad(&r, "launch plan: %s %lld has an empty tile", "variant", v);

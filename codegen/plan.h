@@ -55,7 +55,7 @@ typedef struct {
 typedef struct {
   KernelKind kind;
   int nvariants;
-  KernelVariant variants[4];
+  KernelVariant variants[6];
   /* GEMM: output columns per stream, inner dim, streams */
   int64_t n, k;
   int streams;

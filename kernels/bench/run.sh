@@ -55,7 +55,9 @@ for k in ${BENCH_SASS:-sm80_128x256x32_s2_st1_bf16 sm80_16x128x64_s2_st1_bf16 si
   f=$(ls $cache/$k-*.cubin 2> /dev/null | head -1)
   [ -n "$f" ] || continue
   echo "== $k"
-  cuobjdump --dump-sass "$f" | grep -oE '/\*[0-9a-f]{4,}\*/\s+(@!?U?P[0-9T]+\s+)?[A-Z][A-Z0-9._]*' | awk '{print $NF}' | sort | uniq -c | sort -rn | head -40
+  cuobjdump --dump-sass "$f" > "$refc/sass.txt"
+  echo "tensor-core instructions: $(grep -cE 'HGMMA|HMMA' "$refc/sass.txt") (HGMMA $(grep -c HGMMA "$refc/sass.txt")), local loads/stores: $(grep -cE 'LDL|STL' "$refc/sass.txt")"
+  grep -oE '/\*[0-9a-f]{4,}\*/\s+(@!?U?P[0-9T]+\s+)?[A-Z][A-Z0-9._]*' "$refc/sass.txt" | awk '{print $NF}' | sort | uniq -c | sort -rn | head -40
 done > "$out/sass_mix.txt" 2>&1
 rm -rf "$refc"
 exit $status
