@@ -47,6 +47,7 @@
 #include "gemm_sm80.cuh"
 #include "gemm_simt.cuh"
 #include "prep.cuh"
+#include "gemm_sm90.cuh"
 
 // kernel k0: GEMM, 2 streams of 704 columns, K = 256, tensor cores; from examples/llama3_tiny.ffn:19
 struct Epi_k0 {
@@ -99,13 +100,21 @@ extern "C" __global__ void __launch_bounds__(128, 1) k0_sm80_64x128x64(const __g
   const Epi_k0 epi{&a};
   ffn::gemm_sm80<64, 128, 64, 32, 64, 4, 2, 1, ffn::bf16>(g, epi, smem);
 }
-extern "C" __global__ void __launch_bounds__(256, 1) k0_sm80_128x256x64(const __grid_constant__ ffn::KArgs a) {
+extern "C" __global__ void __launch_bounds__(384, 1) k0_sm90_128x128x64(const __grid_constant__ ffn::KArgs a) {
   extern __shared__ __align__(128) char smem[];
   ffn::GemmArgs g;
   g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 704; g.K = 256;
   g.splits = a.splits; g.ws = a.ws; g.counters = a.counters;
   const Epi_k0 epi{&a};
-  ffn::gemm_sm80<128, 256, 64, 64, 64, 3, 2, 1, ffn::bf16>(g, epi, smem);
+  ffn::gemm_sm90<128, 128, 64, 6, 2, 1, ffn::bf16, 2, 1>(g, epi, smem);
+}
+extern "C" __global__ void __launch_bounds__(384, 1) k0_sm90_128x256x64(const __grid_constant__ ffn::KArgs a) {
+  extern __shared__ __align__(128) char smem[];
+  ffn::GemmArgs g;
+  g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 704; g.K = 256;
+  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters;
+  const Epi_k0 epi{&a};
+  ffn::gemm_sm90<128, 256, 64, 4, 2, 1, ffn::bf16, 2, 1>(g, epi, smem);
 }
 
 // kernel k1: GEMM, 1 stream of 256 columns, K = 704, tensor cores; from examples/llama3_tiny.ffn:19
@@ -155,12 +164,20 @@ extern "C" __global__ void __launch_bounds__(128, 1) k1_sm80_64x128x64(const __g
   const Epi_k1 epi{&a};
   ffn::gemm_sm80<64, 128, 64, 32, 64, 4, 1, 0, ffn::bf16>(g, epi, smem);
 }
-extern "C" __global__ void __launch_bounds__(256, 1) k1_sm80_128x256x64(const __grid_constant__ ffn::KArgs a) {
+extern "C" __global__ void __launch_bounds__(384, 1) k1_sm90_128x128x64(const __grid_constant__ ffn::KArgs a) {
   extern __shared__ __align__(128) char smem[];
   ffn::GemmArgs g;
   g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 256; g.K = 704;
   g.splits = a.splits; g.ws = a.ws; g.counters = a.counters;
   const Epi_k1 epi{&a};
-  ffn::gemm_sm80<128, 256, 64, 64, 64, 3, 1, 0, ffn::bf16>(g, epi, smem);
+  ffn::gemm_sm90<128, 128, 64, 6, 1, 0, ffn::bf16, 2, 1>(g, epi, smem);
+}
+extern "C" __global__ void __launch_bounds__(384, 1) k1_sm90_128x256x64(const __grid_constant__ ffn::KArgs a) {
+  extern __shared__ __align__(128) char smem[];
+  ffn::GemmArgs g;
+  g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 256; g.K = 704;
+  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters;
+  const Epi_k1 epi{&a};
+  ffn::gemm_sm90<128, 256, 64, 4, 1, 0, ffn::bf16, 2, 1>(g, epi, smem);
 }
 exit: 0

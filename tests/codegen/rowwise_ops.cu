@@ -47,6 +47,7 @@
 #include "gemm_sm80.cuh"
 #include "gemm_simt.cuh"
 #include "prep.cuh"
+#include "gemm_sm90.cuh"
 
 // kernel k0: rowwise over [M, 300]
 extern "C" __global__ void __launch_bounds__(256) k0(const __grid_constant__ ffn::KArgs args) {
