@@ -480,16 +480,25 @@ static void gen_gemm(Gen *G, Group *gr) {
     if (!use)
       continue;
     const char *tmpl = c->kind == FFN_GEMM_SM80 ? "gemm_sm80" : c->kind == FFN_GEMM_SM90 ? "gemm_sm90" : "gemm_simt";
+    /* for more than 64 rows every column of tiles would recompute A's row statistics (9-16% of
+     * the GEMM, kernels/NOTES.md): ffn_row_stats computes them once, just before */
+    bool ext = tc && !small && gr->stats > 0;
+    int stats = ext ? 0 : gr->stats;
     char params[160];
     if (c->kind == FFN_GEMM_SM80)
       snprintf(params, sizeof params, "%d, %d, %d, %d, %d, %d, %d, %d, %s", c->bm, c->bn, c->bk, c->wm, c->wn,
-               c->stages, gr->streams, gr->stats, ctype);
+               c->stages, gr->streams, stats, ctype);
     else if (c->kind == FFN_GEMM_SM90)
       snprintf(params, sizeof params, "%d, %d, %d, %d, %d, %d, %s, %d, %d", c->bm, c->bn, c->bk, c->stages,
-               gr->streams, gr->stats, ctype, c->bm / c->wm, c->min_blocks);
+               gr->streams, stats, ctype, c->bm / c->wm, c->min_blocks);
     else
       snprintf(params, sizeof params, "%d, %d, %d, %d, %d, %d, %d, %s", c->bm, c->bn, c->bk, c->wm, c->wn,
-               gr->streams, gr->stats, ctype);
+               gr->streams, stats, ctype);
+    char epi[128];
+    if (ext)
+      snprintf(epi, sizeof epi, "ffn::WithRowStats<Epi_@, %d>{epi, a.rowstats}", gr->streams);
+    else
+      snprintf(epi, sizeof epi, "epi");
     buf_printf(&body,
                "extern \"C\" __global__ void __launch_bounds__(%d, %d) @_%s(const __grid_constant__ ffn::KArgs a) {\n"
                "  extern __shared__ __align__(128) char smem[];\n"
@@ -497,11 +506,11 @@ static void gen_gemm(Gen *G, Group *gr) {
                "  g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = %lld; g.K = %lld;\n"
                "  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters;\n"
                "  const Epi_@ epi{&a};\n"
-               "  ffn::%s<%s>(g, epi, smem);\n}\n",
-               c->threads, c->min_blocks, c->name, (long long)k.ncols, (long long)K, tmpl, params);
+               "  ffn::%s<%s>(g, %s, smem);\n}\n",
+               c->threads, c->min_blocks, c->name, (long long)k.ncols, (long long)K, tmpl, params, epi);
     KernelVariant *v = &pk.variants[pk.nvariants++];
     *v = (KernelVariant){.func = NULL, .threads = c->threads, .smem = (int)ffn_gemm_smem_bytes(c), .max_m = c->max_m,
-                         .cfg = *c};
+                         .cfg = *c, .ext_stats = ext};
   }
   bool is_new;
   int kernel = add_kernel(G, body.s, &pk, &is_new);

@@ -95,10 +95,11 @@ char *plan_to_json(const Plan *p) {
     for (int v = 0; v < k->nvariants; v++) {
       const KernelVariant *kv = &k->variants[v];
       const ffn_gemm_config *c = &kv->cfg;
-      json_array_append_new(vs, json_pack("{s:s, s:i, s:i, s:I, s:s, s:i, s:[iiiiiiiii]}", "func", kv->func, "threads",
-                                          kv->threads, "smem", kv->smem, "max_m", (json_int_t)kv->max_m, "cfg",
-                                          c->name ? c->name : "", "cfg_kind", (int)c->kind, "tile", c->bm, c->bn, c->bk,
-                                          c->wm, c->wn, c->stages, c->threads, c->min_blocks, c->ctas_per_sm));
+      json_array_append_new(vs, json_pack("{s:s, s:i, s:i, s:I, s:s, s:i, s:[iiiiiiiii], s:b}", "func", kv->func,
+                                          "threads", kv->threads, "smem", kv->smem, "max_m", (json_int_t)kv->max_m,
+                                          "cfg", c->name ? c->name : "", "cfg_kind", (int)c->kind, "tile", c->bm, c->bn,
+                                          c->bk, c->wm, c->wn, c->stages, c->threads, c->min_blocks, c->ctas_per_sm,
+                                          "ext_stats", kv->ext_stats));
     }
     json_object_set_new(o, "variants", vs);
     json_array_append_new(ks, o);
@@ -344,6 +345,7 @@ Plan *plan_from_json(const char *text, char *err, size_t errlen) {
       kv->cfg.bm = tv[0], kv->cfg.bn = tv[1], kv->cfg.bk = tv[2], kv->cfg.wm = tv[3], kv->cfg.wn = tv[4];
       kv->cfg.stages = tv[5], kv->cfg.threads = tv[6], kv->cfg.min_blocks = tv[7], kv->cfg.ctas_per_sm = tv[8];
       kv->cfg.max_m = (int)kv->max_m;
+      kv->ext_stats = json_is_true(json_object_get(vo, "ext_stats"));
       if (k->kind == KK_GEMM && (kv->cfg.bm < 1 || kv->cfg.bn < 1 || kv->cfg.bk < 1))
         bad(&r, "launch plan: %s %lld has an empty tile", "variant", v);
     }

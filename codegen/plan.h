@@ -50,6 +50,7 @@ typedef struct {
   int smem;            /* dynamic shared memory bytes */
   int64_t max_m;       /* use this variant when M <= max_m; 0: any M */
   ffn_gemm_config cfg; /* GEMM: the tile configuration (cfg.name points into the plan) */
+  bool ext_stats;      /* GEMM: A's row statistics come from ffn_row_stats, run just before */
 } KernelVariant;
 
 typedef struct {

@@ -405,7 +405,7 @@ ffn_status exec_begin(ffn_model *m, CUstream stream, const DLTensor *inputs, int
     exec_end(run, FFN_OK);
     return rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
   }
-  size_t scratch = (memplan_assign(p, run->dims, offsets) + 255) / 256 * 256, ws_floats = 0, tiles = 0;
+  size_t scratch = (memplan_assign(p, run->dims, offsets) + 255) / 256 * 256, ws_floats = 0, tiles = 0, stat_rows = 0;
   for (int s = 0; s < p->nsteps; s++) {
     const PlanStep *ps = &p->steps[s];
     if (ps->kind != STEP_LAUNCH)
@@ -422,9 +422,12 @@ ffn_status exec_begin(ffn_model *m, CUstream stream, const DLTensor *inputs, int
         ws_floats = f;
       if (t > tiles)
         tiles = t;
+      if (run->choice[s].v->ext_stats && (size_t)rows > stat_rows)
+        stat_rows = (size_t)rows;
     }
   }
-  size_t rest = scratch + ws_floats * 4;
+  ws_floats = (ws_floats + 63) / 64 * 64; /* the row statistics follow the split-K partials */
+  size_t rest = scratch + ws_floats * 4 + stat_rows * 8;
   CUresult r = CU->cuCtxPushCurrent(m->ctx);
   if (r != CUDA_SUCCESS) {
     free(offsets);
@@ -446,6 +449,7 @@ ffn_status exec_begin(ffn_model *m, CUstream stream, const DLTensor *inputs, int
       }
     }
     run->ws = w ? w->base + base + scratch : 0;
+    run->rowstats = w ? run->ws + ws_floats * 4 : 0;
     run->counters = w ? w->base : 0;
   }
   free(offsets);
@@ -469,9 +473,20 @@ ffn_status exec_step(ExecRun *run, int s) {
   LaunchChoice c = run->choice[s];
   if (c.m <= 0)
     return FFN_OK; /* zero tokens: nothing to do */
-  KArgs args = {.m = c.m, .splits = c.splits, .ws = (float *)run->ws, .counters = (unsigned *)run->counters};
+  KArgs args = {.m = c.m, .splits = c.splits, .ws = (float *)run->ws, .counters = (unsigned *)run->counters,
+                .rowstats = (const float *)run->rowstats};
   for (int j = 0; j < ps->nargs; j++)
     args.p[j] = (void *)run->ptr[ps->args[j]];
+  if (c.v->ext_stats) { /* A's row statistics, once, for this GEMM's epilogue */
+    CUdeviceptr a = run->ptr[ps->args[0]], out = run->rowstats;
+    int is_f16 = p->tensors[ps->args[0]].dtype == DT_F16, K = (int)k->k;
+    long long M = c.m, blocks = (M + 7) / 8;
+    void *sp[] = {&a, &is_f16, &M, &K, &out};
+    r = CU->cuLaunchKernel(m->row_stats, (unsigned)(blocks < 65535 ? blocks : 65535), 1, 1, 256, 1, 1, 0, run->stream,
+                           sp, NULL);
+    if (r != CUDA_SUCCESS)
+      return cu_fail(CU, r, "cu->cuLaunchKernel()");
+  }
   unsigned grid[3] = {1, 1, 1};
   if (k->kind == KK_GEMM)
     ffn_gemm_grid(&c.v->cfg, (int)c.m, (int)k->n, k->streams, c.splits, grid);

@@ -101,6 +101,7 @@ struct ffn_model {
   CUfunction *funcs;   /* [kernel][variant] flattened, see func_index */
   int *func_base;      /* kernel -> first index in funcs */
   CUfunction prep_fill, prep_ewise, prep_transpose, prep_interleave, prep_rowsum, prep_matmul;
+  CUfunction row_stats; /* for GEMM variants with row statistics from memory */
   CUdeviceptr *tensor; /* per plan tensor: device memory of weights and derived tensors */
   bool *owned;         /* we allocated tensor[i] (and free it) */
   bool prepared;
@@ -127,7 +128,7 @@ typedef struct {
   int64_t dims[64];
   LaunchChoice *choice; /* per step */
   CUdeviceptr *ptr;     /* per plan tensor */
-  CUdeviceptr ws, counters;
+  CUdeviceptr ws, counters, rowstats;
   Workspace *w;
   bool pushed;
 } ExecRun;
@@ -149,7 +150,8 @@ typedef struct {
   int pad_;
   float *ws;
   unsigned *counters;
+  const float *rowstats;
 } KArgs;
-_Static_assert(sizeof(KArgs) == 272, "KArgs layout must match kernels/ewise.cuh");
+_Static_assert(sizeof(KArgs) == 280, "KArgs layout must match kernels/ewise.cuh");
 
 #endif
