@@ -480,9 +480,10 @@ static void gen_gemm(Gen *G, Group *gr) {
     if (!use)
       continue;
     const char *tmpl = c->kind == FFN_GEMM_SM80 ? "gemm_sm80" : c->kind == FFN_GEMM_SM90 ? "gemm_sm90" : "gemm_simt";
-    /* for more than 64 rows every column of tiles would recompute A's row statistics (9-16% of
-     * the GEMM, kernels/NOTES.md): ffn_row_stats computes them once, just before */
-    bool ext = tc && !small && gr->stats > 0;
+    /* for the largest M every column of tiles would recompute A's row statistics (about 10% of
+     * the GEMM, kernels/NOTES.md): ffn_row_stats computes them once, just before. Up to 512
+     * rows the extra launch costs more than it saves (measured: 128 tokens 3-7% slower). */
+    bool ext = tc && c->max_m == 0 && gr->stats > 0;
     int stats = ext ? 0 : gr->stats;
     char params[160];
     if (c->kind == FFN_GEMM_SM80)

@@ -106,7 +106,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) k0_sm90_128x128x64(const __
   g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 704; g.K = 256;
   g.splits = a.splits; g.ws = a.ws; g.counters = a.counters;
   const Epi_k0 epi{&a};
-  ffn::gemm_sm90<128, 128, 64, 6, 2, 0, ffn::bf16, 2, 1>(g, ffn::WithRowStats<Epi_k0, 2>{epi, a.rowstats}, smem);
+  ffn::gemm_sm90<128, 128, 64, 6, 2, 1, ffn::bf16, 2, 1>(g, epi, smem);
 }
 extern "C" __global__ void __launch_bounds__(384, 1) k0_sm90_128x256x64(const __grid_constant__ ffn::KArgs a) {
   extern __shared__ __align__(128) char smem[];
