@@ -10,15 +10,17 @@
  *     ffn::gemm_simt<c->bm, c->bn, c->bk, c->wm, c->wn, S, STATS, T>(g, epi, smem);             // FFN_GEMM_SIMT
  *     ffn::gemm_sm90<c->bm, c->bn, c->bk, c->stages, S, STATS, T, c->bm / c->wm, c->min_blocks>(g, epi, smem);
  *                                                                                            // FFN_GEMM_SM90
+ *     ffn::gemm_sm90_persistent<c->bm, c->bn, c->bk, c->stages, S, STATS, T, c->wm == c->bm>(g, epi, smem);
+ *                                                                                            // FFN_GEMM_SM90P
  *   }
  *
- * (FFN_GEMM_SM90 kernels must be compiled for sm_90a: NVRTC --gpu-architecture=sm_90a.)
+ * (FFN_GEMM_SM90 and FFN_GEMM_SM90P kernels must be compiled for sm_90a: NVRTC --gpu-architecture=sm_90a.)
  *
  * and at run time, for the actual M:
  *
  *   const ffn_gemm_config *c = ffn_gemm_pick_config(FFN_GEMM_SM80, M);
  *   int splits = ffn_gemm_pick_splits(M, N, S, K, c, num_sms);
- *   unsigned grid[3]; ffn_gemm_grid(c, M, N, S, splits, grid);
+ *   unsigned grid[3]; ffn_gemm_launch_grid(c, M, N, S, splits, num_sms, grid);
  *   cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, ffn_gemm_smem_bytes(c));
  *   cuLaunchKernel(f, grid[0], grid[1], grid[2], c->threads, 1, 1, ffn_gemm_smem_bytes(c), stream, ...);
  *
@@ -26,6 +28,11 @@
  * and args.counters at ffn_gemm_num_tiles(c, M, N, S) unsigneds, zeroed once when allocated: the
  * kernels leave them zero. Launches that share ws/counters must be stream-ordered.
  * N is the number of output columns per stream; B has S*N rows (gate/up interleaved by 8 when S==2).
+ *
+ * Grids: non-persistent kernels take one CTA per (tile, split): (tiles, 1, splits). Persistent ones
+ * (FFN_GEMM_SM90P) take gridDim.x CTAs, any number >= 1, looping over the tiles * splits work items
+ * (x, 1, 1); ffn_gemm_launch_grid gives min(items, num_sms * ctas_per_sm), and ffn_gemm_grid, which
+ * does not know the SM count, one CTA per item (correct, but without the persistence).
  */
 #ifndef FFN_KERNELS_GEMM_HOST_H
 #define FFN_KERNELS_GEMM_HOST_H
@@ -35,7 +42,9 @@
 typedef enum {
   FFN_GEMM_SM80, /* mma.sync tensor cores, T = bf16 or f16, K % 8 == 0 */
   FFN_GEMM_SIMT, /* f32 FMA, T = float (also bf16/f16), any K */
-  FFN_GEMM_SM90  /* wgmma tensor cores (sm_90a only), T = bf16 or f16, K % 8 == 0 */
+  FFN_GEMM_SM90, /* wgmma tensor cores (sm_90a only), T = bf16 or f16, K % 8 == 0 */
+  FFN_GEMM_SM90P /* persistent FFN_GEMM_SM90 (gemm_sm90_persistent): wm == bm: the two consumer
+                    warpgroups ping-pong over whole tiles; wm == bm / 2: they share each tile */
 } ffn_gemm_kind;
 
 typedef struct {
@@ -94,6 +103,9 @@ static inline size_t ffn_gemm_smem_bytes(const ffn_gemm_config *c) {
   if (c->kind == FFN_GEMM_SM80) return (size_t)c->stages * (size_t)(c->bm + c->bn) * (size_t)c->bk * 2;
   if (c->kind == FFN_GEMM_SM90)
     return (size_t)c->stages * (size_t)(c->bm + c->bn) * (size_t)c->bk * 2 + (size_t)8 * c->bm + 2048;
+  if (c->kind == FFN_GEMM_SM90P) /* gemm_sm90p_smem_bytes: statistics per warpgroup when ping-ponging */
+    return (size_t)c->stages * (size_t)(c->bm + c->bn) * (size_t)c->bk * 2 + (size_t)8 * c->bm * (c->wm == c->bm ? 2 : 1) +
+           2048;
   return ((size_t)2 * c->bk * (size_t)(c->bm + c->bn + 8) + (size_t)2 * c->bm) * 4;
 }
 
@@ -111,9 +123,26 @@ static inline size_t ffn_gemm_ws_floats(const ffn_gemm_config *c, int M, int N, 
 }
 
 static inline void ffn_gemm_grid(const ffn_gemm_config *c, int M, int N, int S, int splits, unsigned grid[3]) {
+  if (splits < 1) splits = 1;
+  if (c->kind == FFN_GEMM_SM90P) { /* one CTA per work item: use ffn_gemm_launch_grid */
+    grid[0] = (unsigned)ffn_gemm_num_tiles(c, M, N, S) * (unsigned)splits;
+    grid[1] = grid[2] = 1;
+    return;
+  }
   grid[0] = (unsigned)ffn_gemm_num_tiles(c, M, N, S);
   grid[1] = 1;
-  grid[2] = (unsigned)(splits < 1 ? 1 : splits);
+  grid[2] = (unsigned)splits;
+}
+
+/* The launch grid for every kind: persistent kernels get at most one wave of CTAs (num_sms *
+ * ctas_per_sm), each looping over work items; the others as ffn_gemm_grid. */
+static inline void ffn_gemm_launch_grid(const ffn_gemm_config *c, int M, int N, int S, int splits, int num_sms,
+                                        unsigned grid[3]) {
+  ffn_gemm_grid(c, M, N, S, splits, grid);
+  if (c->kind == FFN_GEMM_SM90P && num_sms > 0) {
+    unsigned wave = (unsigned)num_sms * (unsigned)(c->ctas_per_sm > 0 ? c->ctas_per_sm : 1);
+    if (grid[0] > wave) grid[0] = wave;
+  }
 }
 
 /* Split-K factor, fitted to measurements on an H200 (kernels/NOTES.md). Small-M GEMMs stream the

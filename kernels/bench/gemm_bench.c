@@ -17,6 +17,7 @@
 //     --list              print the configuration names (recommended first) and stop
 //     --lib / --no-lib    time only memcpy and cuBLASLt / only our kernels (default: both)
 //     --refcache DIR      keep the timing shapes' CPU references in DIR (shared between processes)
+//     --filter accepts several substrings separated by commas (a kernel matching any is kept)
 #define _GNU_SOURCE
 #include <cuda.h>
 #include <cublasLt.h>
@@ -140,7 +141,32 @@ static const ffn_gemm_config extra_configs[] = {
     {"simt_128x128x8", FFN_GEMM_SIMT, 128, 128, 8, 8, 8, 2, 256, 1, 1, 0},
 };
 
-static int filtered(const char *name) { return opt.filter && !strstr(name, opt.filter); }
+// Candidates for gemm_host.h's table: compiled and checked in every (S, STATS, type) combination
+// like the recommended ones (add_kernel skips a name the table already has).
+static const ffn_gemm_config candidate_configs[] = {
+    /* persistent wgmma: ping-pong (wm == bm) and cooperative (wm == bm / 2) */
+    {"sm90p_pp_128x128x64", FFN_GEMM_SM90P, 128, 128, 64, 128, 128, 6, 384, 1, 1, 0},
+    {"sm90p_coop_128x256x64", FFN_GEMM_SM90P, 128, 256, 64, 64, 256, 4, 384, 1, 1, 0},
+    {"sm90p_pp_64x256x64", FFN_GEMM_SM90P, 64, 256, 64, 64, 256, 5, 384, 1, 1, 0},
+};
+
+static int is_sm90(const ffn_gemm_config *c) { return c->kind == FFN_GEMM_SM90 || c->kind == FFN_GEMM_SM90P; }
+
+static int filtered(const char *name) {
+  if (!opt.filter) return 0;
+  for (const char *f = opt.filter; *f;) {
+    const char *e = strchr(f, ',');
+    size_t n = e ? (size_t)(e - f) : strlen(f);
+    char tok[128];
+    if (n >= sizeof tok) n = sizeof tok - 1;
+    memcpy(tok, f, n);
+    tok[n] = 0;
+    if (n && strstr(name, tok)) return 0;
+    if (!e) break;
+    f = e + 1;
+  }
+  return 1;
+}
 
 static Kernel *find_kernel(const char *cfg, int S, int stats, dtype t) {
   for (int i = 0; i < nkernels; i++) {
@@ -153,7 +179,7 @@ static Kernel *find_kernel(const char *cfg, int S, int stats, dtype t) {
 static void add_kernel(const ffn_gemm_config *c, int S, int stats, dtype t, int recommended) {
   if (find_kernel(c->name, S, stats, t)) return;
   if (c->kind != FFN_GEMM_SIMT && t == DT_F32) return;
-  if (c->kind == FFN_GEMM_SM90 && opt.arch != 90) return; // wgmma: sm_90a only
+  if (is_sm90(c) && opt.arch != 90) return; // wgmma: sm_90a only
   char name[128];
   snprintf(name, sizeof name, "%s_s%d_st%d_%s", c->name, S, stats, dt_name[t]);
   if (filtered(name)) return;
@@ -174,6 +200,9 @@ static void add_kernel(const ffn_gemm_config *c, int S, int stats, dtype t, int 
   if (c->kind == FFN_GEMM_SM90)
     snprintf(call, sizeof call, "ffn::gemm_sm90<%d, %d, %d, %d, %d, %d, %s, %d, %d>(g, epi, smem);", c->bm, c->bn,
              c->bk, c->stages, S, stats, dt_cxx[t], c->bm / c->wm, c->min_blocks);
+  else if (c->kind == FFN_GEMM_SM90P)
+    snprintf(call, sizeof call, "ffn::gemm_sm90_persistent<%d, %d, %d, %d, %d, %d, %s, %s>(g, epi, smem);", c->bm,
+             c->bn, c->bk, c->stages, S, stats, dt_cxx[t], c->wm == c->bm ? "true" : "false");
   else if (c->kind == FFN_GEMM_SM80)
     snprintf(call, sizeof call, "ffn::gemm_sm80<%d, %d, %d, %d, %d, %d, %d, %d, %s>(g, epi, smem);", c->bm, c->bn,
              c->bk, c->wm, c->wn, c->stages, S, stats, dt_cxx[t]);
@@ -187,8 +216,8 @@ static void add_kernel(const ffn_gemm_config *c, int S, int stats, dtype t, int 
            "%s#include \"%s\"\n#include \"bench_epi.cuh\"\n"
            "extern \"C\" __global__ void __launch_bounds__(%d, %d) %s(ffn::GemmArgs g, BenchEpi<%d, %d, %s> epi) {\n"
            "  extern __shared__ __align__(128) char smem[];\n  %s\n}\n",
-           c->kind == FFN_GEMM_SM90 ? "#define FFN_SM90_WATCHDOG 1\n" : "",
-           c->kind == FFN_GEMM_SM90 ? "gemm_sm90.cuh" : c->kind == FFN_GEMM_SM80 ? "gemm_sm80.cuh" : "gemm_simt.cuh",
+           is_sm90(c) ? "#define FFN_SM90_WATCHDOG 1\n" : "",
+           is_sm90(c) ? "gemm_sm90.cuh" : c->kind == FFN_GEMM_SM80 ? "gemm_sm80.cuh" : "gemm_simt.cuh",
            c->threads, c->min_blocks, name, S, stats,
            dt_cxx[t], call);
 }
@@ -211,6 +240,12 @@ static void build_kernel_list(void) {
       }
     if (c->kind == FFN_GEMM_SIMT) add_kernel(c, 2, 1, DT_BF16, 1);
   }
+  for (size_t i = 0; i < sizeof candidate_configs / sizeof candidate_configs[0]; i++)
+    for (int S = 1; S <= 2; S++)
+      for (int st = 0; st <= 2; st++) {
+        add_kernel(&candidate_configs[i], S, st, DT_BF16, 0);
+        add_kernel(&candidate_configs[i], S, st, DT_F16, 0);
+      }
   for (size_t i = 0; i < sizeof extra_configs / sizeof extra_configs[0]; i++) {
     const ffn_gemm_config *c = &extra_configs[i];
     dtype t = c->kind != FFN_GEMM_SIMT ? DT_BF16 : DT_F32;
@@ -263,7 +298,7 @@ static void compile_one(Kernel *k) {
   const char *o[8];
   int no;
   char archbuf[32];
-  compile_options(o, &no, archbuf, k->cfg.kind == FFN_GEMM_SM90);
+  compile_options(o, &no, archbuf, is_sm90(&k->cfg));
   int major, minor;
   nvrtcVersion(&major, &minor);
   uint64_t h = 1469598103934665603ull;
@@ -544,13 +579,17 @@ static void ensure_scratch(size_t ws_floats, size_t counters) {
   }
 }
 
+// force_grid > 0: persistent kernels get at most that many CTAs (each then loops over many work items)
+static unsigned force_grid;
+
 static void launch(Kernel *k, const Problem *p, int splits) {
   const ffn_gemm_config *c = &k->cfg;
   ensure_scratch(ffn_gemm_ws_floats(c, p->M, p->N, p->S, splits), ffn_gemm_num_tiles(c, p->M, p->N, p->S));
   GemmArgsH g = {p->A, p->B, p->M, p->N, p->K, splits, ws_buf, counter_buf};
   EpiH e = {p->out, p->res, p->wsum, p->N, p->K, 1e-5f};
   unsigned grid[3];
-  ffn_gemm_grid(c, p->M, p->N, p->S, splits, grid);
+  ffn_gemm_launch_grid(c, p->M, p->N, p->S, splits, num_sms, grid);
+  if (force_grid && c->kind == FFN_GEMM_SM90P && grid[0] > force_grid) grid[0] = force_grid;
   void *args[] = {&g, &e};
   CU_CHECK(cuLaunchKernel(k->fn, grid[0], grid[1], grid[2], c->threads, 1, 1, (unsigned)k->smem, stream, args, NULL));
 }
@@ -776,6 +815,22 @@ static void correctness(void) {
       if (si == 0) {
         checks_run++;
         checks_failed += !run_check(k, &p, &R, ktiles + 2, "(empty splits)");
+      }
+      // persistent: few CTAs, so that each loops over many items (odd counts: both ping-pong
+      // warpgroups end on different items), with and without split-K
+      if (k->cfg.kind == FFN_GEMM_SM90P) {
+        const unsigned grids[2] = {1, 3};
+        for (int gi = 0; gi < 2; gi++)
+          for (int s = 0; s < 2; s++) {
+            int sp = s ? (ktiles >= 3 ? 3 : ktiles) : 1;
+            if (s && sp <= 1) continue;
+            char tag[32];
+            snprintf(tag, sizeof tag, "(grid %u)", grids[gi]);
+            force_grid = grids[gi];
+            checks_run++;
+            checks_failed += !run_check(k, &p, &R, sp, tag);
+            force_grid = 0;
+          }
       }
       reference_free(&R);
       problem_free(&p);
@@ -1101,11 +1156,12 @@ static const char *small_cfgs[] = {"sm80_16x128x64", "sm80_16x256x64", "sm80_16x
                                    "sm80_64x128x64", "sm80_64x256x64", "sm80_128x128x32", "sm90_64x128x64"};
 static const char *big_cfgs[] = {"sm80_128x128x32", "sm80_128x128x32w8", "sm80_128x128x64", "sm80_128x256x32",
                                  "sm80_128x256x32s3", "sm80_128x256x64", "sm80_256x128x32", "sm80_64x128x64",
-                                 "sm90_128x256x64", "sm90_128x128x64", "sm90_64x128x64"};
+                                 "sm90_128x256x64", "sm90_128x128x64", "sm90_64x128x64", "sm90p_pp_128x128x64",
+                                 "sm90p_coop_128x256x64", "sm90p_pp_64x256x64"};
 static const char *simt_cfgs[] = {"simt_32x64x16", "simt_128x64x8", "simt_128x128x8"};
 #define COUNT(a) (int)(sizeof a / sizeof a[0])
 static int small_cfg_applies(const ffn_gemm_config *c, int M) {
-  if (c->kind == FFN_GEMM_SM90) return c->bm == 64; // wgmma's smallest M tile
+  if (is_sm90(c)) return c->bm == 64; // wgmma's smallest M tile
   return c->bm <= 2 * M + 16 + (M > 16 ? 64 : 0);
 }
 static int m_wanted(int M) {
@@ -1270,6 +1326,7 @@ int main(int argc, char **argv) {
     const ffn_gemm_config *t = ffn_gemm_configs(&n);
     for (int i = 0; i < n; i++) printf("%s\n", t[i].name);
     for (int i = 0; i < COUNT(extra_configs); i++) printf("%s\n", extra_configs[i].name);
+    for (int i = 0; i < COUNT(candidate_configs); i++) printf("%s\n", candidate_configs[i].name);
     return 0;
   }
   // kernels/ is two levels above this executable (kernels/bench/build/gemm_bench)

@@ -7,7 +7,7 @@ import collections, csv, os, re, sys
 host_h = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "gemm_host.h")
 rec = {fam: [(int(m) if m != "0" else 1 << 30, n) for n, m in
              re.findall(r'\{"(%s_[^"]+)", FFN_GEMM_%s,[^}]*, (\d+)\}' % (fam, fam.upper()), open(host_h).read())]
-       for fam in ("sm80", "sm90")}
+       for fam in ("sm80", "sm90", "sm90p")}
 rows = list(csv.DictReader(open(sys.argv[1])))
 groups = collections.OrderedDict()
 for r in rows:
@@ -28,23 +28,24 @@ print(f"{'M':>5} {'K':>6} {'S*N':>6} {'what':>10} | {'fastest of ours (ok)':>34}
 for key in sorted(groups):
     rs = groups[key]
     M = key[0]
-    for fam in ("sm80", "sm90", "simt"):
-        ours = [r for r in rs if r["kernel"].startswith(fam) and r["what"] not in ("up-nostats",)]
+    for fam in ("sm80", "sm90", "sm90p", "simt"):
+        # "sm90" is the non-persistent family; "sm90p" the persistent one (gemm_sm90_persistent)
+        ours = [r for r in rs if r["kernel"].startswith(fam + "_") and r["what"] not in ("up-nostats",)]
         if not ours:
             continue
         ok = [r for r in ours if r["status"] == "ok"]
         best = min(ok, key=lambda r: float(r["ms"])) if ok else None
         lib = [r for r in rs if r["status"] == "lib"]
-        l = min(lib, key=lambda r: float(r["ms"])) if lib and fam in ("sm80", "sm90") else None
+        l = min(lib, key=lambda r: float(r["ms"])) if lib and fam in ("sm80", "sm90", "sm90p") else None
         lt = f"{float(l['ms']):11.4f} {float(l['tflops']):7.1f} {float(l['gbs_weights']):7.0f}" if l else f"{'-':>11} {'':>7} {'':>7}"
         wrong = sum(r["status"] != "ok" for r in ours)
         print(f"{key[0]:5d} {key[1]:6d} {key[2]:6d} {ours[0]['what']:>10} | {fmt(best)} | {lt} | {wrong}")
-        if fam in ("sm80", "sm90"):
-            name = next((n for m, n in rec[fam] if M <= m), None)
+        if fam in ("sm80", "sm90", "sm90p"):
+            name = next((n for m, n in rec.get(fam, []) if M <= m), None)
             mine = [r for r in ok if name and r["kernel"].startswith(name + "_s")]
             if mine:
                 r = min(mine, key=lambda r: float(r["ms"]))
                 print(f"{'':5} {'':6} {'':6} {'table':>10} | {fmt(r)} |")
-            ns = [r for r in rs if r["what"] == "up-nostats" and r["status"] == "ok" and r["kernel"].startswith(fam)]
+            ns = [r for r in rs if r["what"] == "up-nostats" and r["status"] == "ok" and r["kernel"].startswith(fam + "_")]
             for r in ns:
                 print(f"{'':5} {'':6} {'':6} {'no-stats':>10} | {fmt(r)} |")
