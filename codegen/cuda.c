@@ -475,11 +475,15 @@ static void gen_gemm(Gen *G, Group *gr) {
     bool hopper = G->c->arch == 90;
     bool small = c->max_m > 0 && c->max_m <= 64;
     bool use = !tc ? c->kind == FFN_GEMM_SIMT
-                   : hopper ? (c->kind == FFN_GEMM_SM80 && small) || (c->kind == FFN_GEMM_SM90 && !small)
+                   : hopper ? (c->kind == FFN_GEMM_SM80 && small) ||
+                                  ((c->kind == FFN_GEMM_SM90 || c->kind == FFN_GEMM_SM90P) && !small)
                             : c->kind == FFN_GEMM_SM80;
     if (!use)
       continue;
-    const char *tmpl = c->kind == FFN_GEMM_SM80 ? "gemm_sm80" : c->kind == FFN_GEMM_SM90 ? "gemm_sm90" : "gemm_simt";
+    const char *tmpl = c->kind == FFN_GEMM_SM80    ? "gemm_sm80"
+                       : c->kind == FFN_GEMM_SM90  ? "gemm_sm90"
+                       : c->kind == FFN_GEMM_SM90P ? "gemm_sm90_persistent"
+                                                   : "gemm_simt";
     /* for the largest M every column of tiles would recompute A's row statistics (about 10% of
      * the GEMM, kernels/NOTES.md): ffn_row_stats computes them once, just before. Up to 512
      * rows the extra launch costs more than it saves (measured: 128 tokens 3-7% slower). */
@@ -492,6 +496,9 @@ static void gen_gemm(Gen *G, Group *gr) {
     else if (c->kind == FFN_GEMM_SM90)
       snprintf(params, sizeof params, "%d, %d, %d, %d, %d, %d, %s, %d, %d", c->bm, c->bn, c->bk, c->stages,
                gr->streams, stats, ctype, c->bm / c->wm, c->min_blocks);
+    else if (c->kind == FFN_GEMM_SM90P) /* ping-pong consumers (wm == bm) */
+      snprintf(params, sizeof params, "%d, %d, %d, %d, %d, %d, %s, %s", c->bm, c->bn, c->bk, c->stages, gr->streams,
+               stats, ctype, c->wm == c->bm ? "true" : "false");
     else
       snprintf(params, sizeof params, "%d, %d, %d, %d, %d, %d, %d, %s", c->bm, c->bn, c->bk, c->wm, c->wn,
                gr->streams, stats, ctype);
@@ -512,6 +519,10 @@ static void gen_gemm(Gen *G, Group *gr) {
     KernelVariant *v = &pk.variants[pk.nvariants++];
     *v = (KernelVariant){.func = NULL, .threads = c->threads, .smem = (int)ffn_gemm_smem_bytes(c), .max_m = c->max_m,
                          .cfg = *c, .ext_stats = ext};
+    /* the persistent kernels win only from FFN_GEMM_SM90P_MIN_M rows on (kernels/NOTES.md): the
+     * non-persistent "any M" configuration hands over to them there */
+    if (hopper && c->kind == FFN_GEMM_SM90 && c->max_m == 0)
+      v->max_m = FFN_GEMM_SM90P_MIN_M - 1;
   }
   bool is_new;
   int kernel = add_kernel(G, body.s, &pk, &is_new);

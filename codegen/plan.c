@@ -337,7 +337,7 @@ Plan *plan_from_json(const char *text, char *err, size_t errlen) {
       kv->smem = (int)integer(&r, vo, "smem", 0, 1 << 20);
       kv->max_m = integer(&r, vo, "max_m", 0, (long long)1 << 40);
       kv->cfg.name = string(&r, vo, "cfg");
-      kv->cfg.kind = (ffn_gemm_kind)integer(&r, vo, "cfg_kind", 0, FFN_GEMM_SM90);
+      kv->cfg.kind = (ffn_gemm_kind)integer(&r, vo, "cfg_kind", 0, FFN_GEMM_SM90P);
       tile = json_object_get(vo, "tile");
       int tv[9] = {0};
       if (read_ints(&r, tile, tv, 9, 1 << 20) != 9)

@@ -19,6 +19,7 @@
  * and at run time, for the actual M:
  *
  *   const ffn_gemm_config *c = ffn_gemm_pick_config(FFN_GEMM_SM80, M);
+ *   (on sm_90: FFN_GEMM_SM90, or FFN_GEMM_SM90P where M >= FFN_GEMM_SM90P_MIN_M)
  *   int splits = ffn_gemm_pick_splits(M, N, S, K, c, num_sms);
  *   unsigned grid[3]; ffn_gemm_launch_grid(c, M, N, S, splits, num_sms, grid);
  *   cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, ffn_gemm_smem_bytes(c));
@@ -60,6 +61,10 @@ typedef struct {
   int max_m;      /* recommended for M <= max_m; 0: any M */
 } ffn_gemm_config;
 
+/* On sm_90, the FFN_GEMM_SM90P configuration beat the FFN_GEMM_SM90 ones only from this M on
+ * (measured at M = 1024, 4096, 8192, kernels/NOTES.md): below it use FFN_GEMM_SM90. */
+#define FFN_GEMM_SM90P_MIN_M 4096
+
 /* Recommended configurations, most specific regime first: the fastest measured per regime on an
  * H200 for the Llama-3-8B FFN GEMMs (kernels/NOTES.md). ctas_per_sm as the driver's occupancy
  * calculator reported there. */
@@ -78,6 +83,11 @@ static inline const ffn_gemm_config *ffn_gemm_configs(int *count) {
       {"sm90_64x128x64", FFN_GEMM_SM90, 64, 128, 64, 64, 128, 4, 256, 2, 2, 64},    /* 99 KB smem, 120 regs */
       {"sm90_128x128x64", FFN_GEMM_SM90, 128, 128, 64, 64, 128, 6, 384, 1, 1, 512}, /* down at M 128-512; 199 KB */
       {"sm90_128x256x64", FFN_GEMM_SM90, 128, 256, 64, 64, 256, 4, 384, 1, 1, 0},   /* 476-606 TFLOP/s; 199 KB */
+      /* sm_90a persistent (gemm_sm90_persistent, grid from ffn_gemm_launch_grid): two consumer
+       * warpgroups ping-pong over 128x128 tiles. Against sm90_128x256x64 in one run: up +5-9%
+       * (+11-15% with the statistics from ffn_row_stats), down +0-3% at M 4096-8192; at M = 1024
+       * down is 20% slower: FFN_GEMM_SM90P_MIN_M. 201 KB smem. */
+      {"sm90p_pp_128x128x64", FFN_GEMM_SM90P, 128, 128, 64, 128, 128, 6, 384, 1, 1, 0},
   };
   if (count) *count = (int)(sizeof table / sizeof table[0]);
   return table;

@@ -489,7 +489,7 @@ ffn_status exec_step(ExecRun *run, int s) {
   }
   unsigned grid[3] = {1, 1, 1};
   if (k->kind == KK_GEMM)
-    ffn_gemm_grid(&c.v->cfg, (int)c.m, (int)k->n, k->streams, c.splits, grid);
+    ffn_gemm_launch_grid(&c.v->cfg, (int)c.m, (int)k->n, k->streams, c.splits, m->sms, grid);
   else
     grid[0] = (unsigned)(c.m < (int64_t)m->sms * 16 ? c.m : (int64_t)m->sms * 16);
   CUfunction f = m->funcs[m->func_base[ps->kernel] + (int)(c.v - k->variants)];

@@ -5,8 +5,9 @@ import collections, csv, os, re, sys
 
 # gemm_host.h's table: (max_m, name) of the tensor-core configurations, in order
 host_h = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "gemm_host.h")
-rec = {fam: [(int(m) if m != "0" else 1 << 30, n) for n, m in
-             re.findall(r'\{"(%s_[^"]+)", FFN_GEMM_%s,[^}]*, (\d+)\}' % (fam, fam.upper()), open(host_h).read())]
+# fields after the kind: bm bn bk wm wn stages threads min_blocks ctas_per_sm max_m [min_m]
+rec = {fam: [(int(f.split(",")[9]) or 1 << 30, n) for n, f in
+             re.findall(r'\{"(%s_[^"]+)", FFN_GEMM_%s,([^}]*)\}' % (fam, fam.upper()), open(host_h).read())]
        for fam in ("sm80", "sm90", "sm90p")}
 rows = list(csv.DictReader(open(sys.argv[1])))
 groups = collections.OrderedDict()
