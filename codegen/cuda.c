@@ -474,9 +474,11 @@ static void gen_gemm(Gen *G, Group *gr) {
     const ffn_gemm_config *c = &table[i];
     bool hopper = G->c->arch == 90;
     bool small = c->max_m > 0 && c->max_m <= 64;
+    /* (FFN_GEMM_SM90P, the persistent kernels, ran faster in isolation but made the whole
+     * Llama-8B sublayer 8.6% slower at 8192 tokens: bench/results/bench_persistent_trial.txt.
+     * Not used until that is understood.) */
     bool use = !tc ? c->kind == FFN_GEMM_SIMT
-                   : hopper ? (c->kind == FFN_GEMM_SM80 && small) ||
-                                  ((c->kind == FFN_GEMM_SM90 || c->kind == FFN_GEMM_SM90P) && !small)
+                   : hopper ? (c->kind == FFN_GEMM_SM80 && small) || (c->kind == FFN_GEMM_SM90 && !small)
                             : c->kind == FFN_GEMM_SM80;
     if (!use)
       continue;
@@ -519,10 +521,7 @@ static void gen_gemm(Gen *G, Group *gr) {
     KernelVariant *v = &pk.variants[pk.nvariants++];
     *v = (KernelVariant){.func = NULL, .threads = c->threads, .smem = (int)ffn_gemm_smem_bytes(c), .max_m = c->max_m,
                          .cfg = *c, .ext_stats = ext};
-    /* the persistent kernels win only from FFN_GEMM_SM90P_MIN_M rows on (kernels/NOTES.md): the
-     * non-persistent "any M" configuration hands over to them there */
-    if (hopper && c->kind == FFN_GEMM_SM90 && c->max_m == 0)
-      v->max_m = FFN_GEMM_SM90P_MIN_M - 1;
+
   }
   bool is_new;
   int kernel = add_kernel(G, body.s, &pk, &is_new);

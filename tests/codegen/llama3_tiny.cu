@@ -116,14 +116,6 @@ extern "C" __global__ void __launch_bounds__(384, 1) k0_sm90_128x256x64(const __
   const Epi_k0 epi{&a};
   ffn::gemm_sm90<128, 256, 64, 4, 2, 0, ffn::bf16, 2, 1>(g, ffn::WithRowStats<Epi_k0, 2>{epi, a.rowstats}, smem);
 }
-extern "C" __global__ void __launch_bounds__(384, 1) k0_sm90p_pp_128x128x64(const __grid_constant__ ffn::KArgs a) {
-  extern __shared__ __align__(128) char smem[];
-  ffn::GemmArgs g;
-  g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 704; g.K = 256;
-  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters;
-  const Epi_k0 epi{&a};
-  ffn::gemm_sm90_persistent<128, 128, 64, 6, 2, 0, ffn::bf16, true>(g, ffn::WithRowStats<Epi_k0, 2>{epi, a.rowstats}, smem);
-}
 
 // kernel k1: GEMM, 1 stream of 256 columns, K = 704, tensor cores; from examples/llama3_tiny.ffn:19
 struct Epi_k1 {
@@ -187,13 +179,5 @@ extern "C" __global__ void __launch_bounds__(384, 1) k1_sm90_128x256x64(const __
   g.splits = a.splits; g.ws = a.ws; g.counters = a.counters;
   const Epi_k1 epi{&a};
   ffn::gemm_sm90<128, 256, 64, 4, 1, 0, ffn::bf16, 2, 1>(g, epi, smem);
-}
-extern "C" __global__ void __launch_bounds__(384, 1) k1_sm90p_pp_128x128x64(const __grid_constant__ ffn::KArgs a) {
-  extern __shared__ __align__(128) char smem[];
-  ffn::GemmArgs g;
-  g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 256; g.K = 704;
-  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters;
-  const Epi_k1 epi{&a};
-  ffn::gemm_sm90_persistent<128, 128, 64, 6, 1, 0, ffn::bf16, true>(g, epi, smem);
 }
 exit: 0
