@@ -24,23 +24,36 @@ int parse_arch(const char *s, int *sm, char *err, size_t errlen) {
   return 0;
 }
 
+/* inputs keep their declaration order through the passes */
+static void number_inputs(Graph *g) {
+  int idx = 0;
+  for (int i = 0; i < g->nodes.len; i++)
+    if (GRAPH_NODE(g, i)->op == OP_INPUT)
+      GRAPH_NODE(g, i)->ival[0] = idx++;
+}
+
+Graph *driver_model_graph(const char *text, size_t len, const char *name, const DriverOptions *o, Diags *d) {
+  FrontendOptions fo = {o->prec, o->nprec, o->fuse, o->nfuse};
+  Graph *g = frontend_compile_string(text, len, name, &fo, d);
+  if (!g)
+    return NULL;
+  number_inputs(g);
+  SourceFile src = {name, text, len};
+  Compile c = {.g = g, .src = &src, .diags = d, .arch = o->sm, .opt_level = o->opt_level};
+  if (pass_ffn_fusion(&c) != 0) {
+    graph_destroy(g);
+    return NULL;
+  }
+  return g;
+}
+
 int driver_compile(const char *text, size_t len, const char *name, const DriverOptions *o, Diags *d, Plan **plan,
                    Graph **graph_out) {
   FrontendOptions fo = {o->prec, o->nprec, o->fuse, o->nfuse};
   Graph *g = frontend_compile_string(text, len, name, &fo, d);
   if (!g)
     return -1;
-  /* inputs keep their declaration order through the passes */
-  int idx = 0;
-  for (int i = 0; i < g->nodes.len; i++)
-    if (GRAPH_NODE(g, i)->op == OP_INPUT)
-      GRAPH_NODE(g, i)->ival[0] = idx++;
-  if (g->nfuse) {
-    diag_error(d, &(SourceFile){name, text, len}, g->fuse[0].loc,
-               "FFN Fusion (`fuse ffn`) is not implemented yet; remove the request to compile this model unfused");
-    graph_destroy(g);
-    return -1;
-  }
+  number_inputs(g);
   SourceFile src = {name, text, len};
   Compile c = {.g = g, .src = &src, .diags = d, .arch = o->sm, .opt_level = o->opt_level};
   int rc = passes_run(&c, o->dump_after, o->dump ? o->dump : stdout);

@@ -20,6 +20,12 @@ typedef struct {
 int driver_compile(const char *text, size_t len, const char *name, const DriverOptions *o, Diags *d, Plan **plan,
                    Graph **graph_out);
 
+/* The model's function as the user wrote it: the checked IR with the requested FFN Fusion
+ * applied (it changes the function), before any optimization. This is what the CPU
+ * reference runs and what compiled programs are compared against. NULL with diagnostics
+ * in d on error. */
+Graph *driver_model_graph(const char *text, size_t len, const char *name, const DriverOptions *o, Diags *d);
+
 /* "sm_90" -> 90; sm_80 and newer only. */
 int parse_arch(const char *s, int *sm, char *err, size_t errlen);
 

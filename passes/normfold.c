@@ -23,38 +23,39 @@ static Node *stat(Compile *c, Op op, Node *x, const Node *norm) {
   return pass_new(c, op, DT_F32, &x, 1, norm);
 }
 
+Node *norm_matmul(Compile *c, Node *x, const Node *norm, Node *w_nk, const Node *mm) {
+  Node *args[2] = {x, pass_new(c, OP_TRANSPOSE, w_nk->dtype, &w_nk, 1, NULL)};
+  Node *prod = pass_new(c, OP_MATMUL, mm->dtype, args, 2, mm);
+  prod->var = NULL;
+  if (norm->op == OP_RMSNORM) {
+    args[0] = prod, args[1] = stat(c, OP_RMS_RSTD, x, norm);
+    return pass_new(c, OP_MUL, mm->dtype, args, 2, mm);
+  }
+  Node *colsum = pass_new(c, OP_ROWSUM, DT_F32, &w_nk, 1, NULL);
+  Node *mean = stat(c, OP_LN_MEAN, x, norm);
+  Node *rstd = stat(c, OP_LN_RSTD, x, norm);
+  args[0] = mean, args[1] = colsum;
+  Node *shift = pass_new(c, OP_MUL, DT_F32, args, 2, mm);
+  args[0] = prod, args[1] = shift;
+  Node *centered = pass_new(c, OP_SUB, mm->dtype, args, 2, mm);
+  args[0] = centered, args[1] = rstd;
+  return pass_new(c, OP_MUL, mm->dtype, args, 2, mm);
+}
+
 static Node *fold(Compile *c, Node *mm) {
   Node *h = mm->args[0], *x = h->args[0], *gain = h->args[1];
   if (!ir_is_const(gain) || ir_is_const(x) || x->dtype != h->dtype || h->nargs > 3)
     return NULL;
-  DType f32 = DT_F32, vt = mm->dtype;
   Node *b_nk = matmul_b_nk(c, mm);
   Node *args[2] = {b_nk, gain};
   Node *scaled = pass_new(c, OP_MUL, b_nk->dtype, args, 2, NULL); /* [N, K] * [K] */
-  Node *bt = pass_new(c, OP_TRANSPOSE, scaled->dtype, &scaled, 1, NULL);
-  args[0] = x, args[1] = bt;
-  Node *prod = pass_new(c, OP_MATMUL, vt, args, 2, mm);
-  prod->var = NULL;
-  if (h->op == OP_RMSNORM) {
-    Node *rstd = stat(c, OP_RMS_RSTD, x, h);
-    args[0] = prod, args[1] = rstd;
-    return pass_new(c, OP_MUL, vt, args, 2, mm);
-  }
-  Node *colsum = pass_new(c, OP_ROWSUM, f32, &scaled, 1, NULL);
-  Node *mean = stat(c, OP_LN_MEAN, x, h);
-  Node *rstd = stat(c, OP_LN_RSTD, x, h);
-  args[0] = mean, args[1] = colsum;
-  Node *shift = pass_new(c, OP_MUL, f32, args, 2, mm);
-  args[0] = prod, args[1] = shift;
-  Node *centered = pass_new(c, OP_SUB, vt, args, 2, mm);
-  args[0] = centered, args[1] = rstd;
-  Node *y = pass_new(c, OP_MUL, vt, args, 2, mm);
-  if (h->nargs == 3) {
+  Node *y = norm_matmul(c, x, h, scaled, mm);
+  if (h->op == OP_LAYERNORM && h->nargs == 3) {
     /* the layernorm bias goes through the product once: b @ W^T, a [N] vector */
     args[0] = h->args[2], args[1] = mm->args[1];
-    Node *bias = pass_new(c, OP_MATMUL, f32, args, 2, NULL);
+    Node *bias = pass_new(c, OP_MATMUL, DT_F32, args, 2, NULL);
     args[0] = y, args[1] = bias;
-    y = pass_new(c, OP_ADD, vt, args, 2, mm);
+    y = pass_new(c, OP_ADD, mm->dtype, args, 2, mm);
   }
   return y;
 }

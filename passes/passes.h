@@ -1,5 +1,7 @@
 /* passes.h: the optimization pipeline, one pass per file, run in order by passmgr.c.
  *
+ *   ffn_fusion `fuse ffn A..B`: a run of residual FFN sublayers becomes one wider FFN on the
+ *              run's input (changes the model; only on request, at every -O level)
  *   canon      drop no-op casts and dead code
  *   normfold   rmsnorm/layernorm before a projection: the gain (and layernorm's bias) go
  *              into the weights at load time; the per-row statistics stay as ops that the
@@ -51,11 +53,18 @@ typedef struct {
 
 typedef int (*PassFn)(Compile *c); /* 0, or -1 after reporting into c->diags */
 
+int pass_ffn_fusion(Compile *c);
 int pass_canon(Compile *c);
 int pass_gateup(Compile *c);
 int pass_normfold(Compile *c);
 int pass_fuse(Compile *c);
 int pass_precision(Compile *c);
+
+/* normfold.c: x normalized by the row statistics of `norm` (an rmsnorm or layernorm node of
+ * x, giving the kind and eps), times w_nk^T, where w_nk [N, K] already holds the gain; the
+ * folded form without layernorm's bias, typed and located like the product mm. Shared by
+ * normfold and ffn_fusion, whose fused projections are this product. */
+Node *norm_matmul(Compile *c, Node *x, const Node *norm, Node *w_nk, const Node *mm);
 
 /* Runs the pipeline. dump_after: a pass name (or "frontend", or "all") whose output is
  * printed to dump. Returns 0 or -1 (diagnostics in c->diags). */

@@ -11,12 +11,13 @@ typedef struct {
 } Pass;
 
 static const Pass pipeline[] = {
+    {"ffn_fusion", pass_ffn_fusion, 0}, /* changes the model: at every level, only on request */
     {"canon", pass_canon, 0}, {"normfold", pass_normfold, 1}, {"gateup", pass_gateup, 1},
     {"fuse", pass_fuse, 0},   {"precision", pass_precision, 0},
 };
 #define NPASSES (int)(sizeof pipeline / sizeof pipeline[0])
 
-const char *const pass_names[] = {"frontend", "canon", "normfold", "gateup", "fuse", "precision", NULL};
+const char *const pass_names[] = {"frontend", "ffn_fusion", "canon", "normfold", "gateup", "fuse", "precision", NULL};
 
 static int verify(Compile *c, const char *after) {
 #ifdef FFNC_VERIFY_PASSES
@@ -37,8 +38,10 @@ int passes_run(Compile *c, const char *dump_after, FILE *dump) {
     for (int i = 0; pass_names[i]; i++)
       known |= strcmp(dump_after, pass_names[i]) == 0;
     if (!known) {
-      diag_plain(c->diags, "--dump-ir-after=%s: no such pass (passes: frontend canon normfold gateup fuse precision)",
-                 dump_after);
+      char list[256] = "";
+      for (int i = 0; pass_names[i]; i++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? " " : "", pass_names[i]);
+      diag_plain(c->diags, "--dump-ir-after=%s: no such pass (passes: %s all)", dump_after, list);
       return -1;
     }
   }

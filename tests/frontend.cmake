@@ -111,3 +111,8 @@ ffn_golden_test(fe_diag_spec_example
   EXPECT ${FE_DIR}/diag/spec_example.out
   WORKDIR ${FE_RUN}/spec_example
   COMMAND ${FE_TOOL} check mlp.ffn)
+# FFN Fusion requested on the command line: errors name the option (no source line).
+ffn_golden_test(fe_diag_fusion_cli
+  EXPECT ${FE_DIR}/diag/fusion_range.cli.out
+  WORKDIR ${FE_RUN}/examples
+  COMMAND ${FE_TOOL} check llama3_tiny.ffn --ffn-fusion 2..6)

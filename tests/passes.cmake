@@ -10,3 +10,17 @@ foreach(m ${PASS_TEST_MODELS})
   add_test(NAME passes_${base} COMMAND passes_semantics_test ${rel})
   set_tests_properties(passes_${base} PROPERTIES LABELS passes ENVIRONMENT "FFNC_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
 endforeach()
+
+# FFN Fusion: the fused form against its definition written out (tests/passes/fusion/NAME.ffn
+# and NAME.sum.ffn), and the kernel launches of the compiled fused program.
+add_executable(ffn_fusion_test passes/ffn_fusion_test.c)
+target_include_directories(ffn_fusion_test PRIVATE ${CMAKE_SOURCE_DIR} ${FFNC_TEST_DIR})
+target_link_libraries(ffn_fusion_test PRIVATE ffn)
+foreach(pair "llama 2" "gpt 4" "mixed 4")
+  separate_arguments(pair)
+  list(GET pair 0 name)
+  list(GET pair 1 launches)
+  add_test(NAME ffn_fusion_${name}
+           COMMAND ffn_fusion_test tests/passes/fusion/${name}.ffn tests/passes/fusion/${name}.sum.ffn ${launches})
+  set_tests_properties(ffn_fusion_${name} PROPERTIES LABELS passes ENVIRONMENT "FFNC_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+endforeach()

@@ -1,5 +1,6 @@
 /* cli.c: option parsing shared by the subcommands. */
 #include "cli.h"
+#include "codegen/driver.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
@@ -85,13 +86,23 @@ int cli_compile_option(int argc, char **argv, int *i, CompileArgs *ca) {
 }
 
 Graph *cli_frontend(const CompileArgs *ca, int *status) {
+  char *text, err[512];
+  size_t len;
+  *status = EXIT_USER;
+  if (read_file(ca->file, &text, &len, err, sizeof err) != 0) {
+    cli_error("%s", err);
+    return NULL;
+  }
   Diags d;
   diags_init(&d);
-  FrontendOptions fo = {ca->prec, ca->nprec, ca->fuse, ca->nfuse};
-  Graph *g = frontend_compile_file(ca->file, &fo, &d);
+  DriverOptions o = {.prec = ca->prec, .nprec = ca->nprec, .fuse = ca->fuse, .nfuse = ca->nfuse,
+                     .opt_level = ca->opt_level};
+  Graph *g = driver_model_graph(text, len, ca->file, &o, &d);
   if (d.len)
     fputs(d.text, stderr);
-  *status = g ? 0 : EXIT_USER;
+  if (g)
+    *status = 0;
   diags_free(&d);
+  free(text);
   return g;
 }

@@ -36,8 +36,8 @@ int main(int argc, char **argv) {
   }
   Diags d;
   diags_init(&d);
-  Graph *g = frontend_compile_string(text, len, path, NULL, &d), *gp = NULL;
   DriverOptions dopt = {.sm = 90, .opt_level = opt};
+  Graph *g = driver_model_graph(text, len, path, &dopt, &d), *gp = NULL;
   if (!g || driver_compile(text, len, path, &dopt, &d, NULL, &gp) != 0) {
     printf("FAIL: %s", d.text);
     return 1;

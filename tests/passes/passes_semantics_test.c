@@ -2,7 +2,8 @@
  *
  *   passes_semantics_test MODEL.ffn
  *
- * Runs the CPU reference on the front end's graph and on the graph after every pass
+ * Runs the CPU reference on the model's graph (the front end's, with any requested FFN
+ * Fusion applied: that changes the function) and on the graph after every pass
  * (norm folding, gate/up merging, slice sinking, fusion, precision) with the same random
  * weights and fresh random inputs, and compares the outputs with the tolerance of their
  * element type. The passes round differently (a gain rounded into a weight instead of into
@@ -44,8 +45,8 @@ int main(int argc, char **argv) {
   }
   Diags d;
   diags_init(&d);
-  Graph *g0 = frontend_compile_string(text, len, path, NULL, &d), *g1 = NULL;
   DriverOptions o = {.sm = 90, .opt_level = 3};
+  Graph *g0 = driver_model_graph(text, len, path, &o, &d), *g1 = NULL;
   if (!g0 || driver_compile(text, len, path, &o, &d, NULL, &g1) != 0) {
     printf("FAIL: %s", d.text ? d.text : "compile failed\n");
     return 1;
