@@ -47,6 +47,14 @@ Graph *driver_model_graph(const char *text, size_t len, const char *name, const 
   return g;
 }
 
+int driver_compile_graph(Graph *g, const SourceFile *src, const DriverOptions *o, Diags *d, Plan **plan) {
+  Compile c = {.g = g, .src = src, .diags = d, .arch = o->sm, .opt_level = o->opt_level};
+  int rc = passes_run(&c, o->dump_after, o->dump ? o->dump : stdout);
+  if (rc == 0 && plan)
+    rc = codegen_cuda(&c, plan);
+  return rc;
+}
+
 int driver_compile(const char *text, size_t len, const char *name, const DriverOptions *o, Diags *d, Plan **plan,
                    Graph **graph_out) {
   FrontendOptions fo = {o->prec, o->nprec, o->fuse, o->nfuse};
@@ -55,10 +63,7 @@ int driver_compile(const char *text, size_t len, const char *name, const DriverO
     return -1;
   number_inputs(g);
   SourceFile src = {name, text, len};
-  Compile c = {.g = g, .src = &src, .diags = d, .arch = o->sm, .opt_level = o->opt_level};
-  int rc = passes_run(&c, o->dump_after, o->dump ? o->dump : stdout);
-  if (rc == 0 && plan)
-    rc = codegen_cuda(&c, plan);
+  int rc = driver_compile_graph(g, &src, o, d, plan);
   if (rc == 0 && graph_out)
     *graph_out = g;
   else

@@ -20,6 +20,10 @@ typedef struct {
 int driver_compile(const char *text, size_t len, const char *name, const DriverOptions *o, Diags *d, Plan **plan,
                    Graph **graph_out);
 
+/* The passes and code generation on a graph the caller built or rewrote (src for the
+ * diagnostics' source lines); g is optimized in place. */
+int driver_compile_graph(Graph *g, const SourceFile *src, const DriverOptions *o, Diags *d, Plan **plan);
+
 /* The model's function as the user wrote it: the checked IR with the requested FFN Fusion
  * applied (it changes the function), before any optimization. This is what the CPU
  * reference runs and what compiled programs are compared against. NULL with diagnostics

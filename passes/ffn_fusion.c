@@ -460,6 +460,20 @@ static int find_sublayers(Graph *g, Sublayer **out) {
   return s ? n : -1;
 }
 
+int ffn_sublayers(Graph *g, FfnSublayer **out) {
+  Sublayer *s;
+  int n = find_sublayers(g, &s);
+  *out = NULL;
+  if (n < 0)
+    return -1;
+  FfnSublayer *r = malloc(sizeof *r * (size_t)(n + 1));
+  for (int i = 0; r && i < n; i++)
+    r[i] = (FfnSublayer){s[i].x, s[i].res};
+  free(s);
+  *out = r;
+  return r ? n : -1;
+}
+
 static int check_overlaps(Compile *c) {
   Graph *g = c->g;
   for (int i = 0; i < g->nfuse; i++)

@@ -66,6 +66,14 @@ int pass_precision(Compile *c);
  * normfold and ffn_fusion, whose fused projections are this product. */
 Node *norm_matmul(Compile *c, Node *x, const Node *norm, Node *w_nk, const Node *mm);
 
+/* ffn_fusion.c: the residual FFN sublayers of g in program order (their numbering for
+ * `fuse ffn`): the input x of each and its value x + FFN(x). malloc'd; the count, or -1
+ * when out of memory. For `ffnc analyze`. */
+typedef struct {
+  Node *x, *res;
+} FfnSublayer;
+int ffn_sublayers(Graph *g, FfnSublayer **out);
+
 /* Runs the pipeline. dump_after: a pass name (or "frontend", or "all") whose output is
  * printed to dump. Returns 0 or -1 (diagnostics in c->diags). */
 int passes_run(Compile *c, const char *dump_after, FILE *dump);

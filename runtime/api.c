@@ -146,7 +146,15 @@ ffn_status ffn_program_compile(const char *source, size_t len, const char *filen
     return s;
   }
   diags_free(&d);
+  return program_from_plan(plan, filename, out);
+}
+
+ffn_status program_from_plan(Plan *plan, const char *filename, ffn_program **out) {
   ffn_program *p = calloc(1, sizeof *p);
+  if (!p) {
+    plan_destroy(plan);
+    return rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
+  }
   p->plan = plan;
   ffn_status s = nvrtc_compile(plan->cuda_source, filename ? filename : "model.cu", plan->arch, false, &p->image);
   if (s != FFN_OK) {

@@ -78,6 +78,11 @@ struct ffn_program {
   Image image;
 };
 
+/* A program from a compiled plan (taken over, destroyed on failure): NVRTC compiles its
+ * source for its arch. What ffn_program_compile does after the compiler; `ffnc analyze`
+ * uses it for programs it builds from rewritten graphs. */
+ffn_status program_from_plan(Plan *plan, const char *filename, ffn_program **out);
+
 /* A call's device memory: split-K tile counters first (always zero between launches: each
  * GEMM leaves them zero, so they are cleared only when the region is allocated), then the
  * planned buffers and the split-K partials. */

@@ -24,3 +24,15 @@ foreach(pair "llama 2" "gpt 4" "mixed 4")
            COMMAND ffn_fusion_test tests/passes/fusion/${name}.ffn tests/passes/fusion/${name}.sum.ffn ${launches})
   set_tests_properties(ffn_fusion_${name} PROPERTIES LABELS passes ENVIRONMENT "FFNC_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
 endforeach()
+
+# ffnc analyze on models whose answer is known (independent and dependent sublayers), on the
+# CPU reference and, where there is a GPU, on the compiled kernels.
+add_executable(analyze_test passes/analyze_test.c)
+target_include_directories(analyze_test PRIVATE ${CMAKE_SOURCE_DIR} ${FFNC_TEST_DIR})
+target_link_libraries(analyze_test PRIVATE ffn)
+file(MAKE_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/analyze_cpu ${CMAKE_CURRENT_BINARY_DIR}/analyze_gpu)
+add_test(NAME analyze_cpu COMMAND analyze_test $<TARGET_FILE:ffnc> cpu ${CMAKE_CURRENT_BINARY_DIR}/analyze_cpu)
+set_tests_properties(analyze_cpu PROPERTIES LABELS passes ENVIRONMENT "FFNC_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+add_test(NAME gpu_analyze COMMAND analyze_test $<TARGET_FILE:ffnc> gpu ${CMAKE_CURRENT_BINARY_DIR}/analyze_gpu)
+set_tests_properties(gpu_analyze PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
+                     ENVIRONMENT "FFNC_SOURCE_DIR=${CMAKE_SOURCE_DIR};FFNC_CACHE_DIR=${CMAKE_BINARY_DIR}/test-kernel-cache")
