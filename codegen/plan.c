@@ -366,7 +366,7 @@ Plan *plan_from_json(const char *text, char *err, size_t errlen) {
     if (strcmp(kind, "launch") == 0) {
       s->kind = STEP_LAUNCH;
       s->kernel = (int)integer(&r, o, "kernel", 0, p->nkernels - 1);
-      s->nargs = read_ints(&r, json_object_get(o, "args"), s->args, 30, p->ntensors);
+      s->nargs = read_ints(&r, json_object_get(o, "args"), s->args, FFN_KARGS_SLOTS, p->ntensors);
       s->nrowdims = read_dims(&r, json_object_get(o, "rows"), s->rowdims, FFN_MAX_RANK);
       if (!r.bad && p->kernels[s->kernel].kind == KK_GEMM && s->nargs < 2)
         bad(&r, "launch plan: %s %lld has too few operands", "step", i);

@@ -10,6 +10,7 @@
 #define FFNC_PLAN_H
 
 #include "../ir/ir.h"
+#include "../kernels/abi.cuh"
 #include "../kernels/gemm_host.h"
 
 typedef enum {
@@ -74,7 +75,7 @@ typedef struct {
   StepKind kind;
   int kernel;          /* STEP_LAUNCH: index into kernels */
   int nargs;
-  int args[30];        /* tensor ids, in the order the kernel's KArgs.p[] expects */
+  int args[FFN_KARGS_SLOTS]; /* tensor ids, in the order the kernel's KArgs.p[] expects */
   int nrowdims;        /* M = product of these dims (the leading dims of the rows) */
   Dim rowdims[FFN_MAX_RANK];
   int src, dst;        /* STEP_COPY */

@@ -9,6 +9,7 @@
 #include <pthread.h>
 
 #include "../codegen/plan.h"
+#include "../kernels/abi.cuh" /* KArgs, PrepArgs */
 #include "../include/ffn.h"
 
 /* ---- errors (api.c) ---- */
@@ -141,17 +142,5 @@ ffn_status exec_prepare(ffn_model *m);
 ffn_status exec_run(ffn_model *m, CUstream stream, const DLTensor *inputs, int ninputs, const DLTensor *outputs,
                     int noutputs);
 void exec_free_workspaces(ffn_model *m);
-
-/* The layout the generated kernels read (kernels/ewise.cuh: ffn::KArgs). */
-typedef struct {
-  void *p[30];
-  long long m;
-  int splits;
-  int pad_;
-  float *ws;
-  unsigned *counters;
-  const float *rowstats;
-} KArgs;
-_Static_assert(sizeof(KArgs) == 280, "KArgs layout must match kernels/ewise.cuh");
 
 #endif
