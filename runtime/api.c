@@ -205,14 +205,13 @@ ffn_status ffn_program_load(const char *path, ffn_program **out) {
   StFile *f = st_open(path, err, sizeof err);
   if (!f)
     return rt_error(FFN_ERR_IO, "%s", err);
-  const char *fmt = st_meta_get(f, "ffnc.format"), *ver = st_meta_get(f, "ffnc.version");
+  /* ffnc.version is informative: whether the file fits this ffnc is the plan's ABI hash */
+  const char *fmt = st_meta_get(f, "ffnc.format");
   const char *json = st_meta_get(f, "ffnc.plan"), *kind = st_meta_get(f, "ffnc.image");
   const StTensor *img = st_find(f, "image");
   ffn_status s = FFN_OK;
   if (!fmt || strcmp(fmt, AOT_FORMAT) != 0)
     s = rt_error(FFN_ERR_IO, "%s: not an ffnc AOT file (no ffnc.format = %s)", path, AOT_FORMAT);
-  else if (!ver || strcmp(ver, FFNC_VERSION) != 0)
-    s = rt_error(FFN_ERR_IO, "%s: built by ffnc %s; this is ffnc %s: rebuild it", path, ver ? ver : "?", FFNC_VERSION);
   else if (!json || !kind || !img || img->dtype != DT_U8 || img->rank != 1 || img->nbytes == 0)
     s = rt_error(FFN_ERR_IO, "%s: incomplete AOT file (needs ffnc.plan, ffnc.image and a U8 'image')", path);
   Plan *plan = NULL;
