@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../ir/dims.h"
+#include "dlpack_dtype.h"
 #include "../passes/memplan.h"
 
 _Static_assert(FFN_PREP_MAX_RANK >= FFN_MAX_RANK, "PrepIndex must hold every rank");
@@ -207,24 +209,6 @@ ffn_status exec_prepare(ffn_model *m) {
 
 /* ---- run time ---- */
 
-static DType dl_dtype(DLDataType t, DType want) {
-  if (t.lanes != 1)
-    return DT_NONE;
-  if (t.code == kDLFloat && t.bits == 32)
-    return DT_F32;
-  if (t.code == kDLFloat && t.bits == 16)
-    return DT_F16;
-  if (t.code == kDLBfloat && t.bits == 16)
-    return DT_BF16;
-  if (t.code == kDLFloat && t.bits == 64)
-    return DT_F64;
-  if (t.code == kDLInt && t.bits == 8)
-    return DT_I8;
-  if (t.code == kDLUInt && t.bits == 8) /* fp8 tensors travel as bytes */
-    return want == DT_F8E4M3 || want == DT_F8E5M2 ? want : DT_U8;
-  return DT_NONE;
-}
-
 static ffn_status check_tensor(const Plan *p, int t, const DLTensor *d, const char *what, int64_t *dims, bool bind) {
   const PlanTensor *pt = &p->tensors[t];
   if (!d)
@@ -232,30 +216,29 @@ static ffn_status check_tensor(const Plan *p, int t, const DLTensor *d, const ch
   if (d->device.device_type != kDLCUDA && d->device.device_type != kDLCUDAManaged)
     return rt_error(FFN_ERR_INVALID_ARGUMENT, "%s '%s': must be in device memory (kDLCUDA), got device type %d", what,
                     pt->name, (int)d->device.device_type);
-  if (dl_dtype(d->dtype, pt->dtype) != pt->dtype)
+  if (dtype_from_dl(d->dtype, pt->dtype) != pt->dtype)
     return rt_error(FFN_ERR_TENSOR, "%s '%s': expected %s, got DLPack code %d bits %d lanes %d", what, pt->name,
                     dtype_name(pt->dtype), d->dtype.code, d->dtype.bits, d->dtype.lanes);
-  if (d->ndim != pt->rank)
+  int i;
+  switch (dims_bind(pt->dims, pt->rank, d->ndim, d->shape, dims, bind, &i)) {
+  case DIMS_OK: break;
+  case DIMS_RANK:
     return rt_error(FFN_ERR_TENSOR, "%s '%s': expected rank %d, got %d", what, pt->name, pt->rank, d->ndim);
-  int64_t expect = 1;
-  for (int i = pt->rank - 1; i >= 0; i--) {
-    int64_t size = d->shape[i];
-    Dim dm = pt->dims[i];
-    if (size < 0)
+  case DIMS_SIZE:
+    if (d->shape[i] < 0)
       return rt_error(FFN_ERR_TENSOR, "%s '%s': negative dim %d", what, pt->name, i);
-    if (dm.sym >= 0) {
-      if (dims[dm.sym] < 0 && bind)
-        dims[dm.sym] = size;
-      else if (dims[dm.sym] != size)
-        return rt_error(FFN_ERR_TENSOR, "%s '%s': dim %s is %lld here but %lld elsewhere", what, pt->name,
-                        p->dim_names[dm.sym], (long long)size, (long long)dims[dm.sym]);
-    } else if (size != dm.size) {
-      return rt_error(FFN_ERR_TENSOR, "%s '%s': dim %d is %lld, expected %lld", what, pt->name, i, (long long)size,
-                      (long long)dm.size);
-    }
-    if (d->strides && size > 1 && d->strides[i] != expect)
+    return rt_error(FFN_ERR_TENSOR, "%s '%s': dim %d is %lld, expected %lld", what, pt->name, i,
+                    (long long)d->shape[i], (long long)pt->dims[i].size);
+  case DIMS_CONFLICT:
+  case DIMS_UNBOUND:
+    return rt_error(FFN_ERR_TENSOR, "%s '%s': dim %s is %lld here but %lld elsewhere", what, pt->name,
+                    p->dim_names[pt->dims[i].sym], (long long)d->shape[i], (long long)dims[pt->dims[i].sym]);
+  }
+  int64_t expect = 1;
+  for (i = pt->rank - 1; i >= 0; i--) {
+    if (d->strides && d->shape[i] > 1 && d->strides[i] != expect)
       return rt_error(FFN_ERR_TENSOR, "%s '%s': must be contiguous row-major", what, pt->name);
-    expect *= size;
+    expect *= d->shape[i];
   }
   if (expect == 0) /* no elements: empty tensors often have no pointer at all */
     return FFN_OK;
@@ -378,9 +361,7 @@ static LaunchChoice choose(const ffn_model *m, const PlanKernel *k, int64_t rows
       c.v = &k->variants[i];
       break;
     }
-  /* tuning knob: FFNC_GEMM_VARIANT=CONFIG (a name in kernels/gemm_host.h) forces that tile
-   * configuration wherever a GEMM has it */
-  const char *force = k->kind == KK_GEMM ? getenv("FFNC_GEMM_VARIANT") : NULL;
+  const char *force = k->kind == KK_GEMM && m->gemm_variant[0] ? m->gemm_variant : NULL;
   for (int i = 0; force && i < k->nvariants; i++)
     if (strcmp(k->variants[i].cfg.name, force) == 0)
       c.v = &k->variants[i];
@@ -389,11 +370,10 @@ static LaunchChoice choose(const ffn_model *m, const PlanKernel *k, int64_t rows
   return c;
 }
 
-ffn_status exec_begin(ffn_model *m, CUstream stream, const DLTensor *inputs, int ninputs, const DLTensor *outputs,
-                      int noutputs, ExecRun *run) {
-  const Plan *p = m->prog->plan;
-  *run = (ExecRun){.m = m, .stream = stream};
-  if (!m->prepared)
+/* The call's tensors against the plan; binds run->dims from the inputs. */
+static ffn_status check_call(const Plan *p, const DLTensor *inputs, int ninputs, const DLTensor *outputs, int noutputs,
+                             ExecRun *run) {
+  if (!run->m->prepared)
     return rt_error(FFN_ERR_INVALID_ARGUMENT, "ffn_model_run: call ffn_model_prepare first");
   if (ninputs != p->ninputs || noutputs != p->noutputs)
     return rt_error(FFN_ERR_INVALID_ARGUMENT, "ffn_model_run: the model has %d inputs and %d outputs, got %d and %d",
@@ -414,16 +394,20 @@ ffn_status exec_begin(ffn_model *m, CUstream stream, const DLTensor *inputs, int
     if (p->tensors[t].kind == PT_OUTPUT &&
         (st = check_tensor(p, t, &outputs[p->tensors[t].index], "output", run->dims, false)))
       return st;
-  /* workspace: planned buffers, then split-K partials, then tile counters */
-  size_t *offsets = malloc(sizeof(size_t) * (size_t)(p->ntensors + 1));
-  run->choice = malloc(sizeof(LaunchChoice) * (size_t)(p->nsteps + 1));
-  run->ptr = calloc((size_t)p->ntensors + 1, sizeof(CUdeviceptr));
-  if (!offsets || !run->choice || !run->ptr) {
-    free(offsets);
-    exec_end(run, FFN_OK);
-    return rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
-  }
-  size_t scratch = (memplan_assign(p, run->dims, offsets) + 255) / 256 * 256, ws_floats = 0, tiles = 0, stat_rows = 0;
+  return FFN_OK;
+}
+
+/* What the GEMMs of this call need besides the planned buffers, for their chosen variants. */
+typedef struct {
+  size_t ws_floats; /* split-K partials (the largest of any launch: launches are stream-ordered) */
+  size_t tiles;     /* split-K tile counters */
+  size_t stat_rows; /* rows of A's statistics from ffn_row_stats */
+} GemmNeeds;
+
+/* Picks each launch's variant and split for its row count (run->choice). */
+static GemmNeeds choose_launches(ExecRun *run) {
+  const Plan *p = run->m->prog->plan;
+  GemmNeeds g = {0};
   for (int s = 0; s < p->nsteps; s++) {
     const PlanStep *ps = &p->steps[s];
     if (ps->kind != STEP_LAUNCH)
@@ -432,44 +416,69 @@ ffn_status exec_begin(ffn_model *m, CUstream stream, const DLTensor *inputs, int
     for (int d = 0; d < ps->nrowdims; d++)
       rows *= ps->rowdims[d].sym >= 0 ? run->dims[ps->rowdims[d].sym] : ps->rowdims[d].size;
     const PlanKernel *k = &p->kernels[ps->kernel];
-    run->choice[s] = choose(m, k, rows);
-    if (k->kind == KK_GEMM && rows > 0) {
-      size_t f = ffn_gemm_ws_floats(&run->choice[s].v->cfg, (int)rows, (int)k->n, k->streams, run->choice[s].splits);
-      size_t t = (size_t)ffn_gemm_num_tiles(&run->choice[s].v->cfg, (int)rows, (int)k->n, k->streams);
-      if (f > ws_floats)
-        ws_floats = f;
-      if (t > tiles)
-        tiles = t;
-      if (run->choice[s].v->ext_stats && (size_t)rows > stat_rows)
-        stat_rows = (size_t)rows;
+    LaunchChoice *c = &run->choice[s];
+    *c = choose(run->m, k, rows);
+    if (k->kind != KK_GEMM || rows <= 0)
+      continue;
+    size_t f = ffn_gemm_ws_floats(&c->v->cfg, (int)rows, (int)k->n, k->streams, c->splits);
+    size_t t = (size_t)ffn_gemm_num_tiles(&c->v->cfg, (int)rows, (int)k->n, k->streams);
+    g.ws_floats = f > g.ws_floats ? f : g.ws_floats;
+    g.tiles = t > g.tiles ? t : g.tiles;
+    if (c->v->ext_stats && (size_t)rows > g.stat_rows)
+      g.stat_rows = (size_t)rows;
+  }
+  g.ws_floats = (g.ws_floats + 63) / 64 * 64; /* the row statistics follow the split-K partials */
+  return g;
+}
+
+/* Every tensor's device pointer for this call: the caller's inputs and outputs, the model's
+ * weights, and the scratch buffers at their planned offsets in the workspace (after the
+ * counters), followed by the split-K partials and the row statistics. */
+static void resolve_pointers(ExecRun *run, const DLTensor *inputs, const DLTensor *outputs, const size_t *offsets,
+                             size_t scratch, size_t ws_floats) {
+  const Plan *p = run->m->prog->plan;
+  Workspace *w = run->w;
+  size_t base = w ? counters_bytes(w->ncounters) : 0;
+  for (int t = 0; t < p->ntensors; t++) {
+    const PlanTensor *pt = &p->tensors[t];
+    switch (pt->kind) {
+    case PT_INPUT: run->ptr[t] = (CUdeviceptr)inputs[pt->index].data + inputs[pt->index].byte_offset; break;
+    case PT_OUTPUT: run->ptr[t] = (CUdeviceptr)outputs[pt->index].data + outputs[pt->index].byte_offset; break;
+    case PT_SCRATCH: run->ptr[t] = w ? w->base + base + offsets[t] : 0; break;
+    default: run->ptr[t] = run->m->tensor[t]; break;
     }
   }
-  ws_floats = (ws_floats + 63) / 64 * 64; /* the row statistics follow the split-K partials */
-  size_t rest = scratch + ws_floats * 4 + stat_rows * 8;
-  CUresult r = m->cu->cuCtxPushCurrent(m->ctx);
-  if (r != CUDA_SUCCESS) {
+  run->ws = w ? w->base + base + scratch : 0;
+  run->rowstats = w ? run->ws + ws_floats * 4 : 0;
+  run->counters = w ? w->base : 0;
+}
+
+ffn_status exec_begin(ffn_model *m, CUstream stream, const DLTensor *inputs, int ninputs, const DLTensor *outputs,
+                      int noutputs, ExecRun *run) {
+  const Plan *p = m->prog->plan;
+  *run = (ExecRun){.m = m, .stream = stream};
+  ffn_status st = check_call(p, inputs, ninputs, outputs, noutputs, run);
+  if (st != FFN_OK)
+    return st;
+  size_t *offsets = malloc(sizeof(size_t) * (size_t)(p->ntensors + 1));
+  run->choice = malloc(sizeof(LaunchChoice) * (size_t)(p->nsteps + 1));
+  run->ptr = calloc((size_t)p->ntensors + 1, sizeof(CUdeviceptr));
+  if (!offsets || !run->choice || !run->ptr) {
     free(offsets);
     exec_end(run, FFN_OK);
-    return cu_fail(m->cu, r, "cu->cuCtxPushCurrent()");
+    return rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
   }
-  run->pushed = true;
-  st = rest || tiles ? acquire(m, stream, tiles, rest, &run->w) : FFN_OK;
-  if (st == FFN_OK) {
-    Workspace *w = run->w;
-    size_t base = w ? counters_bytes(w->ncounters) : 0; /* the planned buffers follow the counters */
-    for (int t = 0; t < p->ntensors; t++) {
-      const PlanTensor *pt = &p->tensors[t];
-      switch (pt->kind) {
-      case PT_INPUT: run->ptr[t] = (CUdeviceptr)inputs[pt->index].data + inputs[pt->index].byte_offset; break;
-      case PT_OUTPUT: run->ptr[t] = (CUdeviceptr)outputs[pt->index].data + outputs[pt->index].byte_offset; break;
-      case PT_SCRATCH: run->ptr[t] = w ? w->base + base + offsets[t] : 0; break;
-      default: run->ptr[t] = m->tensor[t]; break;
-      }
-    }
-    run->ws = w ? w->base + base + scratch : 0;
-    run->rowstats = w ? run->ws + ws_floats * 4 : 0;
-    run->counters = w ? w->base : 0;
-  }
+  size_t scratch = (memplan_assign(p, run->dims, offsets) + 255) / 256 * 256;
+  GemmNeeds g = choose_launches(run);
+  size_t rest = scratch + g.ws_floats * 4 + g.stat_rows * 8;
+  CUresult r = m->cu->cuCtxPushCurrent(m->ctx);
+  if (r != CUDA_SUCCESS)
+    st = cu_fail(m->cu, r, "cu->cuCtxPushCurrent()");
+  run->pushed = r == CUDA_SUCCESS;
+  if (st == FFN_OK && (rest || g.tiles))
+    st = acquire(m, stream, g.tiles, rest, &run->w);
+  if (st == FFN_OK)
+    resolve_pointers(run, inputs, outputs, offsets, scratch, g.ws_floats);
   free(offsets);
   if (st != FFN_OK)
     exec_end(run, st);

@@ -42,6 +42,10 @@ typedef struct {
 /* Loads libcuda.so.1 and calls cuInit once (thread-safe). NULL with the reason in why. */
 const CuApi *cu_api(char *why, size_t len);
 
+/* The arch of device 0 as 90 for sm_90, or 90 where there is no device: what programs are
+ * compiled for when the caller names no arch. */
+int cu_default_arch(void);
+
 /* If r is not CUDA_SUCCESS: sets the last error to "CALL failed: NAME (description)" and
  * returns FFN_ERR_CUDA (FFN_ERR_OUT_OF_MEMORY for CUDA_ERROR_OUT_OF_MEMORY). */
 ffn_status cu_fail(const CuApi *cu, CUresult r, const char *call);
@@ -107,6 +111,7 @@ struct ffn_model {
   bool *owned;         /* we allocated tensor[i] (and free it) */
   bool prepared;
   bool *consumed;      /* weights released after the load-time steps that read them */
+  char gemm_variant[64]; /* FFNC_GEMM_VARIANT at creation: force this tile configuration ("": none) */
   pthread_mutex_t lock; /* guards the workspace pool */
   Workspace **ws;       /* entries never move: a call holds a pointer to its own */
   int nws, capws;

@@ -16,6 +16,7 @@
 #include "codegen/driver.h"
 #include "include/ffn.h"
 #include "ir/interp.h"
+#include "runtime/dlpack_dtype.h"
 #include "runtime/randinit.h"
 
 #define SKIP 77
@@ -123,12 +124,9 @@ static inline void set_free(TensorSet *s) {
 }
 
 static inline DLDataType dl_of(DType t) {
-  switch (t) {
-  case DT_F32: return (DLDataType){kDLFloat, 32, 1};
-  case DT_F16: return (DLDataType){kDLFloat, 16, 1};
-  case DT_BF16: return (DLDataType){kDLBfloat, 16, 1};
-  default: return (DLDataType){kDLUInt, 8, 1};
-  }
+  DLDataType d = {kDLOpaqueHandle, 0, 0}; /* no DLPack type: the run refuses the tensor by name */
+  dtype_to_dl(t, &d);
+  return d;
 }
 
 /* Random weights for every weight of g (seeded), in host memory. */
