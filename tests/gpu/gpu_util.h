@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "codegen/driver.h"
 #include "include/ffn.h"
@@ -127,6 +129,15 @@ static inline DLDataType dl_of(DType t) {
   DLDataType d = {kDLOpaqueHandle, 0, 0}; /* no DLPack type: the run refuses the tensor by name */
   dtype_to_dl(t, &d);
   return d;
+}
+
+/* The seed of a test's random weights and inputs: FFNC_TEST_SEED to replay a failure, else
+ * from the time and pid. Printed either way, so a failing run says how to replay it. */
+static inline uint64_t test_seed(void) {
+  const char *env = getenv("FFNC_TEST_SEED");
+  uint64_t seed = env && *env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
+  printf("seed %llu (replay with FFNC_TEST_SEED=%llu)\n", (unsigned long long)seed, (unsigned long long)seed);
+  return seed;
 }
 
 /* Random weights for every weight of g (seeded), in host memory. */
