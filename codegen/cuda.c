@@ -154,7 +154,7 @@ static int prep_step(Gen *G, Node *n) {
 typedef struct {
   Gen *G;
   Group *gr;
-  int slot_tensor[30]; /* KArgs.p[i] -> plan tensor */
+  int slot_tensor[FFN_KARGS_SLOTS]; /* KArgs.p[i] -> plan tensor */
   int nslots;
   char **name;         /* node id -> local variable name (current scope chain) */
   int nvars;
@@ -166,8 +166,10 @@ static int slot(Kgen *k, int tensor) {
   for (int i = 0; i < k->nslots; i++)
     if (k->slot_tensor[i] == tensor)
       return i;
-  if (k->nslots == 30) {
-    fail(k->G, NULL, "a kernel reads more than 30 tensors; split the expression%s", "");
+  if (k->nslots == FFN_KARGS_SLOTS) {
+    char limit[16];
+    snprintf(limit, sizeof limit, "%d", FFN_KARGS_SLOTS);
+    fail(k->G, NULL, "a kernel reads more than %s tensors; split the expression", limit);
     return 0;
   }
   k->slot_tensor[k->nslots] = tensor;
@@ -492,18 +494,7 @@ static void gen_gemm(Gen *G, Group *gr) {
     bool ext = tc && c->max_m == 0 && gr->stats > 0;
     int stats = ext ? 0 : gr->stats;
     char params[160];
-    if (c->kind == FFN_GEMM_SM80)
-      snprintf(params, sizeof params, "%d, %d, %d, %d, %d, %d, %d, %d, %s", c->bm, c->bn, c->bk, c->wm, c->wn,
-               c->stages, gr->streams, stats, ctype);
-    else if (c->kind == FFN_GEMM_SM90)
-      snprintf(params, sizeof params, "%d, %d, %d, %d, %d, %d, %s, %d, %d", c->bm, c->bn, c->bk, c->stages,
-               gr->streams, stats, ctype, c->bm / c->wm, c->min_blocks);
-    else if (c->kind == FFN_GEMM_SM90P) /* ping-pong consumers (wm == bm) */
-      snprintf(params, sizeof params, "%d, %d, %d, %d, %d, %d, %s, %s", c->bm, c->bn, c->bk, c->stages, gr->streams,
-               stats, ctype, c->wm == c->bm ? "true" : "false");
-    else
-      snprintf(params, sizeof params, "%d, %d, %d, %d, %d, %d, %d, %s", c->bm, c->bn, c->bk, c->wm, c->wn,
-               gr->streams, stats, ctype);
+    ffn_gemm_template_args(c, gr->streams, stats, ctype, params, sizeof params);
     char epi[128];
     if (ext)
       snprintf(epi, sizeof epi, "ffn::WithRowStats<Epi_@, %d>{epi, a.rowstats}", gr->streams);

@@ -6,6 +6,7 @@
 #include "plan.h"
 
 #include <jansson.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,6 +46,7 @@ static json_t *ints_json(const int *v, int n) {
 char *plan_to_json(const Plan *p) {
   json_t *root = json_object();
   json_object_set_new(root, "format", json_string("ffnc-plan-1"));
+  json_object_set_new(root, "abi", json_string(plan_abi_hash()));
   json_object_set_new(root, "model", json_string(p->model));
   json_object_set_new(root, "arch", json_string(p->arch));
   json_t *dims = json_array();
@@ -129,28 +131,37 @@ char *plan_to_json(const Plan *p) {
 
 /* ---- from JSON, checked ---- */
 
+/* Reading stops at the first problem: its message (always "launch plan: WHERE: WHAT") is kept
+ * in err and every later read returns a harmless default. */
 typedef struct {
   Plan *p;
   char *err;
   size_t errlen;
   bool bad;
+  char where[48]; /* the element being read: "tensor 3" */
 } Reader;
 
-static void bad(Reader *r, const char *fmt, const char *what, long long v) {
-  if (!r->bad)
-    snprintf(r->err, r->errlen, fmt, what, v);
+static void bad(Reader *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void bad(Reader *r, const char *fmt, ...) {
+  if (r->bad)
+    return;
   r->bad = true;
+  int k = snprintf(r->err, r->errlen, "launch plan: %s%s", r->where, r->where[0] ? ": " : "");
+  if (k < 0 || (size_t)k >= r->errlen)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(r->err + k, r->errlen - (size_t)k, fmt, ap);
+  va_end(ap);
 }
 
 static json_t *field(Reader *r, json_t *o, const char *key, json_type type) {
   json_t *v = json_object_get(o, key);
-  if (!v || json_typeof(v) != type) {
-    if (!(type == JSON_TRUE && v && json_is_boolean(v))) {
-      bad(r, "launch plan: field '%s' missing or of the wrong type%lld", key, 0);
-      return NULL;
-    }
-  }
-  return v;
+  bool ok = v && (json_typeof(v) == type || (type == JSON_TRUE && json_is_boolean(v)));
+  if (!ok)
+    bad(r, "field '%s' missing or of the wrong type", key);
+  return ok ? v : NULL;
 }
 
 static long long integer(Reader *r, json_t *o, const char *key, long long lo, long long hi) {
@@ -159,7 +170,7 @@ static long long integer(Reader *r, json_t *o, const char *key, long long lo, lo
     return lo;
   long long x = json_integer_value(v);
   if (x < lo || x > hi) {
-    bad(r, "launch plan: '%s' = %lld is out of range", key, x);
+    bad(r, "'%s' = %lld is out of range [%lld, %lld]", key, x, lo, hi);
     return lo;
   }
   return x;
@@ -170,43 +181,214 @@ static const char *string(Reader *r, json_t *o, const char *key) {
   return v ? arena_strdup(r->p->arena, json_string_value(v)) : "";
 }
 
-static int read_dims(Reader *r, json_t *a, Dim *d, int max) {
-  if (!a || !json_is_array(a) || (int)json_array_size(a) > max) {
-    bad(r, "launch plan: bad %s%lld", "shape", 0);
-    return 0;
+/* The array `key` of o with at most max elements; *n its length (0 when bad). */
+static json_t *array(Reader *r, json_t *o, const char *key, int max, int *n) {
+  json_t *a = field(r, o, key, JSON_ARRAY);
+  *n = a ? (int)json_array_size(a) : 0;
+  if (*n > max) {
+    bad(r, "too many %s (%d, at most %d)", key, *n, max);
+    *n = 0;
   }
-  for (size_t i = 0; i < json_array_size(a); i++) {
-    json_t *v = json_array_get(a, i);
-    if (json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) < ((json_int_t)1 << 40))
-      d[i] = dim_static(json_integer_value(v));
-    else if (json_is_string(v)) {
-      int sym = -1;
-      for (int k = 0; k < r->p->ndims; k++)
-        if (strcmp(r->p->dim_names[k], json_string_value(v)) == 0)
-          sym = k;
-      if (sym < 0)
-        bad(r, "launch plan: unknown dim in a %s%lld", "shape", 0);
-      d[i] = dim_dynamic(sym < 0 ? 0 : sym);
-    } else
-      bad(r, "launch plan: bad %s%lld", "dim", 0);
-  }
-  return (int)json_array_size(a);
+  return a;
 }
 
-static int read_ints(Reader *r, json_t *a, int *v, int max, int hi) {
-  if (!a || !json_is_array(a) || (int)json_array_size(a) > max) {
-    bad(r, "launch plan: bad %s list%lld", "index", 0);
-    return 0;
+/* An element of an array of objects; names it for the messages. */
+static json_t *element(Reader *r, json_t *a, const char *what, int i) {
+  snprintf(r->where, sizeof r->where, "%s %d", what, i);
+  json_t *o = json_array_get(a, (size_t)i);
+  if (!json_is_object(o))
+    bad(r, "not an object");
+  return json_is_object(o) ? o : NULL;
+}
+
+static int read_dims(Reader *r, json_t *o, const char *key, Dim *d, int max) {
+  int n;
+  json_t *a = array(r, o, key, max, &n);
+  for (int i = 0; i < n; i++) {
+    json_t *v = json_array_get(a, (size_t)i);
+    int sym = -1;
+    if (json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) < ((json_int_t)1 << 40)) {
+      d[i] = dim_static(json_integer_value(v));
+      continue;
+    }
+    for (int k = 0; json_is_string(v) && k < r->p->ndims; k++)
+      if (strcmp(r->p->dim_names[k], json_string_value(v)) == 0)
+        sym = k;
+    if (sym < 0)
+      bad(r, "'%s' entry %d is neither a size nor a dim of the plan", key, i);
+    d[i] = dim_dynamic(sym < 0 ? 0 : sym);
   }
-  for (size_t i = 0; i < json_array_size(a); i++) {
-    json_t *x = json_array_get(a, i);
+  return n;
+}
+
+/* A list of at most max indices below hi (tensor ids, tile fields). */
+static int read_ints(Reader *r, json_t *o, const char *key, int *v, int max, int hi) {
+  int n;
+  json_t *a = array(r, o, key, max, &n);
+  for (int i = 0; i < n; i++) {
+    json_t *x = json_array_get(a, (size_t)i);
     if (!json_is_integer(x) || json_integer_value(x) < 0 || json_integer_value(x) >= hi)
-      bad(r, "launch plan: %s out of range%lld", "index", 0);
+      bad(r, "'%s' entry %d is not an integer in [0, %d)", key, i, hi);
     else
       v[i] = (int)json_integer_value(x);
   }
-  return (int)json_array_size(a);
+  return n;
 }
+
+static void read_header(Reader *r, json_t *root) {
+  Plan *p = r->p;
+  json_t *fmt = json_object_get(root, "format");
+  if (!json_is_string(fmt) || strcmp(json_string_value(fmt), "ffnc-plan-1") != 0) {
+    bad(r, "unknown format (expected ffnc-plan-1)");
+    return;
+  }
+  /* first, so that a stale file says so rather than failing some later check */
+  json_t *abi = json_object_get(root, "abi");
+  if (!json_is_string(abi) || strcmp(json_string_value(abi), plan_abi_hash()) != 0) {
+    bad(r, "built by an incompatible ffnc (op table and kernel ABI hash %s, this ffnc has %s): rebuild it with `ffnc build`",
+        json_is_string(abi) ? json_string_value(abi) : "none", plan_abi_hash());
+    return;
+  }
+  p->model = string(r, root, "model");
+  p->arch = string(r, root, "arch");
+  if (!r->bad && (strncmp(p->arch, "sm_", 3) != 0 || atoi(p->arch + 3) < 10))
+    bad(r, "arch '%s' is not of the form sm_XX", p->arch);
+  json_t *dims = array(r, root, "dims", 64, &p->ndims);
+  p->dim_names = arena_alloc(p->arena, sizeof(char *) * (size_t)(p->ndims + 1));
+  for (int i = 0; i < p->ndims; i++) {
+    json_t *v = json_array_get(dims, (size_t)i);
+    if (!json_is_string(v))
+      bad(r, "dim %d is not a name", i);
+    p->dim_names[i] = arena_strdup(p->arena, json_is_string(v) ? json_string_value(v) : "?");
+  }
+  p->ninputs = (int)integer(r, root, "ninputs", 0, 4096);
+  p->noutputs = (int)integer(r, root, "noutputs", 1, 4096);
+}
+
+static void read_tensor(Reader *r, json_t *o, PlanTensor *t) {
+  const Plan *p = r->p;
+  const char *kind = string(r, o, "kind");
+  t->kind = (PlanTensorKind)-1;
+  for (int k = 0; k < (int)(sizeof kind_names / sizeof kind_names[0]); k++)
+    if (strcmp(kind, kind_names[k]) == 0)
+      t->kind = (PlanTensorKind)k;
+  if ((int)t->kind < 0)
+    bad(r, "kind '%s' unknown", kind);
+  const char *dtype = string(r, o, "dtype");
+  t->dtype = dtype_from_name(dtype);
+  if (t->dtype == DT_NONE)
+    bad(r, "dtype '%s' unknown", dtype);
+  t->rank = read_dims(r, o, "shape", t->dims, FFN_MAX_RANK);
+  t->index = (int)integer(r, o, "index", 0, 4096);
+  json_t *nm = json_object_get(o, "name");
+  t->name = json_is_string(nm) ? arena_strdup(p->arena, json_string_value(nm)) : NULL;
+  if ((t->kind == PT_WEIGHT || t->kind == PT_INPUT || t->kind == PT_OUTPUT) && !t->name)
+    bad(r, "a %s needs a name", kind);
+  if ((t->kind == PT_INPUT && t->index >= p->ninputs) || (t->kind == PT_OUTPUT && t->index >= p->noutputs))
+    bad(r, "%s index %d out of range", kind, t->index);
+  t->first = (int)integer(r, o, "first", -1, 1 << 30);
+  t->last = (int)integer(r, o, "last", -1, 1 << 30);
+  t->keep = json_is_true(json_object_get(o, "keep"));
+}
+
+static void read_prep_step(Reader *r, json_t *o, PrepStep *s) {
+  const Plan *p = r->p;
+  const char *op = string(r, o, "op");
+  s->op = op_from_name(op);
+  if (!r->bad && s->op == OP_COUNT)
+    bad(r, "op '%s' unknown", op);
+  s->out = (int)integer(r, o, "out", 0, p->ntensors - 1);
+  s->nargs = read_ints(r, o, "args", s->args, 8, p->ntensors);
+  json_t *iv = json_object_get(o, "ival");
+  if (!json_is_array(iv) || json_array_size(iv) != 2 || !json_is_integer(json_array_get(iv, 0)) ||
+      !json_is_integer(json_array_get(iv, 1)))
+    bad(r, "'ival' is not two integers");
+  else
+    s->ival[0] = json_integer_value(json_array_get(iv, 0)), s->ival[1] = json_integer_value(json_array_get(iv, 1));
+  json_t *fv = json_object_get(o, "fval");
+  s->fval = json_is_number(fv) ? json_number_value(fv) : 0;
+  if (!r->bad && (s->nargs < op_info[s->op].min_args || s->nargs > op_info[s->op].max_args))
+    bad(r, "%s takes %d to %d operands, not %d", op, op_info[s->op].min_args, op_info[s->op].max_args, s->nargs);
+}
+
+static void read_variant(Reader *r, json_t *vo, KernelKind kind, KernelVariant *kv) {
+  kv->func = string(r, vo, "func");
+  kv->threads = (int)integer(r, vo, "threads", 32, 1024);
+  kv->smem = (int)integer(r, vo, "smem", 0, 1 << 20);
+  kv->max_m = integer(r, vo, "max_m", 0, (long long)1 << 40);
+  kv->cfg.name = string(r, vo, "cfg");
+  kv->cfg.kind = (ffn_gemm_kind)integer(r, vo, "cfg_kind", 0, FFN_GEMM_SM90P);
+  int tv[9] = {0}; /* the order plan_to_json writes */
+  if (read_ints(r, vo, "tile", tv, 9, 1 << 20) != 9)
+    bad(r, "'tile' needs 9 entries");
+  kv->cfg.bm = tv[0], kv->cfg.bn = tv[1], kv->cfg.bk = tv[2], kv->cfg.wm = tv[3], kv->cfg.wn = tv[4];
+  kv->cfg.stages = tv[5], kv->cfg.threads = tv[6], kv->cfg.min_blocks = tv[7], kv->cfg.ctas_per_sm = tv[8];
+  kv->cfg.max_m = (int)kv->max_m;
+  kv->ext_stats = json_is_true(json_object_get(vo, "ext_stats"));
+  if (kind == KK_GEMM && (kv->cfg.bm < 1 || kv->cfg.bn < 1 || kv->cfg.bk < 1 || kv->cfg.wm < 1))
+    bad(r, "empty tile");
+}
+
+static void read_kernel(Reader *r, json_t *o, PlanKernel *k) {
+  const char *kind = string(r, o, "kind");
+  k->kind = strcmp(kind, "gemm") == 0 ? KK_GEMM : KK_ROWWISE;
+  if (strcmp(kind, "gemm") != 0 && strcmp(kind, "rowwise") != 0)
+    bad(r, "kind '%s' unknown", kind);
+  k->n = integer(r, o, "n", 1, (long long)1 << 40);
+  k->k = integer(r, o, "k", 0, (long long)1 << 40);
+  k->streams = (int)integer(r, o, "streams", 0, 2);
+  k->splittable = json_is_true(json_object_get(o, "splittable"));
+  json_t *op = json_object_get(o, "op");
+  const char *opname = json_is_string(op) ? json_string_value(op) : "";
+  k->op = *opname ? op_from_name(opname) : OP_COUNT; /* "": more than one op */
+  if (*opname && k->op == OP_COUNT)
+    bad(r, "op '%s' unknown", opname);
+  int max = (int)(sizeof k->variants / sizeof k->variants[0]);
+  json_t *vs = array(r, o, "variants", max, &k->nvariants);
+  if (!r->bad && k->nvariants < 1)
+    bad(r, "no variants");
+  char where[sizeof r->where];
+  memcpy(where, r->where, sizeof where);
+  for (int v = 0; v < k->nvariants && !r->bad; v++) {
+    json_t *vo = json_array_get(vs, (size_t)v);
+    snprintf(r->where, sizeof r->where, "%s variant %d", where, v);
+    if (!json_is_object(vo))
+      bad(r, "not an object");
+    else
+      read_variant(r, vo, k->kind, &k->variants[v]);
+  }
+}
+
+static void read_step(Reader *r, json_t *o, PlanStep *s) {
+  const Plan *p = r->p;
+  const char *kind = string(r, o, "kind");
+  if (strcmp(kind, "launch") == 0) {
+    s->kind = STEP_LAUNCH;
+    s->kernel = (int)integer(r, o, "kernel", 0, p->nkernels - 1);
+    s->nargs = read_ints(r, o, "args", s->args, FFN_KARGS_SLOTS, p->ntensors);
+    s->nrowdims = read_dims(r, o, "rows", s->rowdims, FFN_MAX_RANK);
+    if (!r->bad && p->kernels[s->kernel].kind == KK_GEMM && s->nargs < 2)
+      bad(r, "a GEMM launch needs at least 2 operands");
+  } else if (strcmp(kind, "copy") == 0) {
+    s->kind = STEP_COPY;
+    s->src = (int)integer(r, o, "src", 0, p->ntensors - 1);
+    s->dst = (int)integer(r, o, "dst", 0, p->ntensors - 1);
+  } else
+    bad(r, "kind '%s' unknown", kind);
+}
+
+/* The array `key` of root, each element read by `read` into a fresh arena array. */
+#define READ_LIST(r, root, key, max, count, items, what, read)                            \
+  do {                                                                                     \
+    json_t *a_ = array((r), (root), (key), (max), &(count));                               \
+    (items) = arena_alloc((r)->p->arena, sizeof(*(items)) * (size_t)((count) + 1));        \
+    for (int i_ = 0; i_ < (count) && !(r)->bad; i_++) {                                    \
+      json_t *o_ = element((r), a_, (what), i_);                                           \
+      if (o_)                                                                              \
+        read((r), o_, &(items)[i_]);                                                       \
+    }                                                                                      \
+    (r)->where[0] = 0;                                                                     \
+  } while (0)
 
 Plan *plan_from_json(const char *text, char *err, size_t errlen) {
   json_error_t je;
@@ -217,166 +399,20 @@ Plan *plan_from_json(const char *text, char *err, size_t errlen) {
     return NULL;
   }
   Plan *p = calloc(1, sizeof *p);
-  p->arena = arena_create();
-  Reader r = {p, err, errlen, false};
-  json_t *fmt = json_object_get(root, "format");
-  if (!fmt || !json_is_string(fmt) || strcmp(json_string_value(fmt), "ffnc-plan-1") != 0)
-    bad(&r, "launch plan: unknown format (expected %s)%lld", "ffnc-plan-1", 0);
-  p->model = string(&r, root, "model");
-  p->arch = string(&r, root, "arch");
-  json_t *dims = field(&r, root, "dims", JSON_ARRAY);
-  p->ndims = dims ? (int)json_array_size(dims) : 0;
-  if (p->ndims > 64)
-    bad(&r, "launch plan: too many %s (%lld)", "dims", p->ndims), p->ndims = 0;
-  p->dim_names = arena_alloc(p->arena, sizeof(char *) * (size_t)(p->ndims + 1));
-  for (int i = 0; i < p->ndims; i++) {
-    json_t *v = json_array_get(dims, (size_t)i);
-    p->dim_names[i] = arena_strdup(p->arena, json_is_string(v) ? json_string_value(v) : "?");
+  if (p)
+    p->arena = arena_create();
+  if (!p || !p->arena) {
+    snprintf(err, errlen, "launch plan: out of host memory");
+    free(p);
+    json_decref(root);
+    return NULL;
   }
-  p->ninputs = (int)integer(&r, root, "ninputs", 0, 4096);
-  p->noutputs = (int)integer(&r, root, "noutputs", 1, 4096);
-  json_t *ts = field(&r, root, "tensors", JSON_ARRAY);
-  p->ntensors = ts ? (int)json_array_size(ts) : 0;
-  if (p->ntensors > 1000000)
-    bad(&r, "launch plan: too many %s (%lld)", "tensors", p->ntensors), p->ntensors = 0;
-  p->tensors = arena_alloc(p->arena, sizeof(PlanTensor) * (size_t)(p->ntensors + 1));
-  for (int i = 0; i < p->ntensors && !r.bad; i++) {
-    json_t *o = json_array_get(ts, (size_t)i);
-    PlanTensor *t = &p->tensors[i];
-    if (!json_is_object(o)) {
-      bad(&r, "launch plan: %s %lld is not an object", "tensor", i);
-      break;
-    }
-    const char *kind = string(&r, o, "kind");
-    t->kind = (PlanTensorKind)-1;
-    for (int k = 0; k < 5; k++)
-      if (strcmp(kind, kind_names[k]) == 0)
-        t->kind = (PlanTensorKind)k;
-    if ((int)t->kind < 0)
-      bad(&r, "launch plan: tensor kind '%s' unknown%lld", kind, 0);
-    t->dtype = dtype_from_name(string(&r, o, "dtype"));
-    if (t->dtype == DT_NONE)
-      bad(&r, "launch plan: tensor %s%lld has an unknown dtype", "", i);
-    t->rank = read_dims(&r, json_object_get(o, "shape"), t->dims, FFN_MAX_RANK);
-    t->index = (int)integer(&r, o, "index", 0, 4096);
-    json_t *nm = json_object_get(o, "name");
-    t->name = nm && json_is_string(nm) ? arena_strdup(p->arena, json_string_value(nm)) : NULL;
-    if ((t->kind == PT_WEIGHT || t->kind == PT_INPUT || t->kind == PT_OUTPUT) && !t->name)
-      bad(&r, "launch plan: %s %lld has no name", "tensor", i);
-    if (t->kind == PT_INPUT && t->index >= p->ninputs)
-      bad(&r, "launch plan: %s index %lld out of range", "input", t->index);
-    if (t->kind == PT_OUTPUT && t->index >= p->noutputs)
-      bad(&r, "launch plan: %s index %lld out of range", "output", t->index);
-    t->first = (int)integer(&r, o, "first", -1, 1 << 30);
-    t->last = (int)integer(&r, o, "last", -1, 1 << 30);
-    t->keep = json_is_true(json_object_get(o, "keep"));
-  }
-  json_t *prep = field(&r, root, "prep", JSON_ARRAY);
-  p->nprep = prep ? (int)json_array_size(prep) : 0;
-  if (p->nprep > 1000000)
-    bad(&r, "launch plan: too many %s (%lld)", "prep steps", p->nprep), p->nprep = 0;
-  p->prep = arena_alloc(p->arena, sizeof(PrepStep) * (size_t)(p->nprep + 1));
-  for (int i = 0; i < p->nprep && !r.bad; i++) {
-    json_t *o = json_array_get(prep, (size_t)i);
-    PrepStep *s = &p->prep[i];
-    if (!json_is_object(o)) {
-      bad(&r, "launch plan: %s %lld is not an object", "prep step", i);
-      break;
-    }
-    s->op = op_from_name(string(&r, o, "op"));
-    if (s->op == OP_COUNT)
-      bad(&r, "launch plan: %s %lld has an unknown op", "prep step", i);
-    s->out = (int)integer(&r, o, "out", 0, p->ntensors - 1);
-    s->nargs = read_ints(&r, json_object_get(o, "args"), s->args, 8, p->ntensors);
-    json_t *iv = json_object_get(o, "ival");
-    if (!iv || !json_is_array(iv) || json_array_size(iv) != 2 || !json_is_integer(json_array_get(iv, 0)) ||
-        !json_is_integer(json_array_get(iv, 1)))
-      bad(&r, "launch plan: %s %lld has a bad ival", "prep step", i);
-    else
-      s->ival[0] = json_integer_value(json_array_get(iv, 0)), s->ival[1] = json_integer_value(json_array_get(iv, 1));
-    json_t *fv = json_object_get(o, "fval");
-    s->fval = fv && json_is_number(fv) ? json_number_value(fv) : 0;
-    if (s->op != OP_COUNT && (s->nargs < op_info[s->op].min_args || s->nargs > op_info[s->op].max_args))
-      bad(&r, "launch plan: %s %lld has a wrong operand count", "prep step", i);
-  }
-  json_t *ks = field(&r, root, "kernels", JSON_ARRAY);
-  p->nkernels = ks ? (int)json_array_size(ks) : 0;
-  if (p->nkernels > 100000)
-    bad(&r, "launch plan: too many %s (%lld)", "kernels", p->nkernels), p->nkernels = 0;
-  p->kernels = arena_alloc(p->arena, sizeof(PlanKernel) * (size_t)(p->nkernels + 1));
-  for (int i = 0; i < p->nkernels && !r.bad; i++) {
-    json_t *o = json_array_get(ks, (size_t)i);
-    PlanKernel *k = &p->kernels[i];
-    if (!json_is_object(o)) {
-      bad(&r, "launch plan: %s %lld is not an object", "kernel", i);
-      break;
-    }
-    const char *kind = string(&r, o, "kind");
-    k->kind = strcmp(kind, "gemm") == 0 ? KK_GEMM : KK_ROWWISE;
-    if (strcmp(kind, "gemm") != 0 && strcmp(kind, "rowwise") != 0)
-      bad(&r, "launch plan: kernel kind '%s' unknown%lld", kind, 0);
-    k->n = integer(&r, o, "n", 1, (long long)1 << 40);
-    k->k = integer(&r, o, "k", 0, (long long)1 << 40);
-    k->streams = (int)integer(&r, o, "streams", 0, 2);
-    k->splittable = json_is_true(json_object_get(o, "splittable"));
-    json_t *op = json_object_get(o, "op");
-    k->op = op && json_is_string(op) && *json_string_value(op) ? op_from_name(json_string_value(op)) : OP_COUNT;
-    json_t *vs = field(&r, o, "variants", JSON_ARRAY);
-    k->nvariants = vs ? (int)json_array_size(vs) : 0;
-    if (k->nvariants < 1 || k->nvariants > 6)
-      bad(&r, "launch plan: kernel %s%lld needs 1 to 6 variants", "", i), k->nvariants = 0;
-    for (int v = 0; v < k->nvariants && !r.bad; v++) {
-      json_t *vo = json_array_get(vs, (size_t)v), *tile;
-      KernelVariant *kv = &k->variants[v];
-      if (!json_is_object(vo)) {
-        bad(&r, "launch plan: %s %lld is not an object", "variant", v);
-        break;
-      }
-      kv->func = string(&r, vo, "func");
-      kv->threads = (int)integer(&r, vo, "threads", 32, 1024);
-      kv->smem = (int)integer(&r, vo, "smem", 0, 1 << 20);
-      kv->max_m = integer(&r, vo, "max_m", 0, (long long)1 << 40);
-      kv->cfg.name = string(&r, vo, "cfg");
-      kv->cfg.kind = (ffn_gemm_kind)integer(&r, vo, "cfg_kind", 0, FFN_GEMM_SM90P);
-      tile = json_object_get(vo, "tile");
-      int tv[9] = {0};
-      if (read_ints(&r, tile, tv, 9, 1 << 20) != 9)
-        bad(&r, "launch plan: %s %lld has a bad tile", "variant", v);
-      kv->cfg.bm = tv[0], kv->cfg.bn = tv[1], kv->cfg.bk = tv[2], kv->cfg.wm = tv[3], kv->cfg.wn = tv[4];
-      kv->cfg.stages = tv[5], kv->cfg.threads = tv[6], kv->cfg.min_blocks = tv[7], kv->cfg.ctas_per_sm = tv[8];
-      kv->cfg.max_m = (int)kv->max_m;
-      kv->ext_stats = json_is_true(json_object_get(vo, "ext_stats"));
-      if (k->kind == KK_GEMM && (kv->cfg.bm < 1 || kv->cfg.bn < 1 || kv->cfg.bk < 1))
-        bad(&r, "launch plan: %s %lld has an empty tile", "variant", v);
-    }
-  }
-  json_t *steps = field(&r, root, "steps", JSON_ARRAY);
-  p->nsteps = steps ? (int)json_array_size(steps) : 0;
-  if (p->nsteps > 1000000)
-    bad(&r, "launch plan: too many %s (%lld)", "steps", p->nsteps), p->nsteps = 0;
-  p->steps = arena_alloc(p->arena, sizeof(PlanStep) * (size_t)(p->nsteps + 1));
-  for (int i = 0; i < p->nsteps && !r.bad; i++) {
-    json_t *o = json_array_get(steps, (size_t)i);
-    PlanStep *s = &p->steps[i];
-    if (!json_is_object(o)) {
-      bad(&r, "launch plan: %s %lld is not an object", "step", i);
-      break;
-    }
-    const char *kind = string(&r, o, "kind");
-    if (strcmp(kind, "launch") == 0) {
-      s->kind = STEP_LAUNCH;
-      s->kernel = (int)integer(&r, o, "kernel", 0, p->nkernels - 1);
-      s->nargs = read_ints(&r, json_object_get(o, "args"), s->args, 30, p->ntensors);
-      s->nrowdims = read_dims(&r, json_object_get(o, "rows"), s->rowdims, FFN_MAX_RANK);
-      if (!r.bad && p->kernels[s->kernel].kind == KK_GEMM && s->nargs < 2)
-        bad(&r, "launch plan: %s %lld has too few operands", "step", i);
-    } else if (strcmp(kind, "copy") == 0) {
-      s->kind = STEP_COPY;
-      s->src = (int)integer(&r, o, "src", 0, p->ntensors - 1);
-      s->dst = (int)integer(&r, o, "dst", 0, p->ntensors - 1);
-    } else
-      bad(&r, "launch plan: step kind '%s' unknown%lld", kind, 0);
-  }
+  Reader r = {.p = p, .err = err, .errlen = errlen};
+  read_header(&r, root);
+  READ_LIST(&r, root, "tensors", 1000000, p->ntensors, p->tensors, "tensor", read_tensor);
+  READ_LIST(&r, root, "prep", 1000000, p->nprep, p->prep, "prep step", read_prep_step);
+  READ_LIST(&r, root, "kernels", 100000, p->nkernels, p->kernels, "kernel", read_kernel);
+  READ_LIST(&r, root, "steps", 1000000, p->nsteps, p->steps, "step", read_step);
   json_decref(root);
   if (r.bad) {
     plan_destroy(p);

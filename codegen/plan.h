@@ -10,6 +10,7 @@
 #define FFNC_PLAN_H
 
 #include "../ir/ir.h"
+#include "../kernels/abi.cuh"
 #include "../kernels/gemm_host.h"
 
 typedef enum {
@@ -74,7 +75,7 @@ typedef struct {
   StepKind kind;
   int kernel;          /* STEP_LAUNCH: index into kernels */
   int nargs;
-  int args[30];        /* tensor ids, in the order the kernel's KArgs.p[] expects */
+  int args[FFN_KARGS_SLOTS]; /* tensor ids, in the order the kernel's KArgs.p[] expects */
   int nrowdims;        /* M = product of these dims (the leading dims of the rows) */
   Dim rowdims[FFN_MAX_RANK];
   int src, dst;        /* STEP_COPY */
@@ -101,7 +102,12 @@ typedef struct Plan {
 /* Numbers of elements of tensor t with dynamic dims bound to dims[]. */
 int64_t plan_numel(const Plan *p, int t, const int64_t *dims);
 
-/* JSON text (jansson) of everything but the CUDA source; and back. */
+/* The op table, element types and kernel ABI of this ffnc (kernels/abi.cuh), hashed: 16 hex
+ * digits. Written into every plan; plan_from_json refuses plans with another (codegen/abi.c). */
+const char *plan_abi_hash(void);
+
+/* JSON text (jansson) of everything but the CUDA source; and back. plan_from_json returns
+ * NULL with the reason in err for any plan it cannot fully check (files may be damaged). */
 char *plan_to_json(const Plan *p); /* malloc'd */
 Plan *plan_from_json(const char *json, char *err, size_t errlen);
 void plan_destroy(Plan *p);

@@ -34,6 +34,8 @@
  */
 #include "interp.h"
 
+#include "dims.h"
+
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -124,10 +126,9 @@ int interp_bind_dims(const Graph *g, const InterpSources *src, int64_t *dims, ch
       fail(err, errlen, "input '%s': invalid shape (rank %d)", n->name, t.rank);
       goto out;
     }
-    bool ok = t.rank == n->shape.rank;
-    for (int d = 0; ok && d < t.rank; d++)
-      ok = n->shape.d[d].sym >= 0 || n->shape.d[d].size == t.shape[d];
-    if (!ok) {
+    int axis;
+    DimsResult bound = dims_bind(n->shape.d, n->shape.rank, t.rank, t.shape, dims, true, &axis);
+    if (bound == DIMS_RANK || bound == DIMS_SIZE) {
       fail(err, errlen, "input '%s': expected rank %d %s, got %s", n->name, n->shape.rank,
            shape_str(g, &n->shape, want, sizeof want), raw_shape_str(t.rank, t.shape, got, sizeof got));
       goto out;
@@ -137,19 +138,15 @@ int interp_bind_dims(const Graph *g, const InterpSources *src, int64_t *dims, ch
            dtype_name(n->dtype), raw_shape_str(t.rank, t.shape, got, sizeof got), dtype_name(t.dtype));
       goto out;
     }
-    for (int d = 0; d < t.rank; d++) {
-      int sym = n->shape.d[d].sym;
-      if (sym < 0)
-        continue;
-      if (dims[sym] < 0) {
-        dims[sym] = t.shape[d];
-        bound_by[sym] = n;
-      } else if (dims[sym] != t.shape[d]) {
-        fail(err, errlen, "input '%s': dim %s is %lld here but %lld in input '%s'", n->name, g->dims[sym].name,
-             (long long)t.shape[d], (long long)dims[sym], bound_by[sym]->name);
-        goto out;
-      }
+    if (bound == DIMS_CONFLICT) {
+      int sym = n->shape.d[axis].sym;
+      fail(err, errlen, "input '%s': dim %s is %lld here but %lld in input '%s'", n->name, g->dims[sym].name,
+           (long long)t.shape[axis], (long long)dims[sym], bound_by[sym] ? bound_by[sym]->name : n->name);
+      goto out;
     }
+    for (int d = 0; d < t.rank; d++)
+      if (n->shape.d[d].sym >= 0 && !bound_by[n->shape.d[d].sym])
+        bound_by[n->shape.d[d].sym] = n;
     if (check_nbytes("input", n->name, &t, err, errlen))
       goto out;
   }

@@ -427,7 +427,8 @@ int ir_verify(const Graph *g, char *err, size_t errlen) {
       continue;
 #define CHECK(cond, ...)                                                             \
   if (!(cond)) {                                                                     \
-    int k = snprintf(err, errlen, "%%%d (%s): ", n->id, op_info[n->op].name);        \
+    int k = snprintf(err, errlen, "%%%d (%s): ", n->id,                              \
+                     (unsigned)n->op < OP_COUNT ? op_info[n->op].name : "?");        \
     snprintf(err + k, errlen > (size_t)k ? errlen - (size_t)k : 0, __VA_ARGS__);     \
     goto out;                                                                        \
   }
@@ -478,26 +479,6 @@ int ir_verify(const Graph *g, char *err, size_t errlen) {
 out:
   free(pos);
   return rc;
-}
-
-int *ir_use_counts(const Graph *g) {
-  int *pos = calloc((size_t)g->next_id + 1, sizeof(int));
-  int *uses = arena_alloc(g->arena, sizeof(int) * (size_t)(g->nodes.len + 1));
-  if (!pos)
-    abort();
-  for (int i = 0; i < g->nodes.len; i++)
-    pos[GRAPH_NODE(g, i)->id] = i;
-  for (int i = 0; i < g->nodes.len; i++) {
-    Node *n = GRAPH_NODE(g, i);
-    if (n->dead)
-      continue;
-    for (int j = 0; j < n->nargs; j++)
-      uses[pos[n->args[j]->id]]++;
-  }
-  for (int i = 0; i < g->noutputs; i++)
-    uses[pos[g->outputs[i].node->id]]++;
-  free(pos);
-  return uses;
 }
 
 void ir_compact(Graph *g) {
@@ -581,50 +562,4 @@ int ir_toposort(Graph *g) {
   free(stack);
   free(next_arg);
   return 0;
-}
-
-Graph *graph_clone(const Graph *src) {
-  Graph *g = graph_create(src->model, src->file);
-  Arena *a = g->arena;
-  g->ndims = src->ndims;
-  g->dims = arena_alloc(a, sizeof(DimSym) * (size_t)(src->ndims + 1));
-  for (int i = 0; i < src->ndims; i++)
-    g->dims[i] = (DimSym){arena_strdup(a, src->dims[i].name), src->dims[i].loc};
-  g->prec = src->prec;
-  for (int c = 0; c < PREC_COUNT; c++)
-    g->prec.loc[c].file = g->file;
-  for (int i = 0; i < src->ndims; i++)
-    g->dims[i].loc.file = g->file;
-  g->nfuse = src->nfuse;
-  g->fuse = arena_alloc(a, sizeof(FuseRequest) * (size_t)(src->nfuse + 1));
-  for (int i = 0; i < src->nfuse; i++) {
-    g->fuse[i] = src->fuse[i];
-    g->fuse[i].loc.file = g->file;
-  }
-  Node **map = calloc((size_t)src->next_id + 1, sizeof(Node *));
-  if (!map)
-    abort();
-  for (int i = 0; i < src->nodes.len; i++) {
-    const Node *s = GRAPH_NODE(src, i);
-    Node *n = arena_alloc(a, sizeof *n);
-    *n = *s;
-    n->aux = NULL;
-    n->loc.file = s->loc.file ? g->file : NULL;
-    if (s->nargs) {
-      n->args = arena_alloc(a, sizeof(Node *) * (size_t)s->nargs);
-      for (int j = 0; j < s->nargs; j++)
-        n->args[j] = map[s->args[j]->id];
-    }
-    if (s->name)
-      n->name = arena_strdup(a, s->name);
-    if (s->var)
-      n->var = arena_strdup(a, s->var);
-    map[s->id] = n;
-    ptrvec_push(a, &g->nodes, n);
-  }
-  g->next_id = src->next_id;
-  for (int i = 0; i < src->noutputs; i++)
-    graph_add_output(g, src->outputs[i].name, map[src->outputs[i].node->id]);
-  free(map);
-  return g;
 }

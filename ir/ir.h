@@ -213,8 +213,6 @@ void graph_destroy(Graph *g);
 int graph_add_dim(Graph *g, const char *name, SrcLoc loc);  /* returns the symbol index */
 int graph_find_dim(const Graph *g, const char *name);      /* -1 if none */
 void graph_add_output(Graph *g, const char *name, Node *n);
-/* Deep copy (own arena); node ids are kept. */
-Graph *graph_clone(const Graph *g);
 
 /* Node constructors. They do NOT check operands: call ir_infer first (the front end does,
  * to report errors with source locations); ir_verify checks whole graphs. */
@@ -250,10 +248,6 @@ static inline bool ir_is_const(const Node *n) { return n->konst; }
 void ir_set_arg(Node *n, int i, Node *arg);
 /* Every use of `from` (operands and outputs) now uses `to`. */
 void ir_replace_uses(Graph *g, Node *from, Node *to);
-
-/* Number of users of each node, indexed by position in g->nodes (outputs count as users).
- * Allocated in the graph's arena. */
-int *ir_use_counts(const Graph *g);
 
 /* Drop dead nodes (and nodes no output depends on) and renumber nothing: ids stay. */
 void ir_compact(Graph *g);

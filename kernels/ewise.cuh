@@ -3,23 +3,12 @@
 // reductions (conversions and activations come from common.cuh). Compiled by NVRTC without
 // any system or CUDA header.
 #pragma once
+#include "abi.cuh"
 #include "common.cuh"
 
 namespace ffn {
 
-// Every generated kernel takes one of these by value (__grid_constant__). The runtime fills
-// it with the same layout (runtime/rt.h: KArgs). p[] holds tensor pointers in the order the
-// plan's launch step lists them.
-struct KArgs {
-  void *p[30];
-  long long m;        // rows: the product of the leading dims
-  int splits;         // GEMM split-K factor
-  int pad_;
-  float *ws;          // GEMM split-K partials
-  unsigned *counters; // GEMM split-K tile counters (zero between launches)
-  const float *rowstats; // [m][2] sum and sum of squares of A's rows, for the GEMM variants that
-                         // take them from ffn_row_stats instead of computing them per tile
-};
+// KArgs, the argument block of every generated kernel, is in abi.cuh.
 
 // An epilogue whose row statistics come from memory (ffn_row_stats) rather than from the GEMM,
 // which then runs with STATS = 0: for large M, where every column of tiles would recompute them.

@@ -39,6 +39,7 @@
 #define FFN_KERNELS_GEMM_HOST_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 typedef enum {
   FFN_GEMM_SM80, /* mma.sync tensor cores, T = bf16 or f16, K % 8 == 0 */
@@ -153,6 +154,27 @@ static inline void ffn_gemm_launch_grid(const ffn_gemm_config *c, int M, int N, 
     unsigned wave = (unsigned)num_sms * (unsigned)(c->ctas_per_sm > 0 ? c->ctas_per_sm : 1);
     if (grid[0] > wave) grid[0] = wave;
   }
+}
+
+/* The template arguments of c's device template for S streams, STATS row statistics and element
+ * type T ("ffn::bf16", "ffn::f16" or "float"), in the order of the calls at the top of this file,
+ * into buf (the code generator prints `ffn::<template><ARGS>(g, epi, smem)`). snprintf's result. */
+static inline int ffn_gemm_template_args(const ffn_gemm_config *c, int S, int STATS, const char *T, char *buf,
+                                         size_t len) {
+  switch (c->kind) {
+  case FFN_GEMM_SM80:
+    return snprintf(buf, len, "%d, %d, %d, %d, %d, %d, %d, %d, %s", c->bm, c->bn, c->bk, c->wm, c->wn, c->stages, S,
+                    STATS, T);
+  case FFN_GEMM_SM90: /* consumer warpgroups, then the CTAs per SM the launch bounds promise */
+    return snprintf(buf, len, "%d, %d, %d, %d, %d, %d, %s, %d, %d", c->bm, c->bn, c->bk, c->stages, S, STATS, T,
+                    c->bm / c->wm, c->min_blocks);
+  case FFN_GEMM_SM90P: /* ping-pong consumers when wm == bm */
+    return snprintf(buf, len, "%d, %d, %d, %d, %d, %d, %s, %s", c->bm, c->bn, c->bk, c->stages, S, STATS, T,
+                    c->wm == c->bm ? "true" : "false");
+  case FFN_GEMM_SIMT:
+    break;
+  }
+  return snprintf(buf, len, "%d, %d, %d, %d, %d, %d, %d, %s", c->bm, c->bn, c->bk, c->wm, c->wn, S, STATS, T);
 }
 
 /* Split-K factor, fitted to measurements on an H200 (kernels/NOTES.md). Small-M GEMMs stream the

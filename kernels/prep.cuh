@@ -5,6 +5,7 @@
 // codes (the DT_* values the generated source defines from ir/ir.h), so one compiled set
 // of kernels serves every program.
 #pragma once
+#include "abi.cuh"
 
 namespace ffn {
 
@@ -92,24 +93,18 @@ __device__ inline double prep_apply(int op, double a, double b) {
   }
 }
 
-// Broadcast indexing: out has `rank` dims; sa/sb are element strides of a and b per out dim
-// (0 where that operand is broadcast).
-struct PrepIndex {
-  int rank;
-  long long dims[6];
-  long long sa[6], sb[6];
-};
+// PrepArgs and PrepIndex, the kernels' argument, are in abi.cuh.
 
 } // namespace ffn
 
-extern "C" __global__ void ffn_prep_fill(void *out, int dt, long long n, double v) {
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
-    ffn::prep_store(out, dt, i, v);
+extern "C" __global__ void ffn_prep_fill(const ffn::PrepArgs a) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < a.n; i += (long long)gridDim.x * blockDim.x)
+    ffn::prep_store(a.out, a.dto, i, a.value);
 }
 
-extern "C" __global__ void ffn_prep_ewise(void *out, int dto, const void *a, int dta, const void *b, int dtb, int op,
-                                          long long n, ffn::PrepIndex ix) {
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+extern "C" __global__ void ffn_prep_ewise(const ffn::PrepArgs a) {
+  const ffn::PrepIndex &ix = a.ix;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < a.n; i += (long long)gridDim.x * blockDim.x) {
     long long r = i, ia = 0, ib = 0;
     for (int d = ix.rank - 1; d >= 0; d--) {
       long long c = r % ix.dims[d];
@@ -117,53 +112,54 @@ extern "C" __global__ void ffn_prep_ewise(void *out, int dto, const void *a, int
       ia += c * ix.sa[d];
       ib += c * ix.sb[d];
     }
-    double x = ffn::prep_load(a, dta, ia), y = b ? ffn::prep_load(b, dtb, ib) : 0.0;
-    ffn::prep_store(out, dto, i, ffn::prep_apply(op, x, y));
+    double x = ffn::prep_load(a.a, a.dta, ia), y = a.b ? ffn::prep_load(a.b, a.dtb, ib) : 0.0;
+    ffn::prep_store(a.out, a.dto, i, ffn::prep_apply(a.op, x, y));
   }
 }
 
 // out [C, R] = a [R, C]^T
-extern "C" __global__ void ffn_prep_transpose(void *out, int dto, const void *a, int dta, long long R, long long C) {
+extern "C" __global__ void ffn_prep_transpose(const ffn::PrepArgs a) {
+  const long long R = a.rows, C = a.cols;
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < R * C; i += (long long)gridDim.x * blockDim.x) {
     long long c = i / R, r = i % R; // out row c, column r
-    ffn::prep_store(out, dto, i, ffn::prep_load(a, dta, r * C + c));
+    ffn::prep_store(a.out, a.dto, i, ffn::prep_load(a.a, a.dta, r * C + c));
   }
 }
 
 // Rows of a [R, K] seen as S blocks of N = R/S rows, regrouped in groups of G (ops.def).
-extern "C" __global__ void ffn_prep_interleave(void *out, int dt, const void *a, long long R, long long K, long long G,
-                                               long long S) {
-  long long N = R / S;
+extern "C" __global__ void ffn_prep_interleave(const ffn::PrepArgs a) {
+  const long long R = a.rows, K = a.cols, G = a.group, S = a.streams, N = R / S;
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < R * K; i += (long long)gridDim.x * blockDim.x) {
     long long o = i / K, k = i % K;
     long long q = o / (G * S), rem = o % (G * S), s = rem / G, n = q * G + rem % G;
-    ffn::prep_store(out, dt, i, ffn::prep_load(a, dt, (s * N + n) * K + k));
+    ffn::prep_store(a.out, a.dto, i, ffn::prep_load(a.a, a.dto, (s * N + n) * K + k));
   }
 }
 
 // out [R] = sum over the last dim of a [R, C]; one warp per row, double accumulation.
-extern "C" __global__ void ffn_prep_rowsum(void *out, int dto, const void *a, int dta, long long R, long long C) {
+extern "C" __global__ void ffn_prep_rowsum(const ffn::PrepArgs a) {
+  const long long R = a.rows, C = a.cols;
   long long warp = (blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5;
   int lane = threadIdx.x & 31;
   for (long long r = warp; r < R; r += ((long long)gridDim.x * blockDim.x) >> 5) {
     double s = 0;
     for (long long c = lane; c < C; c += 32)
-      s += ffn::prep_load(a, dta, r * C + c);
+      s += ffn::prep_load(a.a, a.dta, r * C + c);
     for (int o = 16; o > 0; o >>= 1)
       s += __shfl_xor_sync(0xffffffffu, s, o);
     if (lane == 0)
-      ffn::prep_store(out, dto, r, s);
+      ffn::prep_store(a.out, a.dto, r, s);
   }
 }
 
 // out [M, N] = a [M, K] @ b [K, N]; a thread per output, double accumulation (small, once).
-extern "C" __global__ void ffn_prep_matmul(void *out, int dto, const void *a, int dta, const void *b, int dtb,
-                                           long long M, long long N, long long K) {
+extern "C" __global__ void ffn_prep_matmul(const ffn::PrepArgs a) {
+  const long long M = a.rows, N = a.cols, K = a.inner;
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < M * N; i += (long long)gridDim.x * blockDim.x) {
     long long m = i / N, n = i % N;
     double s = 0;
     for (long long k = 0; k < K; k++)
-      s += ffn::prep_load(a, dta, m * K + k) * ffn::prep_load(b, dtb, k * N + n);
-    ffn::prep_store(out, dto, i, s);
+      s += ffn::prep_load(a.a, a.dta, m * K + k) * ffn::prep_load(a.b, a.dtb, k * N + n);
+    ffn::prep_store(a.out, a.dto, i, s);
   }
 }

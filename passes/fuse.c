@@ -20,6 +20,8 @@
  */
 #include "passes.h"
 
+#include "../kernels/abi.cuh" /* FFN_GATEUP_GROUP */
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -169,7 +171,7 @@ static void join(Fuser *f, Group *g, Node *n) {
 static bool two_streams(Fuser *f, Node *mm, Node **halves) {
   PtrVec *us = &f->users.by_id[mm->id];
   Dim last = mm->shape.d[mm->shape.rank - 1];
-  if (f->users.is_output[mm->id] || us->len != 2 || last.sym >= 0 || last.size % 16)
+  if (f->users.is_output[mm->id] || us->len != 2 || last.sym >= 0 || last.size % (2 * FFN_GATEUP_GROUP))
     return false;
   Node *a = us->items[0], *b = us->items[1];
   if (a->op != OP_SLICE || b->op != OP_SLICE)
@@ -205,7 +207,7 @@ static int gemm_group(Fuser *f, Node *mm) {
   g->streams = two ? 2 : 1;
   add(f, g, mm);
   if (two) {
-    Node proto = {.ival = {8, 2}};
+    Node proto = {.ival = {FFN_GATEUP_GROUP, 2}};
     g->b_nk = pass_new(c, OP_INTERLEAVE, g->b_nk->dtype, &g->b_nk, 1, &proto);
     for (int s = 0; s < 2; s++) {
       add(f, g, halves[s]);

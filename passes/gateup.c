@@ -16,6 +16,8 @@
  */
 #include "passes.h"
 
+#include "../kernels/abi.cuh" /* FFN_GATEUP_GROUP */
+
 #include <stdlib.h>
 
 /* Does some elementwise node read (directly or through elementwise ops) both a and b? */
@@ -111,9 +113,9 @@ int pass_gateup(Compile *c) {
           m1->dtype != m2->dtype || !meet(g, m1, m2))
         continue;
       /* the merged product pays only when the fuse pass can split it into two interleaved
-       * streams of 8-column groups */
+       * streams of FFN_GATEUP_GROUP-column groups */
       Dim n1 = m1->shape.d[m1->shape.rank - 1];
-      if (n1.sym >= 0 || n1.size % 8 != 0)
+      if (n1.sym >= 0 || n1.size % FFN_GATEUP_GROUP != 0)
         continue;
       Node *parts[2] = {matmul_b_nk(c, m1), matmul_b_nk(c, m2)};
       Node proto = {.ival = {0}};

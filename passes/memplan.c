@@ -17,7 +17,7 @@ void memplan_lifetimes(Plan *p) {
     p->tensors[i].first = p->tensors[i].last = -1;
   for (int s = 0; s < p->nsteps; s++) {
     PlanStep *st = &p->steps[s];
-    int list[32], n = 0;
+    int list[FFN_KARGS_SLOTS], n = 0; /* a launch's operands, or a copy's two */
     if (st->kind == STEP_LAUNCH)
       for (int j = 0; j < st->nargs; j++)
         list[n++] = st->args[j];

@@ -6,6 +6,8 @@
 #include <string.h>
 
 #include "../codegen/driver.h"
+#include "../ir/dims.h"
+#include "dlpack_dtype.h"
 #include "safetensors.h"
 
 /* ---- errors ---- */
@@ -109,18 +111,6 @@ ffn_status ffn_options_set_opt_level(ffn_options *o, int level) {
 
 /* ---- programs ---- */
 
-/* The arch of device 0, or sm_90 where there is none. */
-static int default_arch(void) {
-  const CuApi *cu = cu_api(NULL, 0);
-  CUdevice d;
-  int major = 9, minor = 0;
-  if (cu && cu->cuDeviceGet(&d, 0) == CUDA_SUCCESS) {
-    cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d);
-    cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d);
-  }
-  return major * 10 + minor;
-}
-
 ffn_status ffn_program_compile(const char *source, size_t len, const char *filename, const ffn_options *opt,
                                ffn_program **out) {
   ARG(source && out, "NULL argument");
@@ -129,7 +119,7 @@ ffn_status ffn_program_compile(const char *source, size_t len, const char *filen
   if (opt && opt->arch[0])
     parse_arch(opt->arch, &o.sm, NULL, 0);
   else
-    o.sm = default_arch();
+    o.sm = cu_default_arch();
   if (o.sm < 80)
     return rt_error(FFN_ERR_UNSUPPORTED, "device 0 is sm_%d; ffnc generates code for sm_80 and newer", o.sm);
   if (opt) {
@@ -190,7 +180,11 @@ ffn_status ffn_program_save(const ffn_program *p, const char *path) {
   ARG(p && path, "NULL argument");
   char err[512];
   char *json = plan_to_json(p->plan);
-  StWriter *w = st_writer_create();
+  StWriter *w = json ? st_writer_create() : NULL;
+  if (!w) {
+    free(json);
+    return rt_error(FFN_ERR_OUT_OF_MEMORY, "%s: out of host memory", path);
+  }
   int64_t size = (int64_t)p->image.size;
   int rc = st_writer_meta(w, "ffnc.format", AOT_FORMAT) | st_writer_meta(w, "ffnc.version", FFNC_VERSION) |
            st_writer_meta(w, "ffnc.arch", p->plan->arch) |
@@ -213,25 +207,29 @@ ffn_status ffn_program_load(const char *path, ffn_program **out) {
   StFile *f = st_open(path, err, sizeof err);
   if (!f)
     return rt_error(FFN_ERR_IO, "%s", err);
-  const char *fmt = st_meta_get(f, "ffnc.format"), *ver = st_meta_get(f, "ffnc.version");
+  /* ffnc.version is informative: whether the file fits this ffnc is the plan's ABI hash */
+  const char *fmt = st_meta_get(f, "ffnc.format");
   const char *json = st_meta_get(f, "ffnc.plan"), *kind = st_meta_get(f, "ffnc.image");
   const StTensor *img = st_find(f, "image");
   ffn_status s = FFN_OK;
   if (!fmt || strcmp(fmt, AOT_FORMAT) != 0)
     s = rt_error(FFN_ERR_IO, "%s: not an ffnc AOT file (no ffnc.format = %s)", path, AOT_FORMAT);
-  else if (!ver || strcmp(ver, FFNC_VERSION) != 0)
-    s = rt_error(FFN_ERR_IO, "%s: built by ffnc %s; this is ffnc %s: rebuild it", path, ver ? ver : "?", FFNC_VERSION);
   else if (!json || !kind || !img || img->dtype != DT_U8 || img->rank != 1 || img->nbytes == 0)
     s = rt_error(FFN_ERR_IO, "%s: incomplete AOT file (needs ffnc.plan, ffnc.image and a U8 'image')", path);
   Plan *plan = NULL;
   if (s == FFN_OK && !(plan = plan_from_json(json, err, sizeof err)))
     s = rt_error(FFN_ERR_IO, "%s: %s", path, err);
-  if (s == FFN_OK) {
-    ffn_program *p = calloc(1, sizeof *p);
+  ffn_program *p = s == FFN_OK ? calloc(1, sizeof *p) : NULL;
+  if (p)
+    p->image.image = malloc(img->nbytes + 1);
+  if (s == FFN_OK && (!p || !p->image.image)) {
+    s = rt_error(FFN_ERR_OUT_OF_MEMORY, "%s: out of host memory", path);
+    ffn_program_destroy(p);
+    plan_destroy(plan);
+  } else if (s == FFN_OK) {
     p->plan = plan;
     p->image.size = img->nbytes;
     p->image.ptx = strcmp(kind, "ptx") == 0;
-    p->image.image = malloc(img->nbytes + 1);
     memcpy(p->image.image, img->data, img->nbytes);
     ((char *)p->image.image)[img->nbytes] = 0;
     *out = p;
@@ -263,13 +261,9 @@ static ffn_status tensor_info(const ffn_program *p, PlanTensorKind kind, int i, 
     if (pt->kind != kind || pt->index != i)
       continue;
     *out = (ffn_tensor_info){.name = pt->name, .ndim = pt->rank};
-    switch (pt->dtype) {
-    case DT_F32: out->dtype = (DLDataType){kDLFloat, 32, 1}; break;
-    case DT_F16: out->dtype = (DLDataType){kDLFloat, 16, 1}; break;
-    case DT_BF16: out->dtype = (DLDataType){kDLBfloat, 16, 1}; break;
-    case DT_I8: out->dtype = (DLDataType){kDLInt, 8, 1}; break;
-    default: out->dtype = (DLDataType){kDLUInt, (uint8_t)dtype_bits(pt->dtype), 1}; break;
-    }
+    if (!dtype_to_dl(pt->dtype, &out->dtype))
+      return rt_error(FFN_ERR_UNSUPPORTED, "%s '%s' is %s, which a DLPack tensor cannot hold",
+                      kind == PT_INPUT ? "input" : "output", pt->name, dtype_name(pt->dtype));
     for (int d = 0; d < pt->rank && d < 8; d++) {
       out->shape[d] = pt->dims[d].sym >= 0 ? -1 : pt->dims[d].size;
       out->dim_names[d] = pt->dims[d].sym >= 0 ? plan->dim_names[pt->dims[d].sym] : NULL;
@@ -326,11 +320,15 @@ static ffn_status load_module(ffn_model *m) {
   CU_CHECK(cu, cu->cuModuleLoadDataEx(&m->module, m->prog->image.image, 0, NULL, NULL));
   int nf = 0;
   m->func_base = calloc((size_t)p->nkernels + 1, sizeof(int));
+  if (!m->func_base)
+    return rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
   for (int k = 0; k < p->nkernels; k++) {
     m->func_base[k] = nf;
     nf += p->kernels[k].nvariants;
   }
   m->funcs = calloc((size_t)nf + 1, sizeof(CUfunction));
+  if (!m->funcs)
+    return rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
   for (int k = 0; k < p->nkernels; k++)
     for (int v = 0; v < p->kernels[k].nvariants; v++) {
       const KernelVariant *kv = &p->kernels[k].variants[v];
@@ -366,12 +364,22 @@ ffn_status ffn_model_create(const ffn_program *prog, int device, ffn_model **out
   if (device < 0 || device >= count)
     return rt_error(FFN_ERR_NO_DEVICE, "no CUDA device %d (the driver sees %d)", device, count);
   ffn_model *m = calloc(1, sizeof *m);
+  if (!m)
+    return rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
   m->prog = prog;
   m->cu = cu;
   pthread_mutex_init(&m->lock, NULL);
   m->tensor = calloc((size_t)prog->plan->ntensors + 1, sizeof(CUdeviceptr));
   m->owned = calloc((size_t)prog->plan->ntensors + 1, sizeof(bool));
   m->consumed = calloc((size_t)prog->plan->ntensors + 1, sizeof(bool));
+  /* tuning knob, read once: FFNC_GEMM_VARIANT=CONFIG (a name in kernels/gemm_host.h) forces
+   * that tile configuration wherever a GEMM has it */
+  const char *force = getenv("FFNC_GEMM_VARIANT");
+  snprintf(m->gemm_variant, sizeof m->gemm_variant, "%s", force ? force : "");
+  if (!m->tensor || !m->owned || !m->consumed) {
+    ffn_model_destroy(m);
+    return rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
+  }
   ffn_status s = FFN_OK;
   CUresult r = cu->cuDeviceGet(&m->dev, device);
   if (r == CUDA_SUCCESS)
@@ -501,11 +509,7 @@ ffn_status ffn_model_bind_weight(ffn_model *m, const char *name, const DLTensor 
   if (t < 0)
     return rt_error(FFN_ERR_TENSOR, "the program reads no weight named '%s'", name);
   const PlanTensor *pt = &p->tensors[t];
-  bool ok = d->ndim == pt->rank && d->dtype.lanes == 1 &&
-            ((pt->dtype == DT_BF16 && d->dtype.code == kDLBfloat && d->dtype.bits == 16) ||
-             (pt->dtype == DT_F16 && d->dtype.code == kDLFloat && d->dtype.bits == 16) ||
-             (pt->dtype == DT_F32 && d->dtype.code == kDLFloat && d->dtype.bits == 32) ||
-             (dtype_bits(pt->dtype) == 8 && d->dtype.bits == 8));
+  bool ok = d->ndim == pt->rank && dtype_from_dl(d->dtype, pt->dtype) == pt->dtype;
   int64_t numel = 1;
   for (int i = 0; ok && i < pt->rank; i++) {
     ok = d->shape[i] == pt->dims[i].size;
@@ -593,11 +597,15 @@ static ffn_status bind_dims(const Plan *p, const DLTensor *inputs, int ninputs, 
     const PlanTensor *pt = &p->tensors[t];
     if (pt->kind != PT_INPUT)
       continue;
-    if (pt->index >= ninputs || inputs[pt->index].ndim != pt->rank)
+    int axis;
+    DimsResult r = pt->index < ninputs ? dims_bind(pt->dims, pt->rank, inputs[pt->index].ndim, inputs[pt->index].shape,
+                                                   dims, true, &axis)
+                                       : DIMS_RANK;
+    if (r == DIMS_RANK)
       return rt_error(FFN_ERR_TENSOR, "input '%s': expected rank %d", pt->name, pt->rank);
-    for (int d = 0; d < pt->rank; d++)
-      if (pt->dims[d].sym >= 0 && dims[pt->dims[d].sym] < 0)
-        dims[pt->dims[d].sym] = inputs[pt->index].shape[d];
+    if (r != DIMS_OK)
+      return rt_error(FFN_ERR_TENSOR, "input '%s': dim %d does not match the program or the other inputs", pt->name,
+                      axis);
   }
   for (int i = 0; i < p->ndims; i++)
     if (dims[i] < 0)
@@ -640,8 +648,8 @@ ffn_status ffn_model_run_host(ffn_model *m, const DLTensor *inputs, int ninputs,
   CU_CHECK(cu, cu->cuCtxPushCurrent(m->ctx));
   DLTensor *din = calloc((size_t)ninputs + 1, sizeof(DLTensor)), *dout = calloc((size_t)noutputs + 1, sizeof(DLTensor));
   CUstream stream = NULL;
-  ffn_status s = FFN_OK;
-  CUresult r = cu->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING);
+  ffn_status s = din && dout ? FFN_OK : rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
+  CUresult r = s == FFN_OK ? cu->cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING) : CUDA_SUCCESS;
   if (r != CUDA_SUCCESS)
     s = cu_fail(cu, r, "cu->cuStreamCreate()");
   for (int pass = 0; pass < 2 && s == FFN_OK; pass++) {
@@ -679,10 +687,10 @@ ffn_status ffn_model_run_host(ffn_model *m, const DLTensor *inputs, int ninputs,
       s = cu_fail(cu, r, "cu->cuStreamSynchronize()");
     cu->cuStreamDestroy(stream);
   }
-  for (int i = 0; i < ninputs; i++)
+  for (int i = 0; din && i < ninputs; i++)
     if (din[i].data)
       cu->cuMemFree((CUdeviceptr)din[i].data);
-  for (int i = 0; i < noutputs; i++)
+  for (int i = 0; dout && i < noutputs; i++)
     if (dout[i].data)
       cu->cuMemFree((CUdeviceptr)dout[i].data);
   free(din);

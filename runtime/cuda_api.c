@@ -89,6 +89,17 @@ const CuApi *cu_api(char *why, size_t len) {
   return &api;
 }
 
+int cu_default_arch(void) {
+  const CuApi *cu = cu_api(NULL, 0);
+  CUdevice d;
+  int major = 9, minor = 0;
+  if (cu && cu->cuDeviceGet(&d, 0) == CUDA_SUCCESS) {
+    cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d);
+    cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d);
+  }
+  return major * 10 + minor;
+}
+
 ffn_status cu_fail(const CuApi *cu, CUresult r, const char *call) {
   const char *name = NULL, *desc = NULL;
   cu->cuGetErrorName(r, &name);

@@ -11,9 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../ir/dims.h"
+#include "dlpack_dtype.h"
 #include "../passes/memplan.h"
 
-#define CU m->cu
+_Static_assert(FFN_PREP_MAX_RANK >= FFN_MAX_RANK, "PrepIndex must hold every rank");
 
 static size_t tensor_bytes(const Plan *p, int t, const int64_t *dims) {
   return dtype_bytes(p->tensors[t].dtype, (size_t)plan_numel(p, t, dims));
@@ -21,13 +23,16 @@ static size_t tensor_bytes(const Plan *p, int t, const int64_t *dims) {
 
 /* ---- load time ---- */
 
-static ffn_status launch1d(ffn_model *m, CUfunction f, long long n, void **params) {
+/* One load-time kernel over n work items (elements, or lanes for rowsum), on the default
+ * stream like every load-time step. */
+static ffn_status launch1d(ffn_model *m, CUfunction f, long long n, PrepArgs *args) {
   if (n <= 0)
     return FFN_OK;
   long long blocks = (n + 255) / 256;
   if (blocks > 65535)
     blocks = 65535;
-  CU_CHECK(CU, CU->cuLaunchKernel(f, (unsigned)blocks, 1, 1, 256, 1, 1, 0, NULL, params, NULL));
+  void *params[] = {args};
+  CU_CHECK(m->cu, m->cu->cuLaunchKernel(f, (unsigned)blocks, 1, 1, 256, 1, 1, 0, NULL, params, NULL));
   return FFN_OK;
 }
 
@@ -56,114 +61,129 @@ static ffn_status check_prep(const Plan *p, const PrepStep *s) {
   return FFN_OK;
 }
 
-static ffn_status prep_one(ffn_model *m, const PrepStep *s) {
+/* The output of a load-time step: checked to be a derived tensor written once, allocated. */
+static ffn_status prep_output(ffn_model *m, const PrepStep *s, CUdeviceptr *out) {
   const Plan *p = m->prog->plan;
-  ffn_status st = check_prep(p, s);
-  if (st != FFN_OK)
-    return st;
-  const PlanTensor *o = &p->tensors[s->out];
-  if (o->kind != PT_DERIVED || m->tensor[s->out])
+  if (p->tensors[s->out].kind != PT_DERIVED || m->tensor[s->out])
     return rt_error(FFN_ERR_IO, "launch plan: load-time step writes tensor %d twice", s->out);
   size_t bytes = tensor_bytes(p, s->out, NULL);
-  CUdeviceptr out = 0;
+  *out = 0;
   if (bytes)
-    CU_CHECK(CU, CU->cuMemAlloc(&out, bytes));
-  m->tensor[s->out] = out;
+    CU_CHECK(m->cu, m->cu->cuMemAlloc(out, bytes));
+  m->tensor[s->out] = *out;
   m->owned[s->out] = true;
-  CUdeviceptr a = s->nargs > 0 ? m->tensor[s->args[0]] : 0, b = s->nargs > 1 ? m->tensor[s->args[1]] : 0;
   for (int i = 0; i < s->nargs; i++)
     if (!m->tensor[s->args[i]] && tensor_bytes(p, s->args[i], NULL))
       return rt_error(FFN_ERR_IO, "launch plan: load-time %s reads a tensor that is not ready", op_info[s->op].name);
+  return FFN_OK;
+}
+
+/* Slices and concatenations: copies of row blocks, outer x (len x inner) bytes each. */
+static ffn_status prep_copy_blocks(ffn_model *m, const PrepStep *s, CUdeviceptr out) {
+  const Plan *p = m->prog->plan;
+  const PlanTensor *o = &p->tensors[s->out];
+  int axis = s->op == OP_SLICE ? o->rank - 1 : (int)s->ival[0];
+  size_t esize = (size_t)dtype_bits(o->dtype) / 8, outer = 1, inner = 1;
+  for (int d = 0; d < axis; d++)
+    outer *= (size_t)o->dims[d].size;
+  for (int d = axis + 1; d < o->rank; d++)
+    inner *= (size_t)o->dims[d].size;
+  size_t dst_off = 0;
+  for (int i = 0; i < s->nargs; i++) {
+    const PlanTensor *t = &p->tensors[s->args[i]];
+    if (t->dtype != o->dtype || esize == 0)
+      return rt_error(FFN_ERR_IO, "launch plan: load-time %s mixes element types", op_info[s->op].name);
+    size_t len = s->op == OP_SLICE ? (size_t)o->dims[axis].size : (size_t)t->dims[axis].size;
+    size_t src_len = (size_t)t->dims[axis].size;
+    size_t src_off = s->op == OP_SLICE ? (size_t)s->ival[0] : 0;
+    CUDA_MEMCPY2D c = {0};
+    c.srcMemoryType = c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    c.srcDevice = m->tensor[s->args[i]];
+    c.srcXInBytes = src_off * inner * esize;
+    c.srcPitch = src_len * inner * esize;
+    c.dstDevice = out;
+    c.dstXInBytes = dst_off * inner * esize;
+    c.dstPitch = (size_t)o->dims[axis].size * inner * esize;
+    c.WidthInBytes = len * inner * esize;
+    c.Height = outer;
+    if (c.WidthInBytes && c.Height)
+      CU_CHECK(m->cu, m->cu->cuMemcpy2DAsync(&c, NULL));
+    dst_off += len;
+  }
+  return FFN_OK;
+}
+
+/* Broadcast strides of each operand of an elementwise step against the output shape. */
+static PrepIndex prep_index(const Plan *p, const PrepStep *s) {
+  const PlanTensor *o = &p->tensors[s->out];
+  PrepIndex ix = {.rank = o->rank};
+  for (int k = 0; k < 2 && k < s->nargs; k++) {
+    const PlanTensor *t = &p->tensors[s->args[k]];
+    long long stride = 1;
+    for (int d = o->rank - 1; d >= 0; d--) {
+      int td = t->rank - (o->rank - d);
+      long long size = td >= 0 ? t->dims[td].size : 1;
+      (k ? ix.sb : ix.sa)[d] = size == 1 ? 0 : stride;
+      stride *= size;
+    }
+  }
+  for (int d = 0; d < o->rank; d++)
+    ix.dims[d] = o->dims[d].size;
+  return ix;
+}
+
+/* The kernels of kernels/prep.cuh: fills a PrepArgs for s's op and launches it. */
+static ffn_status prep_kernel(ffn_model *m, const PrepStep *s, CUdeviceptr out) {
+  const Plan *p = m->prog->plan;
+  const PlanTensor *o = &p->tensors[s->out];
   const PlanTensor *ta = s->nargs > 0 ? &p->tensors[s->args[0]] : NULL, *tb = s->nargs > 1 ? &p->tensors[s->args[1]] : NULL;
-  int dto = o->dtype, dta = ta ? ta->dtype : 0, dtb = tb ? tb->dtype : 0;
-  long long n = plan_numel(p, s->out, NULL);
+  PrepArgs a = {.out = (void *)out,
+                .a = s->nargs > 0 ? (const void *)m->tensor[s->args[0]] : NULL,
+                .b = s->nargs > 1 ? (const void *)m->tensor[s->args[1]] : NULL,
+                .dto = o->dtype,
+                .dta = ta ? (int)ta->dtype : 0,
+                .dtb = tb ? (int)tb->dtype : 0,
+                .n = plan_numel(p, s->out, NULL)};
   switch (s->op) {
-  case OP_SCALAR: {
-    double v = s->fval;
-    void *params[] = {&out, &dto, &n, &v};
-    return launch1d(m, m->prep_fill, n, params);
-  }
-  case OP_TRANSPOSE: {
-    long long R = ta->dims[0].size, C = ta->dims[1].size;
-    void *params[] = {&out, &dto, &a, &dta, &R, &C};
-    return launch1d(m, m->prep_transpose, n, params);
-  }
-  case OP_INTERLEAVE: {
-    if (dta != dto)
+  case OP_SCALAR:
+    a.value = s->fval;
+    return launch1d(m, m->prep_fill, a.n, &a);
+  case OP_TRANSPOSE:
+    a.rows = ta->dims[0].size, a.cols = ta->dims[1].size;
+    return launch1d(m, m->prep_transpose, a.n, &a);
+  case OP_INTERLEAVE:
+    if (a.dta != a.dto)
       break;
-    long long R = ta->dims[0].size, K = ta->dims[1].size, G = s->ival[0], S = s->ival[1];
-    void *params[] = {&out, &dto, &a, &R, &K, &G, &S};
-    return launch1d(m, m->prep_interleave, n, params);
-  }
-  case OP_ROWSUM: {
-    long long C = ta->rank ? ta->dims[ta->rank - 1].size : 1, R = C ? plan_numel(p, s->args[0], NULL) / C : 0;
-    void *params[] = {&out, &dto, &a, &dta, &R, &C};
-    return launch1d(m, m->prep_rowsum, R * 32, params);
-  }
-  case OP_MATMUL: {
-    long long K = tb->dims[0].size, N = tb->dims[1].size, M = K ? plan_numel(p, s->args[0], NULL) / K : 0;
-    void *params[] = {&out, &dto, &a, &dta, &b, &dtb, &M, &N, &K};
-    return launch1d(m, m->prep_matmul, n, params);
-  }
-  case OP_SLICE:
-  case OP_CONCAT: {
-    /* copies of row blocks: outer x (len x inner) */
-    int axis = s->op == OP_SLICE ? o->rank - 1 : (int)s->ival[0];
-    size_t esize = (size_t)dtype_bits(o->dtype) / 8, outer = 1, inner = 1;
-    for (int d = 0; d < axis; d++)
-      outer *= (size_t)o->dims[d].size;
-    for (int d = axis + 1; d < o->rank; d++)
-      inner *= (size_t)o->dims[d].size;
-    size_t dst_off = 0;
-    for (int i = 0; i < s->nargs; i++) {
-      const PlanTensor *t = &p->tensors[s->args[i]];
-      if (t->dtype != o->dtype || esize == 0)
-        return rt_error(FFN_ERR_IO, "launch plan: load-time %s mixes element types", op_info[s->op].name);
-      size_t len = s->op == OP_SLICE ? (size_t)o->dims[axis].size : (size_t)t->dims[axis].size;
-      size_t src_len = (size_t)t->dims[axis].size;
-      size_t src_off = s->op == OP_SLICE ? (size_t)s->ival[0] : 0;
-      CUDA_MEMCPY2D c = {0};
-      c.srcMemoryType = c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
-      c.srcDevice = m->tensor[s->args[i]];
-      c.srcXInBytes = src_off * inner * esize;
-      c.srcPitch = src_len * inner * esize;
-      c.dstDevice = out;
-      c.dstXInBytes = dst_off * inner * esize;
-      c.dstPitch = (size_t)o->dims[axis].size * inner * esize;
-      c.WidthInBytes = len * inner * esize;
-      c.Height = outer;
-      if (c.WidthInBytes && c.Height)
-        CU_CHECK(CU, CU->cuMemcpy2DAsync(&c, NULL));
-      dst_off += len;
-    }
-    return FFN_OK;
-  }
+    a.rows = ta->dims[0].size, a.cols = ta->dims[1].size, a.group = s->ival[0], a.streams = s->ival[1];
+    return launch1d(m, m->prep_interleave, a.n, &a);
+  case OP_ROWSUM:
+    a.cols = ta->rank ? ta->dims[ta->rank - 1].size : 1;
+    a.rows = a.cols ? plan_numel(p, s->args[0], NULL) / a.cols : 0;
+    return launch1d(m, m->prep_rowsum, a.rows * 32, &a); /* a warp per row */
+  case OP_MATMUL:
+    a.inner = tb->dims[0].size, a.cols = tb->dims[1].size;
+    a.rows = a.inner ? plan_numel(p, s->args[0], NULL) / a.inner : 0;
+    return launch1d(m, m->prep_matmul, a.n, &a);
   default:
-    if (op_info[s->op].cls == OPC_UNARY || op_info[s->op].cls == OPC_BINARY) {
-      /* broadcast strides of each operand against the output shape */
-      struct {
-        int rank;
-        long long dims[6], sa[6], sb[6];
-      } ix = {.rank = o->rank};
-      for (int k = 0; k < 2 && k < s->nargs; k++) {
-        const PlanTensor *t = &p->tensors[s->args[k]];
-        long long stride = 1;
-        for (int d = o->rank - 1; d >= 0; d--) {
-          int td = t->rank - (o->rank - d);
-          long long size = td >= 0 ? t->dims[td].size : 1;
-          (k ? ix.sb : ix.sa)[d] = size == 1 ? 0 : stride;
-          stride *= size;
-        }
-      }
-      for (int d = 0; d < o->rank; d++)
-        ix.dims[d] = o->dims[d].size;
-      int op = s->op;
-      void *bp = s->nargs > 1 ? (void *)b : NULL;
-      void *params[] = {&out, &dto, &a, &dta, &bp, &dtb, &op, &n, &ix};
-      return launch1d(m, m->prep_ewise, n, params);
-    }
+    if (op_info[s->op].cls != OPC_UNARY && op_info[s->op].cls != OPC_BINARY)
+      break;
+    a.op = s->op;
+    a.ix = prep_index(p, s);
+    return launch1d(m, m->prep_ewise, a.n, &a);
   }
   return rt_error(FFN_ERR_UNSUPPORTED, "computing %s at load time is not supported", op_info[s->op].name);
+}
+
+static ffn_status prep_one(ffn_model *m, const PrepStep *s) {
+  CUdeviceptr out;
+  ffn_status st = check_prep(m->prog->plan, s);
+  if (st == FFN_OK)
+    st = prep_output(m, s, &out);
+  if (st != FFN_OK)
+    return st;
+  if (s->op == OP_SLICE || s->op == OP_CONCAT)
+    return prep_copy_blocks(m, s, out);
+  return prep_kernel(m, s, out);
 }
 
 ffn_status exec_prepare(ffn_model *m) {
@@ -173,12 +193,12 @@ ffn_status exec_prepare(ffn_model *m) {
     if (s != FFN_OK)
       return s;
   }
-  CU_CHECK(CU, CU->cuStreamSynchronize(NULL)); /* the steps ran on the default stream */
+  CU_CHECK(m->cu, m->cu->cuStreamSynchronize(NULL)); /* the steps ran on the default stream */
   /* what only the load-time steps needed goes back (weights the caller owns stay theirs) */
   for (int t = 0; t < p->ntensors; t++) {
     const PlanTensor *pt = &p->tensors[t];
     if ((pt->kind == PT_WEIGHT || pt->kind == PT_DERIVED) && !pt->keep && m->owned[t] && m->tensor[t]) {
-      CU_CHECK(CU, CU->cuMemFree(m->tensor[t]));
+      CU_CHECK(m->cu, m->cu->cuMemFree(m->tensor[t]));
       m->tensor[t] = 0;
       m->owned[t] = false;
       m->consumed[t] = pt->kind == PT_WEIGHT;
@@ -189,24 +209,6 @@ ffn_status exec_prepare(ffn_model *m) {
 
 /* ---- run time ---- */
 
-static DType dl_dtype(DLDataType t, DType want) {
-  if (t.lanes != 1)
-    return DT_NONE;
-  if (t.code == kDLFloat && t.bits == 32)
-    return DT_F32;
-  if (t.code == kDLFloat && t.bits == 16)
-    return DT_F16;
-  if (t.code == kDLBfloat && t.bits == 16)
-    return DT_BF16;
-  if (t.code == kDLFloat && t.bits == 64)
-    return DT_F64;
-  if (t.code == kDLInt && t.bits == 8)
-    return DT_I8;
-  if (t.code == kDLUInt && t.bits == 8) /* fp8 tensors travel as bytes */
-    return want == DT_F8E4M3 || want == DT_F8E5M2 ? want : DT_U8;
-  return DT_NONE;
-}
-
 static ffn_status check_tensor(const Plan *p, int t, const DLTensor *d, const char *what, int64_t *dims, bool bind) {
   const PlanTensor *pt = &p->tensors[t];
   if (!d)
@@ -214,30 +216,29 @@ static ffn_status check_tensor(const Plan *p, int t, const DLTensor *d, const ch
   if (d->device.device_type != kDLCUDA && d->device.device_type != kDLCUDAManaged)
     return rt_error(FFN_ERR_INVALID_ARGUMENT, "%s '%s': must be in device memory (kDLCUDA), got device type %d", what,
                     pt->name, (int)d->device.device_type);
-  if (dl_dtype(d->dtype, pt->dtype) != pt->dtype)
+  if (dtype_from_dl(d->dtype, pt->dtype) != pt->dtype)
     return rt_error(FFN_ERR_TENSOR, "%s '%s': expected %s, got DLPack code %d bits %d lanes %d", what, pt->name,
                     dtype_name(pt->dtype), d->dtype.code, d->dtype.bits, d->dtype.lanes);
-  if (d->ndim != pt->rank)
+  int i;
+  switch (dims_bind(pt->dims, pt->rank, d->ndim, d->shape, dims, bind, &i)) {
+  case DIMS_OK: break;
+  case DIMS_RANK:
     return rt_error(FFN_ERR_TENSOR, "%s '%s': expected rank %d, got %d", what, pt->name, pt->rank, d->ndim);
-  int64_t expect = 1;
-  for (int i = pt->rank - 1; i >= 0; i--) {
-    int64_t size = d->shape[i];
-    Dim dm = pt->dims[i];
-    if (size < 0)
+  case DIMS_SIZE:
+    if (d->shape[i] < 0)
       return rt_error(FFN_ERR_TENSOR, "%s '%s': negative dim %d", what, pt->name, i);
-    if (dm.sym >= 0) {
-      if (dims[dm.sym] < 0 && bind)
-        dims[dm.sym] = size;
-      else if (dims[dm.sym] != size)
-        return rt_error(FFN_ERR_TENSOR, "%s '%s': dim %s is %lld here but %lld elsewhere", what, pt->name,
-                        p->dim_names[dm.sym], (long long)size, (long long)dims[dm.sym]);
-    } else if (size != dm.size) {
-      return rt_error(FFN_ERR_TENSOR, "%s '%s': dim %d is %lld, expected %lld", what, pt->name, i, (long long)size,
-                      (long long)dm.size);
-    }
-    if (d->strides && size > 1 && d->strides[i] != expect)
+    return rt_error(FFN_ERR_TENSOR, "%s '%s': dim %d is %lld, expected %lld", what, pt->name, i,
+                    (long long)d->shape[i], (long long)pt->dims[i].size);
+  case DIMS_CONFLICT:
+  case DIMS_UNBOUND:
+    return rt_error(FFN_ERR_TENSOR, "%s '%s': dim %s is %lld here but %lld elsewhere", what, pt->name,
+                    p->dim_names[pt->dims[i].sym], (long long)d->shape[i], (long long)dims[pt->dims[i].sym]);
+  }
+  int64_t expect = 1;
+  for (i = pt->rank - 1; i >= 0; i--) {
+    if (d->strides && d->shape[i] > 1 && d->strides[i] != expect)
       return rt_error(FFN_ERR_TENSOR, "%s '%s': must be contiguous row-major", what, pt->name);
-    expect *= size;
+    expect *= d->shape[i];
   }
   if (expect == 0) /* no elements: empty tensors often have no pointer at all */
     return FFN_OK;
@@ -260,9 +261,9 @@ static size_t counters_bytes(size_t n) { return (n * 4 + 255) / 256 * 256; }
  * CU_STREAM_CAPTURE_MODE_RELAXED); its counters are zeroed by a memset node in the graph. */
 static ffn_status acquire(ffn_model *m, CUstream stream, size_t tiles, size_t rest, Workspace **out) {
   CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-  CUresult r = CU->cuStreamIsCapturing(stream, &capture);
+  CUresult r = m->cu->cuStreamIsCapturing(stream, &capture);
   if (r != CUDA_SUCCESS)
-    return cu_fail(CU, r, "cu->cuStreamIsCapturing()");
+    return cu_fail(m->cu, r, "cu->cuStreamIsCapturing()");
   bool capturing = capture != CU_STREAM_CAPTURE_STATUS_NONE;
   pthread_mutex_lock(&m->lock);
   Workspace *w = NULL;
@@ -273,7 +274,7 @@ static ffn_status acquire(ffn_model *m, CUstream stream, size_t tiles, size_t re
         continue;
       if (capturing ? pass == 1 && c->last_stream == stream && c->ncounters >= tiles &&
                           c->size >= counters_bytes(c->ncounters) + rest
-                    : pass ? c->last_stream == stream : CU->cuEventQuery(c->done) == CUDA_SUCCESS)
+                    : pass ? c->last_stream == stream : m->cu->cuEventQuery(c->done) == CUDA_SUCCESS)
         w = c;
     }
   ffn_status st = FFN_OK;
@@ -290,11 +291,11 @@ static ffn_status acquire(ffn_model *m, CUstream stream, size_t tiles, size_t re
     }
     if (st == FFN_OK && !(w = calloc(1, sizeof *w)))
       st = rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
-    r = st == FFN_OK ? CU->cuEventCreate(&w->done, CU_EVENT_DISABLE_TIMING) : CUDA_SUCCESS;
+    r = st == FFN_OK ? m->cu->cuEventCreate(&w->done, CU_EVENT_DISABLE_TIMING) : CUDA_SUCCESS;
     if (r != CUDA_SUCCESS) {
       free(w);
       w = NULL;
-      st = cu_fail(CU, r, "cu->cuEventCreate()");
+      st = cu_fail(m->cu, r, "cu->cuEventCreate()");
     }
     if (st == FFN_OK)
       m->ws[m->nws++] = w;
@@ -306,34 +307,34 @@ static ffn_status acquire(ffn_model *m, CUstream stream, size_t tiles, size_t re
   pthread_mutex_unlock(&m->lock);
   if (st != FFN_OK)
     return st;
-  if (!capturing && CU->cuEventQuery(w->done) != CUDA_SUCCESS &&
-      (r = CU->cuStreamWaitEvent(stream, w->done, 0)) != CUDA_SUCCESS)
-    st = cu_fail(CU, r, "cu->cuStreamWaitEvent()");
+  if (!capturing && m->cu->cuEventQuery(w->done) != CUDA_SUCCESS &&
+      (r = m->cu->cuStreamWaitEvent(stream, w->done, 0)) != CUDA_SUCCESS)
+    st = cu_fail(m->cu, r, "cu->cuStreamWaitEvent()");
   size_t ncounters = tiles > w->ncounters ? tiles : w->ncounters;
   bool grow = w->size < counters_bytes(ncounters) + rest || ncounters > w->ncounters;
   if (st == FFN_OK && grow) {
     /* the old allocation may still be read by work queued earlier (never the case for a
      * capture, which only takes a workspace that is large enough or a new one) */
     if (w->base) {
-      r = CU->cuEventSynchronize(w->done);
+      r = m->cu->cuEventSynchronize(w->done);
       if (r == CUDA_SUCCESS)
-        r = CU->cuMemFree(w->base);
+        r = m->cu->cuMemFree(w->base);
       if (r != CUDA_SUCCESS)
-        st = cu_fail(CU, r, "cu->cuMemFree()");
+        st = cu_fail(m->cu, r, "cu->cuMemFree()");
       w->base = 0;
       w->size = w->ncounters = 0;
     }
     size_t size = counters_bytes(ncounters) + rest + rest / 4; /* room for more tokens next time */
-    if (st == FFN_OK && (r = CU->cuMemAlloc(&w->base, size)) != CUDA_SUCCESS)
-      st = cu_fail(CU, r, "cu->cuMemAlloc()");
+    if (st == FFN_OK && (r = m->cu->cuMemAlloc(&w->base, size)) != CUDA_SUCCESS)
+      st = cu_fail(m->cu, r, "cu->cuMemAlloc()");
     if (st == FFN_OK) {
       w->size = size;
       w->ncounters = ncounters;
     }
   }
   if (st == FFN_OK && (grow || capturing) &&
-      (r = CU->cuMemsetD8Async(w->base, 0, counters_bytes(w->ncounters), stream)) != CUDA_SUCCESS)
-    st = cu_fail(CU, r, "cu->cuMemsetD8Async()");
+      (r = m->cu->cuMemsetD8Async(w->base, 0, counters_bytes(w->ncounters), stream)) != CUDA_SUCCESS)
+    st = cu_fail(m->cu, r, "cu->cuMemsetD8Async()");
   if (st != FFN_OK) {
     pthread_mutex_lock(&m->lock);
     w->busy = false;
@@ -360,9 +361,7 @@ static LaunchChoice choose(const ffn_model *m, const PlanKernel *k, int64_t rows
       c.v = &k->variants[i];
       break;
     }
-  /* tuning knob: FFNC_GEMM_VARIANT=CONFIG (a name in kernels/gemm_host.h) forces that tile
-   * configuration wherever a GEMM has it */
-  const char *force = k->kind == KK_GEMM ? getenv("FFNC_GEMM_VARIANT") : NULL;
+  const char *force = k->kind == KK_GEMM && m->gemm_variant[0] ? m->gemm_variant : NULL;
   for (int i = 0; force && i < k->nvariants; i++)
     if (strcmp(k->variants[i].cfg.name, force) == 0)
       c.v = &k->variants[i];
@@ -371,11 +370,10 @@ static LaunchChoice choose(const ffn_model *m, const PlanKernel *k, int64_t rows
   return c;
 }
 
-ffn_status exec_begin(ffn_model *m, CUstream stream, const DLTensor *inputs, int ninputs, const DLTensor *outputs,
-                      int noutputs, ExecRun *run) {
-  const Plan *p = m->prog->plan;
-  *run = (ExecRun){.m = m, .stream = stream};
-  if (!m->prepared)
+/* The call's tensors against the plan; binds run->dims from the inputs. */
+static ffn_status check_call(const Plan *p, const DLTensor *inputs, int ninputs, const DLTensor *outputs, int noutputs,
+                             ExecRun *run) {
+  if (!run->m->prepared)
     return rt_error(FFN_ERR_INVALID_ARGUMENT, "ffn_model_run: call ffn_model_prepare first");
   if (ninputs != p->ninputs || noutputs != p->noutputs)
     return rt_error(FFN_ERR_INVALID_ARGUMENT, "ffn_model_run: the model has %d inputs and %d outputs, got %d and %d",
@@ -396,16 +394,20 @@ ffn_status exec_begin(ffn_model *m, CUstream stream, const DLTensor *inputs, int
     if (p->tensors[t].kind == PT_OUTPUT &&
         (st = check_tensor(p, t, &outputs[p->tensors[t].index], "output", run->dims, false)))
       return st;
-  /* workspace: planned buffers, then split-K partials, then tile counters */
-  size_t *offsets = malloc(sizeof(size_t) * (size_t)(p->ntensors + 1));
-  run->choice = malloc(sizeof(LaunchChoice) * (size_t)(p->nsteps + 1));
-  run->ptr = calloc((size_t)p->ntensors + 1, sizeof(CUdeviceptr));
-  if (!offsets || !run->choice || !run->ptr) {
-    free(offsets);
-    exec_end(run, FFN_OK);
-    return rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
-  }
-  size_t scratch = (memplan_assign(p, run->dims, offsets) + 255) / 256 * 256, ws_floats = 0, tiles = 0, stat_rows = 0;
+  return FFN_OK;
+}
+
+/* What the GEMMs of this call need besides the planned buffers, for their chosen variants. */
+typedef struct {
+  size_t ws_floats; /* split-K partials (the largest of any launch: launches are stream-ordered) */
+  size_t tiles;     /* split-K tile counters */
+  size_t stat_rows; /* rows of A's statistics from ffn_row_stats */
+} GemmNeeds;
+
+/* Picks each launch's variant and split for its row count (run->choice). */
+static GemmNeeds choose_launches(ExecRun *run) {
+  const Plan *p = run->m->prog->plan;
+  GemmNeeds g = {0};
   for (int s = 0; s < p->nsteps; s++) {
     const PlanStep *ps = &p->steps[s];
     if (ps->kind != STEP_LAUNCH)
@@ -414,44 +416,69 @@ ffn_status exec_begin(ffn_model *m, CUstream stream, const DLTensor *inputs, int
     for (int d = 0; d < ps->nrowdims; d++)
       rows *= ps->rowdims[d].sym >= 0 ? run->dims[ps->rowdims[d].sym] : ps->rowdims[d].size;
     const PlanKernel *k = &p->kernels[ps->kernel];
-    run->choice[s] = choose(m, k, rows);
-    if (k->kind == KK_GEMM && rows > 0) {
-      size_t f = ffn_gemm_ws_floats(&run->choice[s].v->cfg, (int)rows, (int)k->n, k->streams, run->choice[s].splits);
-      size_t t = (size_t)ffn_gemm_num_tiles(&run->choice[s].v->cfg, (int)rows, (int)k->n, k->streams);
-      if (f > ws_floats)
-        ws_floats = f;
-      if (t > tiles)
-        tiles = t;
-      if (run->choice[s].v->ext_stats && (size_t)rows > stat_rows)
-        stat_rows = (size_t)rows;
+    LaunchChoice *c = &run->choice[s];
+    *c = choose(run->m, k, rows);
+    if (k->kind != KK_GEMM || rows <= 0)
+      continue;
+    size_t f = ffn_gemm_ws_floats(&c->v->cfg, (int)rows, (int)k->n, k->streams, c->splits);
+    size_t t = (size_t)ffn_gemm_num_tiles(&c->v->cfg, (int)rows, (int)k->n, k->streams);
+    g.ws_floats = f > g.ws_floats ? f : g.ws_floats;
+    g.tiles = t > g.tiles ? t : g.tiles;
+    if (c->v->ext_stats && (size_t)rows > g.stat_rows)
+      g.stat_rows = (size_t)rows;
+  }
+  g.ws_floats = (g.ws_floats + 63) / 64 * 64; /* the row statistics follow the split-K partials */
+  return g;
+}
+
+/* Every tensor's device pointer for this call: the caller's inputs and outputs, the model's
+ * weights, and the scratch buffers at their planned offsets in the workspace (after the
+ * counters), followed by the split-K partials and the row statistics. */
+static void resolve_pointers(ExecRun *run, const DLTensor *inputs, const DLTensor *outputs, const size_t *offsets,
+                             size_t scratch, size_t ws_floats) {
+  const Plan *p = run->m->prog->plan;
+  Workspace *w = run->w;
+  size_t base = w ? counters_bytes(w->ncounters) : 0;
+  for (int t = 0; t < p->ntensors; t++) {
+    const PlanTensor *pt = &p->tensors[t];
+    switch (pt->kind) {
+    case PT_INPUT: run->ptr[t] = (CUdeviceptr)inputs[pt->index].data + inputs[pt->index].byte_offset; break;
+    case PT_OUTPUT: run->ptr[t] = (CUdeviceptr)outputs[pt->index].data + outputs[pt->index].byte_offset; break;
+    case PT_SCRATCH: run->ptr[t] = w ? w->base + base + offsets[t] : 0; break;
+    default: run->ptr[t] = run->m->tensor[t]; break;
     }
   }
-  ws_floats = (ws_floats + 63) / 64 * 64; /* the row statistics follow the split-K partials */
-  size_t rest = scratch + ws_floats * 4 + stat_rows * 8;
-  CUresult r = CU->cuCtxPushCurrent(m->ctx);
-  if (r != CUDA_SUCCESS) {
+  run->ws = w ? w->base + base + scratch : 0;
+  run->rowstats = w ? run->ws + ws_floats * 4 : 0;
+  run->counters = w ? w->base : 0;
+}
+
+ffn_status exec_begin(ffn_model *m, CUstream stream, const DLTensor *inputs, int ninputs, const DLTensor *outputs,
+                      int noutputs, ExecRun *run) {
+  const Plan *p = m->prog->plan;
+  *run = (ExecRun){.m = m, .stream = stream};
+  ffn_status st = check_call(p, inputs, ninputs, outputs, noutputs, run);
+  if (st != FFN_OK)
+    return st;
+  size_t *offsets = malloc(sizeof(size_t) * (size_t)(p->ntensors + 1));
+  run->choice = malloc(sizeof(LaunchChoice) * (size_t)(p->nsteps + 1));
+  run->ptr = calloc((size_t)p->ntensors + 1, sizeof(CUdeviceptr));
+  if (!offsets || !run->choice || !run->ptr) {
     free(offsets);
     exec_end(run, FFN_OK);
-    return cu_fail(CU, r, "cu->cuCtxPushCurrent()");
+    return rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
   }
-  run->pushed = true;
-  st = rest || tiles ? acquire(m, stream, tiles, rest, &run->w) : FFN_OK;
-  if (st == FFN_OK) {
-    Workspace *w = run->w;
-    size_t base = w ? counters_bytes(w->ncounters) : 0; /* the planned buffers follow the counters */
-    for (int t = 0; t < p->ntensors; t++) {
-      const PlanTensor *pt = &p->tensors[t];
-      switch (pt->kind) {
-      case PT_INPUT: run->ptr[t] = (CUdeviceptr)inputs[pt->index].data + inputs[pt->index].byte_offset; break;
-      case PT_OUTPUT: run->ptr[t] = (CUdeviceptr)outputs[pt->index].data + outputs[pt->index].byte_offset; break;
-      case PT_SCRATCH: run->ptr[t] = w ? w->base + base + offsets[t] : 0; break;
-      default: run->ptr[t] = m->tensor[t]; break;
-      }
-    }
-    run->ws = w ? w->base + base + scratch : 0;
-    run->rowstats = w ? run->ws + ws_floats * 4 : 0;
-    run->counters = w ? w->base : 0;
-  }
+  size_t scratch = (memplan_assign(p, run->dims, offsets) + 255) / 256 * 256;
+  GemmNeeds g = choose_launches(run);
+  size_t rest = scratch + g.ws_floats * 4 + g.stat_rows * 8;
+  CUresult r = m->cu->cuCtxPushCurrent(m->ctx);
+  if (r != CUDA_SUCCESS)
+    st = cu_fail(m->cu, r, "cu->cuCtxPushCurrent()");
+  run->pushed = r == CUDA_SUCCESS;
+  if (st == FFN_OK && (rest || g.tiles))
+    st = acquire(m, stream, g.tiles, rest, &run->w);
+  if (st == FFN_OK)
+    resolve_pointers(run, inputs, outputs, offsets, scratch, g.ws_floats);
   free(offsets);
   if (st != FFN_OK)
     exec_end(run, st);
@@ -465,8 +492,8 @@ ffn_status exec_step(ExecRun *run, int s) {
   CUresult r;
   if (ps->kind == STEP_COPY) {
     size_t bytes = tensor_bytes(p, ps->dst, run->dims);
-    if (bytes && (r = CU->cuMemcpyDtoDAsync(run->ptr[ps->dst], run->ptr[ps->src], bytes, run->stream)) != CUDA_SUCCESS)
-      return cu_fail(CU, r, "cu->cuMemcpyDtoDAsync()");
+    if (bytes && (r = m->cu->cuMemcpyDtoDAsync(run->ptr[ps->dst], run->ptr[ps->src], bytes, run->stream)) != CUDA_SUCCESS)
+      return cu_fail(m->cu, r, "cu->cuMemcpyDtoDAsync()");
     return FFN_OK;
   }
   const PlanKernel *k = &p->kernels[ps->kernel];
@@ -482,10 +509,10 @@ ffn_status exec_step(ExecRun *run, int s) {
     int is_f16 = p->tensors[ps->args[0]].dtype == DT_F16, K = (int)k->k;
     long long M = c.m, blocks = (M + 7) / 8;
     void *sp[] = {&a, &is_f16, &M, &K, &out};
-    r = CU->cuLaunchKernel(m->row_stats, (unsigned)(blocks < 65535 ? blocks : 65535), 1, 1, 256, 1, 1, 0, run->stream,
+    r = m->cu->cuLaunchKernel(m->row_stats, (unsigned)(blocks < 65535 ? blocks : 65535), 1, 1, 256, 1, 1, 0, run->stream,
                            sp, NULL);
     if (r != CUDA_SUCCESS)
-      return cu_fail(CU, r, "cu->cuLaunchKernel()");
+      return cu_fail(m->cu, r, "cu->cuLaunchKernel()");
   }
   unsigned grid[3] = {1, 1, 1};
   if (k->kind == KK_GEMM)
@@ -494,24 +521,24 @@ ffn_status exec_step(ExecRun *run, int s) {
     grid[0] = (unsigned)(c.m < (int64_t)m->sms * 16 ? c.m : (int64_t)m->sms * 16);
   CUfunction f = m->funcs[m->func_base[ps->kernel] + (int)(c.v - k->variants)];
   void *params[] = {&args};
-  r = CU->cuLaunchKernel(f, grid[0], grid[1], grid[2], (unsigned)c.v->threads, 1, 1, (unsigned)c.v->smem, run->stream,
+  r = m->cu->cuLaunchKernel(f, grid[0], grid[1], grid[2], (unsigned)c.v->threads, 1, 1, (unsigned)c.v->smem, run->stream,
                          params, NULL);
-  return r == CUDA_SUCCESS ? FFN_OK : cu_fail(CU, r, "cu->cuLaunchKernel()");
+  return r == CUDA_SUCCESS ? FFN_OK : cu_fail(m->cu, r, "cu->cuLaunchKernel()");
 }
 
 ffn_status exec_end(ExecRun *run, ffn_status st) {
   ffn_model *m = run->m;
   if (run->w) {
-    CUresult r = run->w->pinned ? CUDA_SUCCESS : CU->cuEventRecord(run->w->done, run->stream);
+    CUresult r = run->w->pinned ? CUDA_SUCCESS : m->cu->cuEventRecord(run->w->done, run->stream);
     bool recorded = r == CUDA_SUCCESS && !run->w->pinned;
     if (r != CUDA_SUCCESS && st == FFN_OK)
-      st = cu_fail(CU, r, "cu->cuEventRecord()");
+      st = cu_fail(m->cu, r, "cu->cuEventRecord()");
     release(m, run->w, run->stream, recorded);
     run->w = NULL;
   }
   if (run->pushed) {
     CUcontext popped;
-    CU->cuCtxPopCurrent(&popped);
+    m->cu->cuCtxPopCurrent(&popped);
     run->pushed = false;
   }
   free(run->choice);
@@ -536,11 +563,11 @@ void exec_free_workspaces(ffn_model *m) {
   for (int i = 0; i < m->nws; i++) {
     Workspace *w = m->ws[i];
     if (w->done)
-      CU->cuEventSynchronize(w->done);
+      m->cu->cuEventSynchronize(w->done);
     if (w->base)
-      CU->cuMemFree(w->base);
+      m->cu->cuMemFree(w->base);
     if (w->done)
-      CU->cuEventDestroy(w->done);
+      m->cu->cuEventDestroy(w->done);
     free(w);
   }
   free(m->ws);

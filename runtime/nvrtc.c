@@ -3,7 +3,7 @@
  *
  * The device templates (kernels/ *.cuh, embedded at build time) are handed to NVRTC as
  * headers by name. Compiled images go through the on-disk cache (cache.c), keyed by the
- * source, the options, the arch, the NVRTC version and ffnc's version.
+ * source, the options, the arch, the NVRTC version, ffnc's version and its ABI hash.
  */
 #include "rt.h"
 
@@ -99,7 +99,8 @@ ffn_status nvrtc_compile(const char *source, const char *name, const char *arch,
 
   /* cache key: everything that decides the output, the templates' text included */
   char head[1024];
-  int k = snprintf(head, sizeof head, "ffnc %s\nnvrtc %s\nkind %s\n", FFNC_VERSION, ver, ptx ? "ptx" : "cubin");
+  int k = snprintf(head, sizeof head, "ffnc %s\nabi %s\nnvrtc %s\nkind %s\n", FFNC_VERSION, plan_abi_hash(), ver,
+                   ptx ? "ptx" : "cubin");
   for (int i = 0; i < nopts; i++)
     k += snprintf(head + k, sizeof head - (size_t)k, "opt %s\n", opts[i]);
   size_t keylen = (size_t)k + strlen(source);

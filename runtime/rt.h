@@ -9,6 +9,7 @@
 #include <pthread.h>
 
 #include "../codegen/plan.h"
+#include "../kernels/abi.cuh" /* KArgs, PrepArgs */
 #include "../include/ffn.h"
 
 /* ---- errors (api.c) ---- */
@@ -40,6 +41,10 @@ typedef struct {
 
 /* Loads libcuda.so.1 and calls cuInit once (thread-safe). NULL with the reason in why. */
 const CuApi *cu_api(char *why, size_t len);
+
+/* The arch of device 0 as 90 for sm_90, or 90 where there is no device: what programs are
+ * compiled for when the caller names no arch. */
+int cu_default_arch(void);
 
 /* If r is not CUDA_SUCCESS: sets the last error to "CALL failed: NAME (description)" and
  * returns FFN_ERR_CUDA (FFN_ERR_OUT_OF_MEMORY for CUDA_ERROR_OUT_OF_MEMORY). */
@@ -111,6 +116,7 @@ struct ffn_model {
   bool *owned;         /* we allocated tensor[i] (and free it) */
   bool prepared;
   bool *consumed;      /* weights released after the load-time steps that read them */
+  char gemm_variant[64]; /* FFNC_GEMM_VARIANT at creation: force this tile configuration ("": none) */
   pthread_mutex_t lock; /* guards the workspace pool */
   Workspace **ws;       /* entries never move: a call holds a pointer to its own */
   int nws, capws;
@@ -146,17 +152,5 @@ ffn_status exec_prepare(ffn_model *m);
 ffn_status exec_run(ffn_model *m, CUstream stream, const DLTensor *inputs, int ninputs, const DLTensor *outputs,
                     int noutputs);
 void exec_free_workspaces(ffn_model *m);
-
-/* The layout the generated kernels read (kernels/ewise.cuh: ffn::KArgs). */
-typedef struct {
-  void *p[30];
-  long long m;
-  int splits;
-  int pad_;
-  float *ws;
-  unsigned *counters;
-  const float *rowstats;
-} KArgs;
-_Static_assert(sizeof(KArgs) == 280, "KArgs layout must match kernels/ewise.cuh");
 
 #endif

@@ -16,3 +16,5 @@ foreach(model examples/llama3_tiny tests/gpu/models/rowwise_ops examples/gpt2_ti
   ffn_golden_test(cg_cuda_${name} EXPECT ${CG_DIR}/${name}.cu WORKDIR ${CMAKE_SOURCE_DIR}
     COMMAND $<TARGET_FILE:ffnc> build ${model}.ffn --emit cuda --arch sm_90 -o -)
 endforeach()
+ffn_c_test(plan_json_test SOURCES codegen/plan_json_test.c LABELS codegen)
+ffn_c_test(memplan_test SOURCES codegen/memplan_test.c LABELS codegen)

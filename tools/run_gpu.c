@@ -1,5 +1,6 @@
 /* run_gpu.c: `ffnc run --device gpu`: compile (JIT), load, bind, run once, write outputs. */
 #include "cli.h"
+#include "runtime/dlpack_dtype.h"
 #include "runtime/rt.h"
 
 #include <stdlib.h>
@@ -9,14 +10,9 @@ int cli_status_exit(ffn_status s);
 ffn_status cli_options(const CompileArgs *ca, ffn_options **out);
 
 static DLDataType dl_type(DType t) {
-  switch (t) {
-  case DT_F32: return (DLDataType){kDLFloat, 32, 1};
-  case DT_F16: return (DLDataType){kDLFloat, 16, 1};
-  case DT_BF16: return (DLDataType){kDLBfloat, 16, 1};
-  case DT_F64: return (DLDataType){kDLFloat, 64, 1};
-  case DT_I8: return (DLDataType){kDLInt, 8, 1};
-  default: return (DLDataType){kDLUInt, 8, 1};
-  }
+  DLDataType d = {kDLOpaqueHandle, 0, 0}; /* no DLPack type: the run refuses the tensor by name */
+  dtype_to_dl(t, &d);
+  return d;
 }
 
 static int fail(ffn_status s) {

@@ -70,8 +70,7 @@ int main(int argc, char **argv) {
     printf("FAIL: model: %s\n", ffn_last_error());
     return 1;
   }
-  uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
-  printf("seed %llu\n", (unsigned long long)seed);
+  uint64_t seed = test_seed();
   TensorSet w = {0};
   make_weights(g, seed, &w);
   if (bind_weights(m, &w) != 0)

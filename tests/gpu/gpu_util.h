@@ -12,10 +12,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "codegen/driver.h"
 #include "include/ffn.h"
 #include "ir/interp.h"
+#include "runtime/dlpack_dtype.h"
 #include "runtime/randinit.h"
 
 #define SKIP 77
@@ -123,12 +126,18 @@ static inline void set_free(TensorSet *s) {
 }
 
 static inline DLDataType dl_of(DType t) {
-  switch (t) {
-  case DT_F32: return (DLDataType){kDLFloat, 32, 1};
-  case DT_F16: return (DLDataType){kDLFloat, 16, 1};
-  case DT_BF16: return (DLDataType){kDLBfloat, 16, 1};
-  default: return (DLDataType){kDLUInt, 8, 1};
-  }
+  DLDataType d = {kDLOpaqueHandle, 0, 0}; /* no DLPack type: the run refuses the tensor by name */
+  dtype_to_dl(t, &d);
+  return d;
+}
+
+/* The seed of a test's random weights and inputs: FFNC_TEST_SEED to replay a failure, else
+ * from the time and pid. Printed either way, so a failing run says how to replay it. */
+static inline uint64_t test_seed(void) {
+  const char *env = getenv("FFNC_TEST_SEED");
+  uint64_t seed = env && *env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
+  printf("seed %llu (replay with FFNC_TEST_SEED=%llu)\n", (unsigned long long)seed, (unsigned long long)seed);
+  return seed;
 }
 
 /* Random weights for every weight of g (seeded), in host memory. */

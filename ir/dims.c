@@ -1,0 +1,28 @@
+/* dims.c: see dims.h. */
+#include "dims.h"
+
+DimsResult dims_bind(const Dim *decl, int decl_rank, int rank, const int64_t *size, int64_t *bound, bool bind,
+                     int *axis) {
+  *axis = -1;
+  if (rank != decl_rank)
+    return DIMS_RANK;
+  for (int i = 0; i < rank; i++)
+    if (size[i] < 0 || (decl[i].sym < 0 && size[i] != decl[i].size)) {
+      *axis = i;
+      return DIMS_SIZE;
+    }
+  for (int i = 0; i < rank; i++) {
+    int64_t *b = decl[i].sym >= 0 ? &bound[decl[i].sym] : NULL;
+    if (!b)
+      continue;
+    *axis = i;
+    if (*b < 0 && !bind)
+      return DIMS_UNBOUND;
+    if (*b < 0)
+      *b = size[i];
+    else if (*b != size[i])
+      return DIMS_CONFLICT;
+  }
+  *axis = -1;
+  return DIMS_OK;
+}

@@ -1,0 +1,24 @@
+/* dims.h: binding a program's dynamic dims (T...) from the shapes of the tensors a call
+ * passes. One rule for the reference interpreter (ir/interp.c) and the runtime (exec.c,
+ * api.c): static dims must match; a dynamic dim takes the first size it is given and every
+ * later use must agree. */
+#ifndef FFNC_IR_DIMS_H
+#define FFNC_IR_DIMS_H
+
+#include "ir.h"
+
+typedef enum {
+  DIMS_OK,
+  DIMS_RANK,     /* the ranks differ */
+  DIMS_SIZE,     /* a static dim (or a negative size) differs; *axis says which */
+  DIMS_CONFLICT, /* a dynamic dim is bound to another size already; *axis says which */
+  DIMS_UNBOUND,  /* bind is false and a dynamic dim has no size yet */
+} DimsResult;
+
+/* Matches the actual shape (rank, size) against the declared dims. Rank and static sizes are
+ * checked first, before bound[] changes. Then each dynamic dim d: if bound[d.sym] < 0 and
+ * bind, it is set to the actual size; otherwise the two must be equal. */
+DimsResult dims_bind(const Dim *decl, int decl_rank, int rank, const int64_t *size, int64_t *bound, bool bind,
+                     int *axis);
+
+#endif

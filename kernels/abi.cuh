@@ -1,0 +1,79 @@
+/* abi.cuh: the contracts between ffnc's code generator, the code it generates and the runtime,
+ * in one place. Valid C11 (included by codegen/ and runtime/) and CUDA C++ (embedded with the
+ * other kernels/ *.cuh and included by ewise.cuh and prep.cuh under NVRTC), so both sides see
+ * the same numbers and the same struct layouts.
+ *
+ * AOT output bakes all of this into its cubin, together with the op and element-type codes of
+ * ir/ops.def and ir/ir.h. ffnc hashes this file's text with those tables (codegen/abi.c,
+ * plan_abi_hash) and records the hash in every launch plan; ffn_program_load refuses a plan
+ * with another hash, and the kernel cache keys on it. So a change here needs no hand-kept
+ * version bump, only a rebuild of AOT files.
+ *
+ * The GEMM tile configuration (ffn_gemm_config) and the template arguments printed from it
+ * live in kernels/gemm_host.h, next to the tile tables; its layout is hashed too.
+ */
+#ifndef FFN_KERNELS_ABI_H
+#define FFN_KERNELS_ABI_H
+
+/* Tensor pointers a generated kernel can take (KArgs.p): the code generator refuses a kernel
+ * that reads more, and launch plans list at most this many operands per launch. */
+#define FFN_KARGS_SLOTS 30
+
+/* Gate/up interleave: a merged gate/up weight holds the two halves' rows alternating in groups
+ * of this many rows (OP_INTERLEAVE ival[0]); the GEMM epilogue pairs column c of one stream
+ * with column c of the other within such a group. gateup.c merges only products whose column
+ * count it divides. */
+#define FFN_GATEUP_GROUP 8
+
+/* Dims of a load-time elementwise step's broadcast index (FfnPrepIndex). */
+#define FFN_PREP_MAX_RANK 6
+
+#ifdef __cplusplus
+namespace ffn {
+#endif
+
+/* Every generated kernel takes one of these by value (__grid_constant__); the runtime fills it
+ * (runtime/exec.c). p[] holds tensor pointers in the order the plan's launch step lists them. */
+typedef struct KArgs {
+  void *p[FFN_KARGS_SLOTS];
+  long long m;           /* rows: the product of the leading dims */
+  int splits;            /* GEMM split-K factor */
+  int pad_;
+  float *ws;             /* GEMM split-K partials */
+  unsigned *counters;    /* GEMM split-K tile counters (zero between launches) */
+  const float *rowstats; /* [m][2] sum and sum of squares of A's rows, for the GEMM variants
+                            that take them from ffn_row_stats instead of computing them per tile */
+} KArgs;
+
+/* Broadcast indexing of a load-time elementwise step: out has `rank` dims; sa/sb are element
+ * strides of a and b per out dim (0 where that operand is broadcast). */
+typedef struct PrepIndex {
+  int rank;
+  long long dims[FFN_PREP_MAX_RANK];
+  long long sa[FFN_PREP_MAX_RANK], sb[FFN_PREP_MAX_RANK];
+} PrepIndex;
+
+/* The one argument of every load-time kernel (kernels/prep.cuh, ffn_prep_*), filled by
+ * runtime/exec.c. Element types are DT_* codes; which fields a kernel reads: */
+typedef struct PrepArgs {
+  void *out;
+  const void *a, *b;   /* operands (b: ewise with two operands, matmul) */
+  int dto, dta, dtb;   /* element types of out, a, b */
+  int op;              /* ewise: the OP_* code */
+  long long n;         /* fill, ewise: elements of out */
+  long long rows, cols; /* transpose, rowsum: a is [rows, cols]; interleave: [rows, cols = K];
+                           matmul: out [rows = M, cols = N] */
+  long long inner;     /* matmul: the shared dim K */
+  long long group, streams; /* interleave: rows per group (FFN_GATEUP_GROUP), number of blocks */
+  double value;        /* fill */
+  PrepIndex ix;        /* ewise */
+} PrepArgs;
+
+#ifdef __cplusplus
+} // namespace ffn
+static_assert(sizeof(ffn::KArgs) == 280, "KArgs layout: see kernels/abi.cuh");
+#else
+_Static_assert(sizeof(KArgs) == 280, "KArgs layout: see kernels/abi.cuh");
+#endif
+
+#endif /* FFN_KERNELS_ABI_H */

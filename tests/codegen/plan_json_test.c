@@ -1,0 +1,151 @@
+/* plan_json_test.c: plan_from_json, which reads launch plans from files that may be damaged
+ * or stale, refuses every bad plan with a message that names the element and the problem (and
+ * no stray characters), and reads back what plan_to_json wrote. */
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "codegen/driver.h"
+
+static Plan *compile(const char *rel) {
+  char path[4096], *text, err[512];
+  size_t len;
+  snprintf(path, sizeof path, "%s/%s", getenv("FFNC_SOURCE_DIR") ? getenv("FFNC_SOURCE_DIR") : ".", rel);
+  if (read_file(path, &text, &len, err, sizeof err) != 0) {
+    fprintf(stderr, "%s\n", err);
+    exit(1);
+  }
+  Diags d;
+  diags_init(&d);
+  DriverOptions o = {.sm = 90, .opt_level = 3};
+  Plan *p = NULL;
+  if (driver_compile(text, len, path, &o, &d, &p, NULL) != 0) {
+    fprintf(stderr, "%s", d.text);
+    exit(1);
+  }
+  diags_free(&d);
+  free(text);
+  return p;
+}
+
+/* Parses text; checks it is refused with exactly `want` (or, with prefix, a message that
+ * starts with it). */
+static void expect_text(const char *text, const char *want, bool prefix, int line) {
+  char err[1024] = "";
+  Plan *p = plan_from_json(text, err, sizeof err);
+  CHECK(!p, "line %d: accepted a plan that should fail with \"%s\"", line, want);
+  plan_destroy(p);
+  bool ok = prefix ? strncmp(err, want, strlen(want)) == 0 : strcmp(err, want) == 0;
+  CHECK(ok, "line %d: got \"%s\", want %s\"%s\"", line, err, prefix ? "a message starting " : "", want);
+}
+
+/* The valid plan `good` with `edit` applied: the edit is a JSON path ("steps.0.args.1"), and
+ * the new value (json text), or NULL to delete the field. */
+static void expect(const char *good, const char *path, const char *value, const char *want, bool prefix, int line) {
+  json_t *root = json_loads(good, 0, NULL), *o = root;
+  char buf[256], *save = NULL;
+  snprintf(buf, sizeof buf, "%s", path);
+  char *key = strtok_r(buf, ".", &save), *next;
+  while ((next = strtok_r(NULL, ".", &save))) {
+    o = json_is_array(o) ? json_array_get(o, (size_t)atoi(key)) : json_object_get(o, key);
+    key = next;
+  }
+  json_t *v = value ? json_loads(value, JSON_DECODE_ANY, NULL) : NULL;
+  if (json_is_array(o))
+    json_array_set_new(o, (size_t)atoi(key), v);
+  else if (v)
+    json_object_set_new(o, key, v);
+  else
+    json_object_del(o, key);
+  char *text = json_dumps(root, JSON_COMPACT);
+  expect_text(text, want, prefix, line);
+  free(text);
+  json_decref(root);
+}
+
+#define EXPECT(path, value, want) expect(good, path, value, want, false, __LINE__)
+#define EXPECT_PREFIX(path, value, want) expect(good, path, value, want, true, __LINE__)
+
+int main(void) {
+  Plan *plan = compile("examples/llama3_tiny.ffn");
+  char *good = plan_to_json(plan), err[1024];
+  CHECK(plan->nprep > 0 && plan->nsteps > 0 && plan->nkernels > 0, "the example needs prep steps and launches");
+
+  /* round trip */
+  Plan *back = plan_from_json(good, err, sizeof err);
+  CHECK(back, "the compiler's own plan is refused: %s", err);
+  if (back) {
+    CHECK(back->ntensors == plan->ntensors && back->nprep == plan->nprep && back->nsteps == plan->nsteps &&
+              back->nkernels == plan->nkernels,
+          "counts differ after a round trip");
+    char *again = plan_to_json(back);
+    CHECK(strcmp(again, good) == 0, "plan_to_json(plan_from_json(x)) != x");
+    free(again);
+  }
+  plan_destroy(back);
+
+  /* missing fields and wrong types: the message is exactly this (it once ended in "type0") */
+  EXPECT("model", NULL, "launch plan: field 'model' missing or of the wrong type");
+  EXPECT("model", "42", "launch plan: field 'model' missing or of the wrong type");
+  EXPECT("ninputs", "\"1\"", "launch plan: field 'ninputs' missing or of the wrong type");
+  EXPECT("tensors", "{}", "launch plan: field 'tensors' missing or of the wrong type");
+  EXPECT("tensors.0.shape", "3", "launch plan: tensor 0: field 'shape' missing or of the wrong type");
+  EXPECT("tensors.1", "7", "launch plan: tensor 1: not an object");
+  EXPECT("kernels.0.variants.0.threads", "true",
+         "launch plan: kernel 0 variant 0: field 'threads' missing or of the wrong type");
+  EXPECT("noutputs", "0", "launch plan: 'noutputs' = 0 is out of range [1, 4096]");
+
+  /* unknown names */
+  EXPECT("format", "\"ffnc-plan-0\"", "launch plan: unknown format (expected ffnc-plan-1)");
+  EXPECT("tensors.0.kind", "\"banana\"", "launch plan: tensor 0: kind 'banana' unknown");
+  EXPECT("tensors.0.dtype", "\"f7\"", "launch plan: tensor 0: dtype 'f7' unknown");
+  EXPECT("tensors.0.shape.0", "\"Q\"", "launch plan: tensor 0: 'shape' entry 0 is neither a size nor a dim of the plan");
+  EXPECT("prep.0.op", "\"frobnicate\"", "launch plan: prep step 0: op 'frobnicate' unknown");
+  EXPECT("kernels.0.kind", "\"simd\"", "launch plan: kernel 0: kind 'simd' unknown");
+  EXPECT("kernels.0.op", "\"frobnicate\"", "launch plan: kernel 0: op 'frobnicate' unknown");
+  EXPECT("steps.0.kind", "\"jump\"", "launch plan: step 0: kind 'jump' unknown");
+
+  /* out-of-range tensor ids and counts */
+  char want[256];
+  snprintf(want, sizeof want, "launch plan: step 0: 'args' entry 1 is not an integer in [0, %d)", plan->ntensors);
+  EXPECT("steps.0.args.1", "100000", want);
+  snprintf(want, sizeof want, "launch plan: step 0: 'args' entry 0 is not an integer in [0, %d)", plan->ntensors);
+  EXPECT("steps.0.args.0", "-1", want);
+  snprintf(want, sizeof want, "launch plan: prep step 0: 'out' = %d is out of range [0, %d]", plan->ntensors,
+           plan->ntensors - 1);
+  char id[32];
+  snprintf(id, sizeof id, "%d", plan->ntensors);
+  EXPECT("prep.0.out", id, want);
+  EXPECT_PREFIX("steps.0.kernel", "99", "launch plan: step 0: 'kernel' = 99 is out of range");
+  EXPECT("prep.0.args", "[]", "launch plan: prep step 0: mul takes 2 to 2 operands, not 0");
+  EXPECT("steps.0.args", "[0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0]",
+         "launch plan: step 0: too many args (31, at most 30)");
+
+  /* stale: another ffnc's op table or kernel ABI */
+  EXPECT_PREFIX("abi", "\"0123456789abcdef\"", "launch plan: built by an incompatible ffnc (op table and kernel ABI hash "
+                                               "0123456789abcdef, this ffnc has ");
+  EXPECT_PREFIX("abi", NULL, "launch plan: built by an incompatible ffnc (op table and kernel ABI hash none");
+  CHECK(strlen(plan_abi_hash()) == 16, "the ABI hash is 16 hex digits, got '%s'", plan_abi_hash());
+
+  /* truncated and damaged text: refused with a message, never a crash */
+  size_t len = strlen(good);
+  char *cut = malloc(len + 1);
+  for (size_t n = 0; n < len; n += len / 97 + 1) {
+    memcpy(cut, good, n);
+    cut[n] = 0;
+    expect_text(cut, "launch plan: not valid JSON (", true, __LINE__);
+  }
+  srand(7);
+  for (int i = 0; i < 2000; i++) {
+    memcpy(cut, good, len + 1);
+    cut[rand() % len] = "0}]\",:x-9a "[rand() % 11];
+    Plan *p = plan_from_json(cut, err, sizeof err);
+    CHECK(p || strncmp(err, "launch plan: ", 13) == 0, "damaged plan: bad message \"%s\"", err);
+    plan_destroy(p);
+  }
+  free(cut);
+  free(good);
+  plan_destroy(plan);
+  return check_result("plan_json_test");
+}
