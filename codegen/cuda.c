@@ -474,18 +474,14 @@ static void gen_gemm(Gen *G, Group *gr) {
     const ffn_gemm_config *c = &table[i];
     bool hopper = G->c->arch == 90;
     bool small = c->max_m > 0 && c->max_m <= 64;
-    /* (FFN_GEMM_SM90P, the persistent kernels, ran faster in isolation but made the whole
-     * Llama-8B sublayer 8.6% slower at 8192 tokens: bench/results/bench_persistent_trial.txt.
-     * Not used until that is understood.) */
     bool use = !tc ? c->kind == FFN_GEMM_SIMT
                    : hopper ? (c->kind == FFN_GEMM_SM80 && small) || (c->kind == FFN_GEMM_SM90 && !small)
                             : c->kind == FFN_GEMM_SM80;
     if (!use)
       continue;
-    const char *tmpl = c->kind == FFN_GEMM_SM80    ? "gemm_sm80"
-                       : c->kind == FFN_GEMM_SM90  ? "gemm_sm90"
-                       : c->kind == FFN_GEMM_SM90P ? "gemm_sm90_persistent"
-                                                   : "gemm_simt";
+    const char *tmpl = c->kind == FFN_GEMM_SM80   ? "gemm_sm80"
+                       : c->kind == FFN_GEMM_SM90 ? "gemm_sm90"
+                                                  : "gemm_simt";
     /* for the largest M every column of tiles would recompute A's row statistics (about 10% of
      * the GEMM, kernels/NOTES.md): ffn_row_stats computes them once, just before. Up to 512
      * rows the extra launch costs more than it saves (measured: 128 tokens 3-7% slower). */
@@ -498,9 +494,6 @@ static void gen_gemm(Gen *G, Group *gr) {
     else if (c->kind == FFN_GEMM_SM90)
       snprintf(params, sizeof params, "%d, %d, %d, %d, %d, %d, %s, %d, %d", c->bm, c->bn, c->bk, c->stages,
                gr->streams, stats, ctype, c->bm / c->wm, c->min_blocks);
-    else if (c->kind == FFN_GEMM_SM90P) /* ping-pong consumers (wm == bm) */
-      snprintf(params, sizeof params, "%d, %d, %d, %d, %d, %d, %s, %s", c->bm, c->bn, c->bk, c->stages, gr->streams,
-               stats, ctype, c->wm == c->bm ? "true" : "false");
     else
       snprintf(params, sizeof params, "%d, %d, %d, %d, %d, %d, %d, %s", c->bm, c->bn, c->bk, c->wm, c->wn,
                gr->streams, stats, ctype);
