@@ -1,4 +1,5 @@
-/* codegen.h: from kernel groups to a Plan and CUDA source (codegen/cuda.c), and the text
+/* codegen.h: from kernel groups to a Plan and CUDA source (codegen/lower.c, the text in
+ * codegen/emit_cuda.c, what they share in codegen/gen.h), and the text
  * utilities the generator uses (codegen/buf.c). */
 #ifndef FFNC_CODEGEN_H
 #define FFNC_CODEGEN_H

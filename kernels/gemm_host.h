@@ -10,16 +10,14 @@
  *     ffn::gemm_simt<c->bm, c->bn, c->bk, c->wm, c->wn, S, STATS, T>(g, epi, smem);             // FFN_GEMM_SIMT
  *     ffn::gemm_sm90<c->bm, c->bn, c->bk, c->stages, S, STATS, T, c->bm / c->wm, c->min_blocks>(g, epi, smem);
  *                                                                                            // FFN_GEMM_SM90
- *     ffn::gemm_sm90_persistent<c->bm, c->bn, c->bk, c->stages, S, STATS, T, c->wm == c->bm>(g, epi, smem);
- *                                                                                            // FFN_GEMM_SM90P
  *   }
  *
- * (FFN_GEMM_SM90 and FFN_GEMM_SM90P kernels must be compiled for sm_90a: NVRTC --gpu-architecture=sm_90a.)
+ * (FFN_GEMM_SM90 kernels must be compiled for sm_90a: NVRTC --gpu-architecture=sm_90a.)
  *
  * and at run time, for the actual M:
  *
  *   const ffn_gemm_config *c = ffn_gemm_pick_config(FFN_GEMM_SM80, M);
- *   (on sm_90: FFN_GEMM_SM90, or FFN_GEMM_SM90P where M >= FFN_GEMM_SM90P_MIN_M)
+ *   (on sm_90: FFN_GEMM_SM90 from 65 rows)
  *   int splits = ffn_gemm_pick_splits(M, N, S, K, c, num_sms);
  *   unsigned grid[3]; ffn_gemm_launch_grid(c, M, N, S, splits, num_sms, grid);
  *   cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, ffn_gemm_smem_bytes(c));
@@ -34,6 +32,10 @@
  * (FFN_GEMM_SM90P) take gridDim.x CTAs, any number >= 1, looping over the tiles * splits work items
  * (x, 1, 1); ffn_gemm_launch_grid gives min(items, num_sms * ctas_per_sm), and ffn_gemm_grid, which
  * does not know the SM count, one CTA per item (correct, but without the persistence).
+ *
+ * FFN_GEMM_SM90P is the kernel bench's alone (kernels/bench/gemm_sm90_persistent.cuh, not embedded
+ * into ffnc): no configuration of ffn_gemm_configs has that kind, so the code generator never
+ * emits one (kernels/NOTES.md: the whole sublayer was slower with it).
  */
 #ifndef FFN_KERNELS_GEMM_HOST_H
 #define FFN_KERNELS_GEMM_HOST_H
@@ -45,8 +47,9 @@ typedef enum {
   FFN_GEMM_SM80, /* mma.sync tensor cores, T = bf16 or f16, K % 8 == 0 */
   FFN_GEMM_SIMT, /* f32 FMA, T = float (also bf16/f16), any K */
   FFN_GEMM_SM90, /* wgmma tensor cores (sm_90a only), T = bf16 or f16, K % 8 == 0 */
-  FFN_GEMM_SM90P /* persistent FFN_GEMM_SM90 (gemm_sm90_persistent): wm == bm: the two consumer
-                    warpgroups ping-pong over whole tiles; wm == bm / 2: they share each tile */
+  FFN_GEMM_SM90P /* kernel bench only: persistent FFN_GEMM_SM90 (kernels/bench/gemm_sm90_persistent.cuh):
+                    wm == bm: the two consumer warpgroups ping-pong over whole tiles; wm == bm / 2:
+                    they share each tile */
 } ffn_gemm_kind;
 
 typedef struct {
@@ -61,10 +64,6 @@ typedef struct {
   int ctas_per_sm; /* resident CTAs per SM (registers and smem, from ptxas), for ffn_gemm_pick_splits */
   int max_m;      /* recommended for M <= max_m; 0: any M */
 } ffn_gemm_config;
-
-/* On sm_90, the FFN_GEMM_SM90P configuration beat the FFN_GEMM_SM90 ones only from this M on
- * (measured at M = 1024, 4096, 8192, kernels/NOTES.md): below it use FFN_GEMM_SM90. */
-#define FFN_GEMM_SM90P_MIN_M 4096
 
 /* Recommended configurations, most specific regime first: the fastest measured per regime on an
  * H200 for the Llama-3-8B FFN GEMMs (kernels/NOTES.md). ctas_per_sm as the driver's occupancy
@@ -84,11 +83,8 @@ static inline const ffn_gemm_config *ffn_gemm_configs(int *count) {
       {"sm90_64x128x64", FFN_GEMM_SM90, 64, 128, 64, 64, 128, 4, 256, 2, 2, 64},    /* 99 KB smem, 120 regs */
       {"sm90_128x128x64", FFN_GEMM_SM90, 128, 128, 64, 64, 128, 6, 384, 1, 1, 512}, /* down at M 128-512; 199 KB */
       {"sm90_128x256x64", FFN_GEMM_SM90, 128, 256, 64, 64, 256, 4, 384, 1, 1, 0},   /* 476-606 TFLOP/s; 199 KB */
-      /* sm_90a persistent (gemm_sm90_persistent, grid from ffn_gemm_launch_grid): two consumer
-       * warpgroups ping-pong over 128x128 tiles. Against sm90_128x256x64 in one run: up +5-9%
-       * (+11-15% with the statistics from ffn_row_stats), down +0-3% at M 4096-8192; at M = 1024
-       * down is 20% slower: FFN_GEMM_SM90P_MIN_M. 201 KB smem. */
-      {"sm90p_pp_128x128x64", FFN_GEMM_SM90P, 128, 128, 64, 128, 128, 6, 384, 1, 1, 0},
+      /* (The persistent sm90p_pp_128x128x64 was here until the whole-sublayer trial: faster alone
+       * from M 4096, slower in the model. It is a candidate of kernels/bench/gemm_bench.c now.) */
   };
   if (count) *count = (int)(sizeof table / sizeof table[0]);
   return table;

@@ -9,7 +9,9 @@
  *               other op (norm, activation, gate*up, residual add) a kernel of its own (the
  *               -O0 plan, its products swapped for cuBLASLt);
  *     cublaslt  the same with cuBLASLt's own fused epilogues where they apply (bias,
- *               bias+GELU, bias+ReLU, residual as beta*C);
+ *               bias+GELU, bias+ReLU, residual as beta*C), on the bench's own copy of the -O0
+ *               plan: folding a step into a product moves a write earlier, and the copy's
+ *               tensor lifetimes are adjusted for it (a compiled program is never rewritten);
  *   each checked against the others before timing (a fast wrong kernel is a failure), then
  *   timed with CUDA events after warm-up, median of many runs, inputs rotated across buffers
  *   that together exceed L2, with and without CUDA graph replay for small token counts.
@@ -51,8 +53,8 @@ typedef struct {
   const char *file;
   Graph *g; /* the source, for FLOPs, bytes and tensor names */
   DType type;
-  ffn_program *prog[2]; /* -O3, -O0 */
-  ffn_model *model[2];
+  ffn_program *prog[NVARIANTS];  /* by variant: -O3, -O0, the bench's copy of the -O0 plan */
+  ffn_model *model[NVARIANTS];
   CUdeviceptr *wdev;
   int nw;
   Action *act[NVARIANTS]; /* per step of the -O0 plan (eager, cublaslt) */
@@ -299,6 +301,9 @@ static void moved_write(Plan *p, int s, int result) {
     p->tensors[result].first = s;
 }
 
+/* What runs each step of a -O0 plan: its own kernel, cuBLASLt, or nothing (folded into a
+ * cuBLASLt epilogue, only with epilogues; then p's lifetimes are adjusted: p must be the
+ * bench's own copy). */
 static Action *plan_actions(Plan *p, bool epilogues) {
   Action *act = calloc((size_t)p->nsteps + 1, sizeof(Action));
   for (int s = 0; s < p->nsteps; s++) {
@@ -359,12 +364,12 @@ static void run_variant(void *p, int rot, CUstream s) {
   Model *md = r->md;
   ffn_status st;
   if (r->variant == V_FFNC) {
-    st = ffn_model_run(md->model[0], s, r->in[rot], r->nin, r->out[rot], r->nout);
+    st = ffn_model_run(md->model[V_FFNC], s, r->in[rot], r->nin, r->out[rot], r->nout);
   } else {
     const Action *act = md->act[r->variant];
     ExecRun run;
-    st = exec_begin(md->model[1], s, r->in[rot], r->nin, r->out[rot], r->nout, &run);
-    const Plan *plan = md->prog[1]->plan;
+    st = exec_begin(md->model[r->variant], s, r->in[rot], r->nin, r->out[rot], r->nout, &run);
+    const Plan *plan = md->prog[r->variant]->plan;
     for (int i = 0; i < plan->nsteps && st == FFN_OK; i++) {
       const Action *a = &act[i];
       if (a->kind == A_OURS)
@@ -398,6 +403,25 @@ static void run_graph(void *p, int rot, CUstream s) {
 
 /* ---- models ---- */
 
+/* A program of the same plan and image that the bench may rewrite: the plan through its JSON
+ * form (as ffn_program_load reads it), the image copied. */
+static ffn_status program_copy(const ffn_program *src, ffn_program **out) {
+  char err[512];
+  char *json = plan_to_json(src->plan);
+  Plan *plan = plan_from_json(json, err, sizeof err);
+  free(json);
+  if (!plan)
+    return rt_error(FFN_ERR_IO, "copying the -O0 plan: %s", err);
+  ffn_program *p = calloc(1, sizeof *p);
+  p->plan = plan;
+  p->image = src->image;
+  p->image.image = malloc(src->image.size + 1);
+  memcpy(p->image.image, src->image.image, src->image.size);
+  ((char *)p->image.image)[src->image.size] = 0;
+  *out = p;
+  return FFN_OK;
+}
+
 static ffn_status compile_model(Model *md, const CompileArgs *base) {
   for (int i = 0; i < 2; i++) {
     CompileArgs ca = *base;
@@ -411,11 +435,11 @@ static ffn_status compile_model(Model *md, const CompileArgs *base) {
     if (s != FFN_OK)
       return s;
   }
-  return FFN_OK;
+  return program_copy(md->prog[V_EAGER], &md->prog[V_CUBLASLT]);
 }
 
 static void setup_model(Model *md) {
-  for (int i = 0; i < 2; i++)
+  for (int i = 0; i < NVARIANTS; i++)
     if (ffn_model_create(md->prog[i], 0, &md->model[i]) != FFN_OK) {
       cli_error("bench: %s", ffn_last_error());
       exit(EXIT_DEVICE);
@@ -441,21 +465,19 @@ static void setup_model(Model *md) {
                     : n->dtype == DT_F16 ? (DLDataType){kDLFloat, 16, 1}
                                          : (DLDataType){kDLBfloat, 16, 1};
     DLTensor t = {(void *)d, {kDLCUDA, 0}, n->shape.rank, dl, shape, NULL, 0};
-    for (int m = 0; m < 2; m++)
+    for (int m = 0; m < NVARIANTS; m++)
       if (ffn_model_bind_weight(md->model[m], n->name, &t) != FFN_OK) {
         cli_error("bench: %s", ffn_last_error());
         exit(EXIT_USER);
       }
   }
-  for (int m = 0; m < 2; m++)
+  for (int m = 0; m < NVARIANTS; m++)
     if (ffn_model_prepare(md->model[m]) != FFN_OK) {
       cli_error("bench: %s", ffn_last_error());
       exit(EXIT_DEVICE);
     }
-  /* the eager plan first: the cuBLASLt one moves some writes earlier (adjusting lifetimes in the
-   * -O0 plan, which stays valid for the eager run: a longer lifetime only shares less) */
-  md->act[V_EAGER] = plan_actions(md->prog[1]->plan, false);
-  md->act[V_CUBLASLT] = plan_actions(md->prog[1]->plan, true);
+  md->act[V_EAGER] = plan_actions(md->prog[V_EAGER]->plan, false); /* reads the plan only */
+  md->act[V_CUBLASLT] = plan_actions(md->prog[V_CUBLASLT]->plan, true);
 }
 
 /* FLOPs of the source's matrix products, and the fewest bytes a call must move (every
@@ -493,137 +515,15 @@ static double rel_err(const void *a, const void *b, DType t, size_t n) {
   return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
-/* Measures one model at one token count; appends results. */
-static int bench_tokens(Model *md, int64_t tokens, const Ceilings *ceil, int reps, bool graphs, size_t l2, CUstream s,
-                        Result *res, int *nres) {
-  Graph *g = md->g;
-  ffn_program *prog = md->prog[0];
-  int nin = ffn_program_num_inputs(prog), nout = ffn_program_num_outputs(prog);
-  if (nin > 16 || nout > 16) {
-    cli_error("bench: at most 16 inputs and outputs");
-    return -1;
-  }
-  /* inputs rotated across enough buffers to exceed L2 (at most 16) */
-  size_t in_bytes = 0;
-  for (int i = 0; i < g->nodes.len; i++) {
-    Node *n = GRAPH_NODE(g, i);
-    if (n->op == OP_INPUT) {
-      size_t numel = 1;
-      for (int d = 0; d < n->shape.rank; d++)
-        numel *= (size_t)(n->shape.d[d].sym >= 0 ? tokens : n->shape.d[d].size);
-      in_bytes += dtype_bytes(n->dtype, numel);
-    }
-  }
-  int rotations = (int)(2 * l2 / (in_bytes ? in_bytes : 1)) + 1;
-  if (rotations > 16)
-    rotations = 16;
-  DLTensor in[NVARIANTS][16][16], out[NVARIANTS][16][16];
-  int64_t in_shape[16][FFN_MAX_RANK], out_shape[16][FFN_MAX_RANK];
-  DType out_type[16];
-  size_t out_numel[16];
-  CUdeviceptr bufs[4096];
-  int nbufs = 0;
-  for (int r = 0; r < rotations; r++) {
-    int k = 0;
-    for (int i = 0; i < g->nodes.len; i++) {
-      Node *n = GRAPH_NODE(g, i);
-      if (n->op != OP_INPUT)
-        continue;
-      size_t numel = 1;
-      for (int d = 0; d < n->shape.rank; d++)
-        numel *= (size_t)(in_shape[k][d] = n->shape.d[d].sym >= 0 ? tokens : n->shape.d[d].size);
-      void *h = random_buffer(n->dtype, numel, 0, 1);
-      CUdeviceptr d = upload(h, dtype_bytes(n->dtype, numel));
-      free(h);
-      bufs[nbufs++] = d;
-      ffn_tensor_info info;
-      ffn_program_input_info(prog, k, &info);
-      for (int v = 0; v < NVARIANTS; v++)
-        in[v][r][k] = (DLTensor){(void *)d, {kDLCUDA, 0}, n->shape.rank, info.dtype, in_shape[k], NULL, 0};
-      k++;
-    }
-    for (int i = 0; i < nout; i++) {
-      ffn_tensor_info info;
-      ffn_program_output_info(prog, i, &info);
-      int nd;
-      if (ffn_model_output_shape(md->model[0], i, in[0][r], nin, out_shape[i], &nd) != FFN_OK) {
-        cli_error("bench: %s", ffn_last_error());
-        return -1;
-      }
-      size_t numel = 1;
-      for (int d = 0; d < nd; d++)
-        numel *= (size_t)out_shape[i][d];
-      out_type[i] = g->outputs[i].node->dtype;
-      out_numel[i] = numel;
-      for (int v = 0; v < NVARIANTS; v++) {
-        CUdeviceptr d;
-        CK(cu->cuMemAlloc(&d, dtype_bytes(out_type[i], numel) + 16));
-        bufs[nbufs++] = d;
-        out[v][r][i] = (DLTensor){(void *)d, {kDLCUDA, 0}, nd, info.dtype, out_shape[i], NULL, 0};
-      }
-    }
-  }
-  RunCtx rc[NVARIANTS];
-  for (int v = 0; v < NVARIANTS; v++)
-    rc[v] = (RunCtx){md, v, nin, nout, in[v], out[v]};
-  /* correctness first: every variant's outputs against the others' */
-  double err[NVARIANTS] = {0};
-  bool ok[NVARIANTS];
-  void *host[NVARIANTS][16];
-  for (int v = 0; v < NVARIANTS; v++) {
-    for (int i = 0; i < nout; i++)
-      CK(cu->cuMemsetD8Async((CUdeviceptr)out[v][0][i].data, 0xff, dtype_bytes(out_type[i], out_numel[i]), s));
-    run_variant(&rc[v], 0, s);
-  }
-  CK(cu->cuStreamSynchronize(s));
-  for (int v = 0; v < NVARIANTS; v++)
-    for (int i = 0; i < nout; i++) {
-      host[v][i] = malloc(dtype_bytes(out_type[i], out_numel[i]) + 16);
-      CK(cu->cuMemcpyDtoH(host[v][i], (CUdeviceptr)out[v][0][i].data, dtype_bytes(out_type[i], out_numel[i])));
-    }
-  double tol = md->type == DT_F32 ? 1e-4 : 2e-2; /* the eager variant rounds after every op */
-  for (int v = 0; v < NVARIANTS; v++) {
-    int other = v == V_EAGER ? V_FFNC : V_EAGER;
-    for (int i = 0; i < nout; i++) {
-      double e = rel_err(host[v][i], host[other][i], out_type[i], out_numel[i]);
-      if (e > err[v] || e != e)
-        err[v] = e;
-    }
-    ok[v] = err[v] <= tol;
-  }
-  for (int v = 0; v < NVARIANTS; v++)
-    for (int i = 0; i < nout; i++)
-      free(host[v][i]);
+/* The results of one token count: times t[graph][variant] against the work's floor. */
+static void add_results(const Model *md, int64_t tokens, const Ceilings *ceil, double t[2][NVARIANTS], int ngraph,
+                        const double *err, const bool *ok, Result *res, int *nres) {
   double flops, bytes;
-  work(g, tokens, &flops, &bytes);
+  work(md->g, tokens, &flops, &bytes);
   double floor_us = fmax(flops / (ceil->bf16_tflops * 1e12), bytes / (ceil->copy_gbps * 1e9)) * 1e6;
   if (md->type == DT_F32)
     floor_us = bytes / (ceil->copy_gbps * 1e9) * 1e6; /* no measured f32 GEMM ceiling: bandwidth only */
-  double t[2][NVARIANTS] = {{0}};
-  for (int gr = 0; gr < (graphs ? 2 : 1); gr++) {
-    for (int v = 0; v < NVARIANTS; v++) {
-      if (!gr) {
-        t[gr][v] = time_runs(run_variant, &rc[v], rotations, reps, s);
-        continue;
-      }
-      /* a graph per rotation, captured after the warm-up runs above sized the workspace */
-      GraphCtx gc = {&rc[v], calloc((size_t)rotations, sizeof(CUgraphExec))};
-      CUgraph graphs_[16];
-      for (int r = 0; r < rotations; r++) {
-        CK(cu->cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED));
-        run_variant(&rc[v], r, s);
-        CK(cu->cuStreamEndCapture(s, &graphs_[r]));
-        CK(cu->cuGraphInstantiate(&gc.exec[r], graphs_[r], 0));
-      }
-      t[gr][v] = time_runs(run_graph, &gc, rotations, reps, s);
-      for (int r = 0; r < rotations; r++) {
-        cu->cuGraphExecDestroy(gc.exec[r]);
-        cu->cuGraphDestroy(graphs_[r]);
-      }
-      free(gc.exec);
-    }
-  }
-  for (int gr = 0; gr < (graphs ? 2 : 1); gr++)
+  for (int gr = 0; gr < ngraph; gr++)
     for (int v = 0; v < NVARIANTS; v++) {
       double us = t[gr][v];
       res[(*nres)++] = (Result){tokens,
@@ -639,9 +539,175 @@ static int bench_tokens(Model *md, int64_t tokens, const Ceilings *ceil, int rep
                                 err[v],
                                 ok[v]};
     }
-  for (int i = 0; i < nbufs; i++)
-    cu->cuMemFree(bufs[i]);
-  return (ok[0] && ok[1] && ok[2]) ? 0 : -1;
+}
+
+/* A call's device buffers: inputs rotated across enough copies to exceed L2 (at most 16),
+ * outputs per variant and rotation. */
+typedef struct {
+  int rotations, nin, nout;
+  DLTensor in[NVARIANTS][16][16], out[NVARIANTS][16][16]; /* [variant][rotation][i] */
+  int64_t in_shape[16][FFN_MAX_RANK], out_shape[16][FFN_MAX_RANK];
+  DType out_type[16];
+  size_t out_numel[16];
+  CUdeviceptr bufs[4096];
+  int nbufs;
+} Io;
+
+static int rotations_for(const Graph *g, int64_t tokens, size_t l2) {
+  size_t in_bytes = 0;
+  for (int i = 0; i < g->nodes.len; i++) {
+    Node *n = GRAPH_NODE(g, i);
+    if (n->op == OP_INPUT) {
+      size_t numel = 1;
+      for (int d = 0; d < n->shape.rank; d++)
+        numel *= (size_t)(n->shape.d[d].sym >= 0 ? tokens : n->shape.d[d].size);
+      in_bytes += dtype_bytes(n->dtype, numel);
+    }
+  }
+  int rotations = (int)(2 * l2 / (in_bytes ? in_bytes : 1)) + 1;
+  return rotations > 16 ? 16 : rotations;
+}
+
+/* Random inputs of rotation r, shared by every variant. */
+static void alloc_inputs(Model *md, int64_t tokens, int r, Io *io) {
+  Graph *g = md->g;
+  int k = 0;
+  for (int i = 0; i < g->nodes.len; i++) {
+    Node *n = GRAPH_NODE(g, i);
+    if (n->op != OP_INPUT)
+      continue;
+    size_t numel = 1;
+    for (int d = 0; d < n->shape.rank; d++)
+      numel *= (size_t)(io->in_shape[k][d] = n->shape.d[d].sym >= 0 ? tokens : n->shape.d[d].size);
+    void *h = random_buffer(n->dtype, numel, 0, 1);
+    CUdeviceptr d = upload(h, dtype_bytes(n->dtype, numel));
+    free(h);
+    io->bufs[io->nbufs++] = d;
+    ffn_tensor_info info;
+    ffn_program_input_info(md->prog[V_FFNC], k, &info);
+    for (int v = 0; v < NVARIANTS; v++)
+      io->in[v][r][k] = (DLTensor){(void *)d, {kDLCUDA, 0}, n->shape.rank, info.dtype, io->in_shape[k], NULL, 0};
+    k++;
+  }
+}
+
+/* Output buffers of rotation r, one per variant. */
+static int alloc_outputs(Model *md, int r, Io *io) {
+  for (int i = 0; i < io->nout; i++) {
+    ffn_tensor_info info;
+    ffn_program_output_info(md->prog[V_FFNC], i, &info);
+    int nd;
+    if (ffn_model_output_shape(md->model[V_FFNC], i, io->in[0][r], io->nin, io->out_shape[i], &nd) != FFN_OK) {
+      cli_error("bench: %s", ffn_last_error());
+      return -1;
+    }
+    size_t numel = 1;
+    for (int d = 0; d < nd; d++)
+      numel *= (size_t)io->out_shape[i][d];
+    io->out_type[i] = md->g->outputs[i].node->dtype;
+    io->out_numel[i] = numel;
+    for (int v = 0; v < NVARIANTS; v++) {
+      CUdeviceptr d;
+      CK(cu->cuMemAlloc(&d, dtype_bytes(io->out_type[i], numel) + 16));
+      io->bufs[io->nbufs++] = d;
+      io->out[v][r][i] = (DLTensor){(void *)d, {kDLCUDA, 0}, nd, info.dtype, io->out_shape[i], NULL, 0};
+    }
+  }
+  return 0;
+}
+
+/* Every variant's outputs against the others' (the eager one against ffnc): the largest
+ * relative error of each, and whether it is within tolerance. */
+static void check_variants(Model *md, Io *io, RunCtx *rc, CUstream s, double err[NVARIANTS], bool ok[NVARIANTS]) {
+  void *host[NVARIANTS][16];
+  for (int v = 0; v < NVARIANTS; v++) {
+    for (int i = 0; i < io->nout; i++)
+      CK(cu->cuMemsetD8Async((CUdeviceptr)io->out[v][0][i].data, 0xff,
+                             dtype_bytes(io->out_type[i], io->out_numel[i]), s));
+    run_variant(&rc[v], 0, s);
+  }
+  CK(cu->cuStreamSynchronize(s));
+  for (int v = 0; v < NVARIANTS; v++)
+    for (int i = 0; i < io->nout; i++) {
+      size_t bytes = dtype_bytes(io->out_type[i], io->out_numel[i]);
+      host[v][i] = malloc(bytes + 16);
+      CK(cu->cuMemcpyDtoH(host[v][i], (CUdeviceptr)io->out[v][0][i].data, bytes));
+    }
+  double tol = md->type == DT_F32 ? 1e-4 : 2e-2; /* the eager variant rounds after every op */
+  for (int v = 0; v < NVARIANTS; v++) {
+    int other = v == V_EAGER ? V_FFNC : V_EAGER;
+    err[v] = 0;
+    for (int i = 0; i < io->nout; i++) {
+      double e = rel_err(host[v][i], host[other][i], io->out_type[i], io->out_numel[i]);
+      if (e > err[v] || e != e)
+        err[v] = e;
+    }
+    ok[v] = err[v] <= tol;
+  }
+  for (int v = 0; v < NVARIANTS; v++)
+    for (int i = 0; i < io->nout; i++)
+      free(host[v][i]);
+}
+
+/* Median time of replaying a CUDA graph per rotation, captured after the warm-up runs of the
+ * plain timing sized the workspace. */
+static double time_graphs(RunCtx *rc, int rotations, int reps, CUstream s) {
+  GraphCtx gc = {rc, calloc((size_t)rotations, sizeof(CUgraphExec))};
+  CUgraph graphs[16];
+  for (int r = 0; r < rotations; r++) {
+    CK(cu->cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+    run_variant(rc, r, s);
+    CK(cu->cuStreamEndCapture(s, &graphs[r]));
+    CK(cu->cuGraphInstantiate(&gc.exec[r], graphs[r], 0));
+  }
+  double us = time_runs(run_graph, &gc, rotations, reps, s);
+  for (int r = 0; r < rotations; r++) {
+    cu->cuGraphExecDestroy(gc.exec[r]);
+    cu->cuGraphDestroy(graphs[r]);
+  }
+  free(gc.exec);
+  return us;
+}
+
+/* Measures one model at one token count; appends results. */
+static int bench_tokens(Model *md, int64_t tokens, const Ceilings *ceil, int reps, bool graphs, size_t l2, CUstream s,
+                        Result *res, int *nres) {
+  Io *io = calloc(1, sizeof *io);
+  if (!io) {
+    cli_error("bench: out of host memory");
+    exit(EXIT_USER);
+  }
+  io->nin = ffn_program_num_inputs(md->prog[V_FFNC]);
+  io->nout = ffn_program_num_outputs(md->prog[V_FFNC]);
+  if (io->nin > 16 || io->nout > 16) {
+    cli_error("bench: at most 16 inputs and outputs");
+    free(io);
+    return -1;
+  }
+  io->rotations = rotations_for(md->g, tokens, l2);
+  int rc_ = 0;
+  for (int r = 0; r < io->rotations && rc_ == 0; r++) {
+    alloc_inputs(md, tokens, r, io);
+    rc_ = alloc_outputs(md, r, io);
+  }
+  if (rc_ == 0) {
+    RunCtx rc[NVARIANTS];
+    for (int v = 0; v < NVARIANTS; v++)
+      rc[v] = (RunCtx){md, v, io->nin, io->nout, io->in[v], io->out[v]};
+    double err[NVARIANTS];
+    bool ok[NVARIANTS];
+    check_variants(md, io, rc, s, err, ok); /* correctness first */
+    double t[2][NVARIANTS] = {{0}};
+    for (int gr = 0; gr < (graphs ? 2 : 1); gr++)
+      for (int v = 0; v < NVARIANTS; v++)
+        t[gr][v] = gr ? time_graphs(&rc[v], io->rotations, reps, s) : time_runs(run_variant, &rc[v], io->rotations, reps, s);
+    add_results(md, tokens, ceil, t, graphs ? 2 : 1, err, ok, res, nres);
+    rc_ = (ok[0] && ok[1] && ok[2]) ? 0 : -1;
+  }
+  for (int i = 0; i < io->nbufs; i++)
+    cu->cuMemFree(io->bufs[i]);
+  free(io);
+  return rc_;
 }
 
 /* ---- output ---- */
@@ -728,73 +794,85 @@ static void write_json(const char *path, const char *card, int sms, const Ceilin
   json_decref(root);
 }
 
-/* ---- main ---- */
-
-int cmd_bench(int argc, char **argv) {
-  CompileArgs ca = {.opt_level = 3};
-  const char *files[32], *json = NULL, *plot = NULL, *v;
-  int nfiles = 0, reps = 30;
+typedef struct {
+  CompileArgs ca;
+  const char *files[32], *json, *plot;
+  int nfiles, reps;
   int64_t tokens[32];
-  int ntokens = 0;
-  bool compile_only = false, graphs = true, ceilings = true;
+  int ntokens;
+  bool compile_only, graphs, ceilings;
+} BenchArgs;
+
+static void bench_usage(void) {
+  printf("usage: ffnc bench FILE.ffn... --tokens N[,N...] [--json OUT.json] [--plot PREFIX] [--reps N]\n"
+         "                  [--no-graphs] [--no-ceilings] [--compile-only] [--arch sm_XX] [-O0..-O3] [--precision KEY=TYPE]...\n"
+         "Times each model against an eager cuBLASLt baseline and cuBLASLt with its fused epilogues, after\n"
+         "measuring the card's copy bandwidth and cuBLASLt bf16/fp8 GEMM rate; prints a table, writes JSON\n"
+         "(--json) and PREFIX.dat/.gp for gnuplot (--plot; PREFIX.png too where gnuplot is installed).\n"
+         "--compile-only compiles every variant into the kernel cache and needs no GPU.\n");
+}
+
+static int parse_tokens(const char *v, BenchArgs *b) {
+  for (const char *p = v; *p && b->ntokens < 32;) {
+    char *end;
+    long long t = strtoll(p, &end, 10);
+    if (end == p || t <= 0) {
+      cli_error("bench: --tokens %s: expected positive integers separated by commas", v);
+      return -1;
+    }
+    b->tokens[b->ntokens++] = t;
+    p = *end == ',' ? end + 1 : end;
+  }
+  return 0;
+}
+
+/* Parses the command line; returns -1 to go on, else the exit status. */
+static int parse_bench_args(int argc, char **argv, BenchArgs *b) {
+  const char *v;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--help") == 0) {
-      printf("usage: ffnc bench FILE.ffn... --tokens N[,N...] [--json OUT.json] [--plot PREFIX] [--reps N]\n"
-             "                  [--no-graphs] [--no-ceilings] [--compile-only] [--arch sm_XX] [-O0..-O3] [--precision KEY=TYPE]...\n"
-             "Times each model against an eager cuBLASLt baseline and cuBLASLt with its fused epilogues, after\n"
-             "measuring the card's copy bandwidth and cuBLASLt bf16/fp8 GEMM rate; prints a table, writes JSON\n"
-             "(--json) and PREFIX.dat/.gp for gnuplot (--plot; PREFIX.png too where gnuplot is installed).\n"
-             "--compile-only compiles every variant into the kernel cache and needs no GPU.\n");
+      bench_usage();
       return 0;
     }
-    int r = cli_compile_option(argc, argv, &i, &ca);
+    int r = cli_compile_option(argc, argv, &i, &b->ca);
     if (r < 0)
       return EXIT_USAGE;
     if (r)
       continue;
     if ((v = cli_value(argc, argv, &i, "--tokens"))) {
-      for (const char *p = v; *p && ntokens < 32;) {
-        char *end;
-        long long t = strtoll(p, &end, 10);
-        if (end == p || t <= 0) {
-          cli_error("bench: --tokens %s: expected positive integers separated by commas", v);
-          return EXIT_USAGE;
-        }
-        tokens[ntokens++] = t;
-        p = *end == ',' ? end + 1 : end;
-      }
+      if (parse_tokens(v, b) != 0)
+        return EXIT_USAGE;
     } else if ((v = cli_value(argc, argv, &i, "--json")))
-      json = v;
+      b->json = v;
     else if ((v = cli_value(argc, argv, &i, "--plot")))
-      plot = v;
+      b->plot = v;
     else if ((v = cli_value(argc, argv, &i, "--reps")))
-      reps = atoi(v) > 0 ? atoi(v) : 30;
+      b->reps = atoi(v) > 0 ? atoi(v) : 30;
     else if (strcmp(argv[i], "--no-graphs") == 0)
-      graphs = false;
+      b->graphs = false;
     else if (strcmp(argv[i], "--no-ceilings") == 0)
-      ceilings = false; /* for runs under compute-sanitizer: fractions of the floor are then meaningless */
+      b->ceilings = false; /* for runs under compute-sanitizer: fractions of the floor are then meaningless */
     else if (strcmp(argv[i], "--compile-only") == 0)
-      compile_only = true;
-    else if (argv[i][0] == '-' || nfiles == 32) {
+      b->compile_only = true;
+    else if (argv[i][0] == '-' || b->nfiles == 32) {
       cli_error("bench: unexpected argument '%s'", argv[i]);
       return EXIT_USAGE;
     } else
-      files[nfiles++] = argv[i];
+      b->files[b->nfiles++] = argv[i];
   }
-  if (!nfiles || (!ntokens && !compile_only)) {
+  if (!b->nfiles || (!b->ntokens && !b->compile_only)) {
     cli_error("bench: usage: ffnc bench FILE.ffn... --tokens N[,N...]");
     return EXIT_USAGE;
   }
-  char why[512];
-  if (!compile_only && !(cu = cu_api(why, sizeof why))) { /* before spending time compiling */
-    cli_error("bench: %s", why);
-    return EXIT_DEVICE;
-  }
-  Model *models = calloc((size_t)nfiles, sizeof(Model));
-  for (int m = 0; m < nfiles; m++) {
-    models[m].file = files[m];
-    CompileArgs one = ca;
-    one.file = files[m];
+  return -1;
+}
+
+/* Every model's programs; returns -1, or the exit status of a failure. */
+static int compile_models(const BenchArgs *b, Model *models) {
+  for (int m = 0; m < b->nfiles; m++) {
+    models[m].file = b->files[m];
+    CompileArgs one = b->ca;
+    one.file = b->files[m];
     int status;
     models[m].g = cli_frontend(&one, &status);
     if (!models[m].g)
@@ -803,8 +881,8 @@ int cmd_bench(int argc, char **argv) {
     for (int i = 0; i < models[m].g->noutputs; i++)
       if (dtype_bits(models[m].g->outputs[i].node->dtype) < 32)
         models[m].type = models[m].g->outputs[i].node->dtype;
-    fprintf(stderr, "bench: compiling %s\n", files[m]);
-    ffn_status s = compile_model(&models[m], &ca);
+    fprintf(stderr, "bench: compiling %s\n", b->files[m]);
+    ffn_status s = compile_model(&models[m], &b->ca);
     if (s != FFN_OK) {
       if (s == FFN_ERR_SOURCE)
         fputs(ffn_last_error(), stderr);
@@ -813,63 +891,99 @@ int cmd_bench(int argc, char **argv) {
       return cli_status_exit(s);
     }
   }
-  if (compile_only) {
-    printf("compiled %d model%s (ffnc and -O0 plans) into the kernel cache\n", nfiles, nfiles > 1 ? "s" : "");
-    return 0;
-  }
+  return -1;
+}
+
+typedef struct {
   CUdevice dev;
   CUcontext ctx;
-  CK(cu->cuDeviceGet(&dev, 0));
-  CK(cu->cuDevicePrimaryCtxRetain(&ctx, dev));
-  CK(cu->cuCtxPushCurrent(ctx));
   char card[256];
   int sms, l2, major, minor;
-  CK(cu->cuDeviceGetName(card, sizeof card, dev));
-  CK(cu->cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
-  CK(cu->cuDeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, dev));
-  CK(cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
-  CK(cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
+} Device;
+
+static Device open_device(void) {
+  Device d;
+  CK(cu->cuDeviceGet(&d.dev, 0));
+  CK(cu->cuDevicePrimaryCtxRetain(&d.ctx, d.dev));
+  CK(cu->cuCtxPushCurrent(d.ctx));
+  CK(cu->cuDeviceGetName(d.card, sizeof d.card, d.dev));
+  CK(cu->cuDeviceGetAttribute(&d.sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d.dev));
+  CK(cu->cuDeviceGetAttribute(&d.l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, d.dev));
+  CK(cu->cuDeviceGetAttribute(&d.major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d.dev));
+  CK(cu->cuDeviceGetAttribute(&d.minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d.dev));
+  return d;
+}
+
+static void print_ceilings(const Device *d, const Ceilings *c) {
+  printf("%s, %d SMs, L2 %d MB; ffnc %s (%s)\n", d->card, d->sms, d->l2 >> 20, FFNC_VERSION, FFNC_GIT_COMMIT);
+  printf("ceilings: copy %.0f GB/s (read + write), cuBLASLt bf16 %.0f TFLOP/s", c->copy_gbps, c->bf16_tflops);
+  if (c->fp8_tflops > 0)
+    printf(", fp8 e4m3 %.0f TFLOP/s", c->fp8_tflops);
+  printf(" (8192^3)\n");
+}
+
+/* PREFIX.png from PREFIX.gp where gnuplot is installed. */
+static void render_plot(const char *plot) {
+  char cmd[8300];
+  const char *slash = strrchr(plot, '/');
+  char dir[4096] = ".";
+  if (slash)
+    snprintf(dir, sizeof dir, "%.*s", (int)(slash - plot), plot);
+  snprintf(cmd, sizeof cmd, "command -v gnuplot >/dev/null 2>&1 && cd '%s' && gnuplot '%s.gp'", dir,
+           slash ? slash + 1 : plot);
+  if (system(cmd) != 0)
+    fprintf(stderr, "bench: gnuplot not found here; render the plot with `gnuplot %s.gp` next to %s.dat\n", plot,
+            plot);
+}
+
+/* ---- main ---- */
+
+int cmd_bench(int argc, char **argv) {
+  BenchArgs b = {.ca = {.opt_level = 3}, .reps = 30, .graphs = true, .ceilings = true};
+  int rc = parse_bench_args(argc, argv, &b);
+  if (rc >= 0)
+    return rc;
+  char why[512];
+  if (!b.compile_only && !(cu = cu_api(why, sizeof why))) { /* before spending time compiling */
+    cli_error("bench: %s", why);
+    return EXIT_DEVICE;
+  }
+  Model *models = calloc((size_t)b.nfiles, sizeof(Model));
+  if ((rc = compile_models(&b, models)) >= 0)
+    return rc;
+  if (b.compile_only) {
+    printf("compiled %d model%s (ffnc and -O0 plans) into the kernel cache\n", b.nfiles, b.nfiles > 1 ? "s" : "");
+    return 0;
+  }
+  Device d = open_device();
   if (!(lt = lt_create(why, sizeof why))) {
     cli_error("bench: %s", why);
     return EXIT_DEVICE;
   }
   CUstream s;
   CK(cu->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-  Ceilings c = ceilings ? measure_ceilings(s, major, minor) : (Ceilings){1, 1, 0};
-  printf("%s, %d SMs, L2 %d MB; ffnc %s (%s)\n", card, sms, l2 >> 20, FFNC_VERSION, FFNC_GIT_COMMIT);
-  printf("ceilings: copy %.0f GB/s (read + write), cuBLASLt bf16 %.0f TFLOP/s", c.copy_gbps, c.bf16_tflops);
-  if (c.fp8_tflops > 0)
-    printf(", fp8 e4m3 %.0f TFLOP/s", c.fp8_tflops);
-  printf(" (8192^3)\n");
-  Result **res = calloc((size_t)nfiles, sizeof(Result *));
-  int *nres = calloc((size_t)nfiles, sizeof(int)), failed = 0;
-  for (int m = 0; m < nfiles; m++) {
+  Ceilings c = b.ceilings ? measure_ceilings(s, d.major, d.minor) : (Ceilings){1, 1, 0};
+  print_ceilings(&d, &c);
+  Result **res = calloc((size_t)b.nfiles, sizeof(Result *));
+  int *nres = calloc((size_t)b.nfiles, sizeof(int)), failed = 0;
+  for (int m = 0; m < b.nfiles; m++) {
     setup_model(&models[m]);
-    res[m] = calloc((size_t)ntokens * 2 * NVARIANTS + 1, sizeof(Result));
-    for (int k = 0; k < ntokens; k++)
-      failed |= bench_tokens(&models[m], tokens[k], &c, reps, graphs && tokens[k] <= 128, (size_t)l2, s, res[m],
-                             &nres[m]) != 0;
+    res[m] = calloc((size_t)b.ntokens * 2 * NVARIANTS + 1, sizeof(Result));
+    for (int k = 0; k < b.ntokens; k++)
+      failed |= bench_tokens(&models[m], b.tokens[k], &c, b.reps, b.graphs && b.tokens[k] <= 128, (size_t)d.l2, s,
+                             res[m], &nres[m]) != 0;
     print_results(&models[m], res[m], nres[m]);
     fflush(stdout);
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < NVARIANTS; i++)
       ffn_model_destroy(models[m].model[i]);
     for (int i = 0; i < models[m].nw; i++)
       cu->cuMemFree(models[m].wdev[i]);
   }
-  if (json)
-    write_json(json, card, sms, &c, models, res, nres, nfiles);
-  if (plot) {
-    write_plot(plot, models, res, nres, nfiles);
-    char cmd[8300];
-    const char *slash = strrchr(plot, '/');
-    char dir[4096] = ".";
-    if (slash)
-      snprintf(dir, sizeof dir, "%.*s", (int)(slash - plot), plot);
-    snprintf(cmd, sizeof cmd, "command -v gnuplot >/dev/null 2>&1 && cd '%s' && gnuplot '%s.gp'", dir,
-             slash ? slash + 1 : plot);
-    if (system(cmd) != 0)
-      fprintf(stderr, "bench: gnuplot not found here; render the plot with `gnuplot %s.gp` next to %s.dat\n", plot,
-              plot);
+  if (b.json)
+    write_json(b.json, d.card, d.sms, &c, models, res, nres, b.nfiles);
+  if (b.plot) {
+    write_plot(b.plot, models, res, nres, b.nfiles);
+    render_plot(b.plot);
   }
   lt_destroy(lt);
   cu->cuStreamDestroy(s);

@@ -1,4 +1,6 @@
-/* cmd_build.c: `ffnc build FILE.ffn -o OUT [--emit ir|cuda|plan|ptx|cubin]`. */
+/* cmd_build.c: `ffnc build FILE.ffn -o OUT [--emit ir|cuda|plan|ptx|cubin]`: two programs in
+ * one. Without --emit, the AOT package through the public API (build_aot); with it, one stage
+ * of the compiler through the internal driver (emit_stage). */
 #include "cli.h"
 #include "codegen/driver.h"
 #include "runtime/rt.h"
@@ -69,150 +71,179 @@ static int write_out(const char *path, const void *data, size_t len) {
   return 0;
 }
 
-int cmd_build(int argc, char **argv) {
-  CompileArgs ca = {.opt_level = 3};
-  const char *out = NULL, *emit = NULL, *v;
+/* The AOT package (plan and cubin), through the public API. */
+static int build_aot(const CompileArgs *ca, const char *out) {
+  ffn_options *o;
+  ffn_program *p = NULL;
+  ffn_status s = cli_options(ca, &o);
+  if (s == FFN_OK) {
+    s = ffn_program_compile_file(ca->file, o, &p);
+    ffn_options_destroy(o);
+  }
+  if (s == FFN_OK)
+    s = ffn_program_save(p, out);
+  if (s != FFN_OK) {
+    const char *e = ffn_last_error();
+    if (s == FFN_ERR_SOURCE)
+      fputs(e, stderr); /* diagnostics, already formatted */
+    else
+      cli_error("%s", e);
+  }
+  ffn_program_destroy(p);
+  return status_exit(s);
+}
+
+/* The arch of device 0, or sm_90 where there is none. (The same rule as the runtime's
+ * default_arch in runtime/api.c, which is not exported.) */
+static int device_arch(void) {
+  char why[256];
+  if (ffn_device_count(why, sizeof why) <= 0)
+    return 90;
+  const CuApi *cu = cu_api(NULL, 0);
+  CUdevice d;
+  int major = 9, minor = 0;
+  if (cu->cuDeviceGet(&d, 0) == CUDA_SUCCESS) {
+    cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d);
+    cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d);
+  }
+  return major * 10 + minor;
+}
+
+/* Text (IR or plan) printed by a function into memory, then written out. */
+static int write_printed(const char *out, const Graph *g, const Plan *plan) {
+  char *buf;
+  size_t blen;
+  FILE *m = open_memstream(&buf, &blen);
+  if (g)
+    ir_print(g, m);
+  else
+    plan_print(plan, m);
+  fclose(m);
+  int rc = write_out(out, buf, blen);
+  free(buf);
+  return rc;
+}
+
+/* -O0 --emit ir: the front end's IR, untouched by any pass. */
+static int emit_frontend_ir(const CompileArgs *ca, const char *text, size_t len, const char *out, Diags *d) {
+  FrontendOptions fo = {ca->prec, ca->nprec, ca->fuse, ca->nfuse};
+  Graph *g = frontend_compile_string(text, len, ca->file, &fo, d);
+  if (!g)
+    return EXIT_USER;
+  int rc = write_printed(out, g, NULL);
+  graph_destroy(g);
+  return rc;
+}
+
+/* --emit ptx|cubin: the generated source compiled by NVRTC. */
+static int emit_image(const CompileArgs *ca, const Plan *plan, bool ptx, const char *out) {
+  Image img;
+  ffn_status s = nvrtc_compile(plan->cuda_source, ca->file, plan->arch, ptx, &img);
+  if (s != FFN_OK) {
+    cli_error("%s", ffn_last_error());
+    return status_exit(s);
+  }
+  int rc = write_out(out, img.image, ptx ? strlen(img.image) : img.size);
+  free(img.image);
+  return rc;
+}
+
+/* One stage of the compiler (--emit) for arch sm, through the internal driver. */
+static int emit_stage(const CompileArgs *ca, const char *emit, int sm, const char *text, size_t len, const char *out,
+                      Diags *d) {
+  if (strcmp(emit, "ir") == 0 && ca->opt_level == 0 && !ca->dump_after)
+    return emit_frontend_ir(ca, text, len, out, d);
+  DriverOptions o = {.sm = sm, .opt_level = ca->opt_level, .prec = ca->prec, .nprec = ca->nprec, .fuse = ca->fuse,
+                     .nfuse = ca->nfuse, .dump_after = ca->dump_after, .dump = stdout};
+  Graph *g = NULL;
+  Plan *plan = NULL;
+  bool ir = strcmp(emit, "ir") == 0;
+  int rc;
+  if (driver_compile(text, len, ca->file, &o, d, ir ? NULL : &plan, &g) != 0)
+    rc = EXIT_USER;
+  else if (ir || strcmp(emit, "plan") == 0)
+    rc = write_printed(out, ir ? g : NULL, plan);
+  else if (strcmp(emit, "cuda") == 0)
+    rc = write_out(out, plan->cuda_source, strlen(plan->cuda_source));
+  else
+    rc = emit_image(ca, plan, strcmp(emit, "ptx") == 0, out);
+  graph_destroy(g);
+  plan_destroy(plan);
+  return rc;
+}
+
+static void build_usage(void) {
+  printf("usage: ffnc build FILE.ffn -o OUT [--arch sm_XX] [--emit ir|cuda|plan|ptx|cubin] [-O0..-O3]\n"
+         "                  [--precision KEY=TYPE]... [--ffn-fusion A..B] [--dump-ir-after=PASS]\n"
+         "Compiles FILE ahead of time. Without --emit, OUT is what a host program needs to run the model with\n"
+         "no compiler at run time (the launch plan and a cubin for the arch), loaded by\n"
+         "ffn_program_load(). --emit writes one stage instead: ir (the IR after the passes of this -O level;\n"
+         "-O0 prints the front end's IR), cuda (generated source), plan (launch plan, text), ptx or cubin.\n"
+         "`-o -` writes to standard output. --arch defaults to the GPU's, or sm_90 without one.\n"
+         "PASS is one of frontend canon normfold gateup fuse precision all.\n");
+}
+
+/* Parses the command line; returns -1 to go on, else the exit status. */
+static int parse_build_args(int argc, char **argv, CompileArgs *ca, const char **out, const char **emit) {
+  const char *v;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--help") == 0) {
-      printf("usage: ffnc build FILE.ffn -o OUT [--arch sm_XX] [--emit ir|cuda|plan|ptx|cubin] [-O0..-O3]\n"
-             "                  [--precision KEY=TYPE]... [--ffn-fusion A..B] [--dump-ir-after=PASS]\n"
-             "Compiles FILE ahead of time. Without --emit, OUT is what a host program needs to run the model with\n"
-             "no compiler at run time (the launch plan and a cubin for the arch), loaded by\n"
-             "ffn_program_load(). --emit writes one stage instead: ir (the IR after the passes of this -O level;\n"
-             "-O0 prints the front end's IR), cuda (generated source), plan (launch plan, text), ptx or cubin.\n"
-             "`-o -` writes to standard output. --arch defaults to the GPU's, or sm_90 without one.\n"
-             "PASS is one of frontend canon normfold gateup fuse precision all.\n");
+      build_usage();
       return 0;
     }
-    int r = cli_compile_option(argc, argv, &i, &ca);
+    int r = cli_compile_option(argc, argv, &i, ca);
     if (r < 0)
       return EXIT_USAGE;
     if (r)
       continue;
     if ((v = cli_value(argc, argv, &i, "-o")))
-      out = v;
+      *out = v;
     else if ((v = cli_value(argc, argv, &i, "--emit")))
-      emit = v;
-    else if (argv[i][0] == '-' || ca.file) {
+      *emit = v;
+    else if (argv[i][0] == '-' || ca->file) {
       cli_error("build: unexpected argument '%s'", argv[i]);
       return EXIT_USAGE;
     } else
-      ca.file = argv[i];
+      ca->file = argv[i];
   }
   const char *emits[] = {"ir", "cuda", "plan", "ptx", "cubin"};
-  bool known = !emit;
-  for (size_t i = 0; i < 5 && emit; i++)
-    known |= strcmp(emit, emits[i]) == 0;
+  bool known = !*emit;
+  for (size_t i = 0; i < 5 && *emit; i++)
+    known |= strcmp(*emit, emits[i]) == 0;
   if (!known) {
-    cli_error("build: --emit %s: expected ir, cuda, plan, ptx or cubin", emit);
+    cli_error("build: --emit %s: expected ir, cuda, plan, ptx or cubin", *emit);
     return EXIT_USAGE;
   }
-  if (!ca.file || !out) {
+  if (!ca->file || !*out) {
     cli_error("build: usage: ffnc build FILE.ffn -o OUT [--emit ir|cuda|plan|ptx|cubin]");
     return EXIT_USAGE;
   }
+  return -1;
+}
+
+int cmd_build(int argc, char **argv) {
+  CompileArgs ca = {.opt_level = 3};
+  const char *out = NULL, *emit = NULL;
+  int rc = parse_build_args(argc, argv, &ca, &out, &emit);
+  if (rc >= 0)
+    return rc;
   char err[512];
   int sm = 90;
   if (ca.arch && parse_arch(ca.arch, &sm, err, sizeof err) != 0) {
     cli_error("%s", err);
     return EXIT_USAGE;
   }
-  if (!emit) {
-    /* the AOT package, through the public API */
-    ffn_options *o;
-    ffn_program *p = NULL;
-    ffn_status s = cli_options(&ca, &o);
-    if (s == FFN_OK) {
-      s = ffn_program_compile_file(ca.file, o, &p);
-      ffn_options_destroy(o);
-    }
-    if (s == FFN_OK)
-      s = ffn_program_save(p, out);
-    if (s != FFN_OK) {
-      const char *e = ffn_last_error();
-      if (s == FFN_ERR_SOURCE)
-        fputs(e, stderr); /* diagnostics, already formatted */
-      else
-        cli_error("%s", e);
-    }
-    ffn_program_destroy(p);
-    return status_exit(s);
-  }
+  if (!emit)
+    return build_aot(&ca, out);
   char *text;
   size_t len;
   if (read_file(ca.file, &text, &len, err, sizeof err) != 0) {
     cli_error("%s", err);
     return EXIT_USER;
   }
-  if (!ca.arch) {
-    char why[256];
-    sm = 90;
-    if (ffn_device_count(why, sizeof why) > 0) {
-      const CuApi *cu = cu_api(NULL, 0);
-      CUdevice d;
-      int major = 9, minor = 0;
-      if (cu->cuDeviceGet(&d, 0) == CUDA_SUCCESS) {
-        cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d);
-        cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d);
-      }
-      sm = major * 10 + minor;
-    }
-  }
   Diags d;
   diags_init(&d);
-  DriverOptions o = {.sm = sm, .opt_level = ca.opt_level, .prec = ca.prec, .nprec = ca.nprec, .fuse = ca.fuse,
-                     .nfuse = ca.nfuse, .dump_after = ca.dump_after, .dump = stdout};
-  int rc = 0;
-  if (strcmp(emit, "ir") == 0 && ca.opt_level == 0 && !ca.dump_after) {
-    /* -O0: the front end's IR, untouched */
-    FrontendOptions fo = {ca.prec, ca.nprec, ca.fuse, ca.nfuse};
-    Graph *g = frontend_compile_string(text, len, ca.file, &fo, &d);
-    if (!g)
-      rc = EXIT_USER;
-    else {
-      char *buf;
-      size_t blen;
-      FILE *m = open_memstream(&buf, &blen);
-      ir_print(g, m);
-      fclose(m);
-      rc = write_out(out, buf, blen);
-      free(buf);
-      graph_destroy(g);
-    }
-  } else {
-    Graph *g = NULL;
-    Plan *plan = NULL;
-    bool need_plan = strcmp(emit, "ir") != 0;
-    if (driver_compile(text, len, ca.file, &o, &d, need_plan ? &plan : NULL, &g) != 0) {
-      rc = EXIT_USER;
-    } else if (strcmp(emit, "ir") == 0 || strcmp(emit, "plan") == 0) {
-      char *buf;
-      size_t blen;
-      FILE *m = open_memstream(&buf, &blen);
-      if (strcmp(emit, "ir") == 0)
-        ir_print(g, m);
-      else
-        plan_print(plan, m);
-      fclose(m);
-      rc = write_out(out, buf, blen);
-      free(buf);
-    } else if (strcmp(emit, "cuda") == 0) {
-      rc = write_out(out, plan->cuda_source, strlen(plan->cuda_source));
-    } else {
-      Image img;
-      bool ptx = strcmp(emit, "ptx") == 0;
-      ffn_status s = nvrtc_compile(plan->cuda_source, ca.file, plan->arch, ptx, &img);
-      if (s != FFN_OK) {
-        cli_error("%s", ffn_last_error());
-        rc = status_exit(s);
-      } else {
-        rc = write_out(out, img.image, ptx ? strlen(img.image) : img.size);
-        free(img.image);
-      }
-    }
-    graph_destroy(g);
-    plan_destroy(plan);
-  }
+  rc = emit_stage(&ca, emit, ca.arch ? sm : device_arch(), text, len, out, &d);
   if (d.len)
     fputs(d.text, stderr);
   diags_free(&d);

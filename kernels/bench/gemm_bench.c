@@ -1,5 +1,6 @@
-// gemm_bench.c: kernel-variant bench for kernels/gemm_sm80.cuh, kernels/gemm_sm90.cuh and
-// kernels/gemm_simt.cuh (llm.c dev/cuda style). Each variant is NVRTC-compiled the way ffnc compiles generated code
+// gemm_bench.c: kernel-variant bench for kernels/gemm_sm80.cuh, kernels/gemm_sm90.cuh,
+// kernels/gemm_simt.cuh and the persistent trial kernels/bench/gemm_sm90_persistent.cuh (llm.c
+// dev/cuda style). Each variant is NVRTC-compiled the way ffnc compiles generated code
 // (the templates passed as headers by file name, no CUDA headers), checked against an f64 CPU
 // reference on fresh random data with the output poisoned with NaN first, then timed with CUDA
 // events (median of many launches, inputs rotated across buffers larger than L2).
@@ -217,7 +218,10 @@ static void add_kernel(const ffn_gemm_config *c, int S, int stats, dtype t, int 
            "extern \"C\" __global__ void __launch_bounds__(%d, %d) %s(ffn::GemmArgs g, BenchEpi<%d, %d, %s> epi) {\n"
            "  extern __shared__ __align__(128) char smem[];\n  %s\n}\n",
            is_sm90(c) ? "#define FFN_SM90_WATCHDOG 1\n" : "",
-           is_sm90(c) ? "gemm_sm90.cuh" : c->kind == FFN_GEMM_SM80 ? "gemm_sm80.cuh" : "gemm_simt.cuh",
+           c->kind == FFN_GEMM_SM90P ? "gemm_sm90_persistent.cuh"
+           : c->kind == FFN_GEMM_SM90 ? "gemm_sm90.cuh"
+           : c->kind == FFN_GEMM_SM80 ? "gemm_sm80.cuh"
+                                      : "gemm_simt.cuh",
            c->threads, c->min_blocks, name, S, stats,
            dt_cxx[t], call);
 }
@@ -256,8 +260,12 @@ static void build_kernel_list(void) {
 
 // ---- NVRTC, with a cubin cache keyed by a hash of everything that goes into the compile ---------
 
-static const char *hdr_names[] = {"common.cuh", "gemm_sm80.cuh", "gemm_simt.cuh", "bench_epi.cuh", "gemm_sm90.cuh"};
-enum { NHDR = 5 };
+// bench_epi.cuh and gemm_sm90_persistent.cuh live here in kernels/bench/ (see bench_header),
+// the others in kernels/
+static const char *hdr_names[] = {"common.cuh",    "gemm_sm80.cuh", "gemm_simt.cuh",
+                                  "bench_epi.cuh", "gemm_sm90.cuh", "gemm_sm90_persistent.cuh"};
+enum { NHDR = 6 };
+static int bench_header(int i) { return i == 3 || i == 5; }
 static char *hdr_text[NHDR];
 
 static char *read_file(const char *path, size_t *size) {
@@ -1347,7 +1355,7 @@ int main(int argc, char **argv) {
 
   for (int i = 0; i < NHDR; i++) {
     char path[4400];
-    snprintf(path, sizeof path, "%s/%s%s", opt.kdir, i == 3 ? "bench/" : "", hdr_names[i]);
+    snprintf(path, sizeof path, "%s/%s%s", opt.kdir, bench_header(i) ? "bench/" : "", hdr_names[i]);
     if (!(hdr_text[i] = read_file(path, NULL))) {
       fprintf(stderr, "cannot read %s: %s\n", path, strerror(errno));
       return 2;

@@ -1,6 +1,6 @@
 // nvcc -cubin instantiation of the sm_90a configurations, for ptxas resource reports
 // (make -C kernels/bench resources). Not used by the bench itself, which goes through NVRTC.
-#include "gemm_sm90.cuh"
+#include "gemm_sm90_persistent.cuh" // includes gemm_sm90.cuh
 #include "bench_epi.cuh"
 using namespace ffn;
 #define SM90(NAME, BM, BN, ST, CWG, CTAS, S, STATS, T)                                                         \

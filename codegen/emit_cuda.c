@@ -1,0 +1,553 @@
+/* emit_cuda.c: the CUDA text of the kernels lower.c plans.
+ *
+ * A kernel is a small body of generated code plugged into a device template from kernels/:
+ *   GEMM groups: an epilogue functor (struct Epi_@) for the matrix-product template and one
+ *     __global__ entry point per tile configuration;
+ *   rowwise groups: a per-row loop (statistics first when the group holds a norm).
+ * '@' stands for the kernel's name until lower.c knows whether the text is new. Values are
+ * computed in f32; a node's value gets a variable once per scope (a row, or an element).
+ */
+#include "gen.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "kernels/gemm_host.h"
+
+/* ---- kernel bodies ---- */
+
+static int slot(Kgen *k, int tensor) {
+  for (int i = 0; i < k->nslots; i++)
+    if (k->slot_tensor[i] == tensor)
+      return i;
+  if (k->nslots == FFN_KARGS_SLOTS) {
+    char limit[16];
+    snprintf(limit, sizeof limit, "%d", FFN_KARGS_SLOTS);
+    fail(k->G, NULL, "a kernel reads more than %s tensors; split the expression", limit);
+    return 0;
+  }
+  k->slot_tensor[k->nslots] = tensor;
+  return k->nslots++;
+}
+
+static void literal(char *buf, size_t len, double v) {
+  float f = (float)v;
+  if (isnan(f))
+    snprintf(buf, len, "__int_as_float(0x7fc00000)");
+  else if (isinf(f))
+    snprintf(buf, len, "__int_as_float(%s)", f > 0 ? "0x7f800000" : "0xff800000");
+  else {
+    char t[64];
+    snprintf(t, sizeof t, "%.9g", (double)f);
+    bool point = strpbrk(t, ".e") != NULL;
+    snprintf(buf, len, "%s%sf", t, point ? "" : ".0");
+  }
+}
+
+/* The variables of one scope by node id: an open-addressing table sized to what the kernel
+ * uses (an array over the whole graph per scope made compile memory grow with the square of the
+ * model), freed with its kernel. */
+typedef struct {
+  int *ids; /* -1: empty */
+  const char **vars;
+  int cap, len;
+} Memo;
+
+static unsigned memo_hash(const Memo *m, int id) { return ((unsigned)id * 2654435761u) & (unsigned)(m->cap - 1); }
+
+static const char *memo_get(const Memo *m, int id) {
+  if (!m->cap)
+    return NULL;
+  for (unsigned h = memo_hash(m, id);; h = (h + 1) & (unsigned)(m->cap - 1)) {
+    if (m->ids[h] == id)
+      return m->vars[h];
+    if (m->ids[h] < 0)
+      return NULL;
+  }
+}
+
+static const char *memo_put(Memo *m, int id, const char *var);
+
+static void memo_grow(Memo *m) {
+  Memo old = *m;
+  m->cap = old.cap ? old.cap * 2 : 16;
+  m->len = 0;
+  m->ids = malloc(sizeof(int) * (size_t)m->cap);
+  m->vars = malloc(sizeof(char *) * (size_t)m->cap);
+  if (!m->ids || !m->vars)
+    abort();
+  for (int i = 0; i < m->cap; i++)
+    m->ids[i] = -1;
+  for (int i = 0; i < old.cap; i++)
+    if (old.ids[i] >= 0)
+      memo_put(m, old.ids[i], old.vars[i]);
+  free(old.ids);
+  free(old.vars);
+}
+
+/* Records var as node id's variable; returns var. */
+static const char *memo_put(Memo *m, int id, const char *var) {
+  if (2 * (m->len + 1) > m->cap)
+    memo_grow(m);
+  unsigned h = memo_hash(m, id);
+  while (m->ids[h] >= 0 && m->ids[h] != id)
+    h = (h + 1) & (unsigned)(m->cap - 1);
+  if (m->ids[h] < 0)
+    m->len++;
+  m->ids[h] = id;
+  m->vars[h] = var;
+  return var;
+}
+
+static void memo_free(Memo *m) {
+  free(m->ids);
+  free(m->vars);
+  *m = (Memo){0};
+}
+
+typedef enum { SC_ROW, SC_ELEM } ScopeKind;
+
+/* A scope of generated code: per row, or per element (inside the column loop). */
+typedef struct Scope {
+  ScopeKind kind;
+  struct Scope *parent; /* where per-row values live, for an element scope */
+  Buf *out;
+  const char *indent;
+  Memo memo;            /* node id -> variable in this scope */
+  const char *col;      /* column index expression */
+  int line;             /* the last #line emitted into out */
+} Scope;
+
+static bool is_row_shaped(Kgen *k, const Node *n) {
+  if (k->ncols == 1)
+    return false;
+  const Shape *s = &n->shape;
+  return s->rank >= 1 && s->d[s->rank - 1].sym < 0 && s->d[s->rank - 1].size == 1;
+}
+
+static void emit_line(Kgen *k, Scope *s, const Node *n) {
+  if (n->loc.line > 0 && k->G->g->file && n->loc.line != s->line) {
+    s->line = n->loc.line;
+    buf_printf(s->out, "#line %d \"", n->loc.line);
+    for (const char *p = k->G->g->file; *p; p++)
+      buf_printf(s->out, *p == '"' || *p == '\\' ? "\\%c" : "%c", *p);
+    buf_puts(s->out, "\"\n");
+  }
+}
+
+static const char *value(Kgen *k, Scope *s, Node *n);
+
+/* Read an operand that lives in memory (or is a scalar). */
+static const char *load(Kgen *k, Scope *s, Node *o) {
+  Graph *g = k->G->g;
+  const char *known = memo_get(&s->memo, o->id);
+  if (known)
+    return known;
+  if (o->op == OP_SCALAR) {
+    char lit[64];
+    literal(lit, sizeof lit, o->fval);
+    return memo_put(&s->memo, o->id, arena_strdup(g->arena, lit));
+  }
+  int t = gen_tensor_for(k->G, o);
+  const char *ty = tname(o->dtype);
+  if (t < 0 || !ty) {
+    fail(k->G, o, "reading %s tensors in a kernel is not supported", dtype_name(o->dtype));
+    return "0.f";
+  }
+  int sl = slot(k, t);
+  char idx[96];
+  const Shape *os = &o->shape;
+  bool full = shape_eq(os, &k->full), scalar = shape_is_static(os) && shape_static_numel(os) == 1;
+  if (scalar)
+    snprintf(idx, sizeof idx, "0");
+  else if (full && s->kind == SC_ELEM)
+    snprintf(idx, sizeof idx, "i");
+  else if (os->rank >= 1 && dim_eq(os->d[os->rank - 1], k->full.d[k->full.rank - 1]) && s->kind == SC_ELEM &&
+           !is_row_shaped(k, o))
+    snprintf(idx, sizeof idx, "%s", s->col); /* per column */
+  else
+    snprintf(idx, sizeof idx, "row"); /* per row */
+  char *var = arena_printf(g->arena, "l%d", k->nvars++);
+  buf_printf(s->out, "%sconst float %s = ffn::ld_%s(a->p[%d], %s);\n", s->indent, var, ty, sl, idx);
+  return memo_put(&s->memo, o->id, var);
+}
+
+static const char *unary_fmt(Node *n) {
+  switch (n->op) {
+  case OP_NEG: return "(-%s)";
+  case OP_RELU: return "fmaxf(%s, 0.0f)";
+  case OP_GELU: return "ffn::gelu(%s)";
+  case OP_GELU_TANH: return "ffn::gelu_tanh(%s)";
+  case OP_SILU: return "ffn::silu(%s)";
+  case OP_SIGMOID: return "ffn::sigmoid(%s)";
+  case OP_TANH: return "tanhf(%s)";
+  case OP_SQUARE: return "(%s * %s)";
+  case OP_CAST:
+    return n->dtype == DT_BF16 ? "ffn::round_bf16(%s)" : n->dtype == DT_F16 ? "ffn::round_f16(%s)" : "(%s)";
+  default: return NULL;
+  }
+}
+
+static const char *binary_op(Op op) {
+  switch (op) {
+  case OP_ADD: return "+";
+  case OP_SUB: return "-";
+  case OP_MUL: return "*";
+  case OP_DIV: return "/";
+  default: return "?";
+  }
+}
+
+/* Variable holding member n's value in scope s (emitting its computation if needed). Members
+ * that are statistics or norms are set up by the group's generator before this is called. */
+static const char *value(Kgen *k, Scope *s, Node *n) {
+  Graph *g = k->G->g;
+  if (n->group != k->gr->id)
+    return load(k, s, n);
+  const char *known = memo_get(&s->memo, n->id);
+  if (known)
+    return known;
+  if (s->parent && (known = memo_get(&s->parent->memo, n->id))) /* a per-row value (a statistic, say) */
+    return known;
+  if (s->kind == SC_ELEM && is_row_shaped(k, n) && s->parent)
+    return value(k, s->parent, n);
+  const char *args[3];
+  for (int i = 0; i < n->nargs && i < 3 && n->op != OP_SLICE; i++)
+    args[i] = value(k, s, n->args[i]);
+  char *var = arena_printf(g->arena, "t%d", k->nvars++);
+  char expr[512];
+  if (op_info[n->op].cls == OPC_UNARY) {
+    const char *fmt = unary_fmt(n);
+    if (n->op == OP_SQUARE)
+      snprintf(expr, sizeof expr, fmt, args[0], args[0]);
+    else
+      snprintf(expr, sizeof expr, fmt, args[0]);
+  } else if (op_info[n->op].cls == OPC_BINARY) {
+    snprintf(expr, sizeof expr, "(%s %s %s)", args[0], binary_op(n->op), args[1]);
+  } else if (n->op == OP_SLICE) {
+    /* reads its operand (in memory) at a column offset */
+    Node *o = n->args[0];
+    int t = gen_tensor_for(k->G, o);
+    int sl = slot(k, t);
+    int64_t ld = o->shape.d[o->shape.rank - 1].size;
+    snprintf(expr, sizeof expr, "ffn::ld_%s(a->p[%d], row * %lldLL + %lld + %s)", tname(o->dtype), sl, (long long)ld,
+             (long long)n->ival[0], s->col);
+  } else {
+    fail(k->G, n, "internal error: %s reached the elementwise generator", op_info[n->op].name);
+    return "0.f";
+  }
+  emit_line(k, s, n);
+  buf_printf(s->out, "%sconst float %s = %s;\n", s->indent, var, expr);
+  return memo_put(&s->memo, n->id, var);
+}
+
+/* Stores of the group's stored members, given their variables in element scope `es` (or, for
+ * per-row members, in row scope `rs`). */
+static void emit_stores_rowwise(Kgen *k, Scope *es, Scope *rs, Buf *out, const char *indent) {
+  /* values first, then the stored tensors' slots: a kernel's operands come before its results
+   * in KArgs.p[] (PlanKernel.op relies on it) */
+  for (int i = 0; i < k->gr->stores.len; i++) {
+    Node *n = k->gr->stores.items[i];
+    const char *v = is_row_shaped(k, n) ? value(k, rs, n) : value(k, es, n);
+    int sl = slot(k, gen_tensor_for(k->G, n));
+    const char *ty = tname(n->dtype);
+    if (is_row_shaped(k, n))
+      buf_printf(out, "%sif (threadIdx.x == 0) ffn::st_%s(a->p[%d], row, %s);\n", indent, ty, sl, v);
+    else
+      buf_printf(out, "%sffn::st_%s(a->p[%d], i, %s);\n", indent, ty, sl, v);
+  }
+}
+
+/* ---- GEMM groups ---- */
+
+static const char *stat_expr(Kgen *k, Node *n, char *buf, size_t len) {
+  long long K = (long long)k->gr->a->shape.d[k->gr->a->shape.rank - 1].size;
+  char eps[64];
+  literal(eps, sizeof eps, n->fval);
+  if (n->op == OP_RMS_RSTD)
+    snprintf(buf, len, "1.0f / sqrtf(rsumsq / %lld.0f + %s)", K, eps);
+  else if (n->op == OP_LN_MEAN)
+    snprintf(buf, len, "(rsum / %lld.0f)", K);
+  else
+    snprintf(buf, len, "1.0f / sqrtf(fmaxf(rsumsq / %lld.0f - (rsum / %lld.0f) * (rsum / %lld.0f), 0.0f) + %s)", K, K, K,
+             eps);
+  return buf;
+}
+
+static void gen_epilogue(Kgen *k, Buf *out) {
+  Group *gr = k->gr;
+  Gen *G = k->G;
+  Buf rowb = {0}, elb = {0};
+  Scope rs = {.kind = SC_ROW, .out = &rowb, .indent = "    ", .col = "col"};
+  Scope es = {.kind = SC_ELEM, .parent = &rs, .out = &elb, .indent = "        ", .col = "(col + e)"};
+  bool n_even = k->ncols % 2 == 0;
+  /* the stream values, and the statistics of A's rows */
+  for (int s = 0; s < gr->streams; s++) {
+    char *v = arena_printf(G->g->arena, "v[%d][e]", s);
+    memo_put(&es.memo, gr->stream[s]->id, v);
+  }
+  for (int i = 0; i < gr->nodes.len; i++) {
+    Node *n = gr->nodes.items[i];
+    if (n->op == OP_RMS_RSTD || n->op == OP_LN_MEAN || n->op == OP_LN_RSTD) {
+      char expr[256], *var = arena_printf(G->g->arena, "t%d", k->nvars++);
+      emit_line(k, &rs, n);
+      buf_printf(&rowb, "    const float %s = %s;\n", var, stat_expr(k, n, expr, sizeof expr));
+      memo_put(&rs.memo, n->id, var);
+    }
+  }
+  /* compute every stored member (and what it needs), element by element */
+  Buf stores = {0};
+  for (int i = 0; i < gr->stores.len; i++) {
+    Node *n = gr->stores.items[i];
+    const char *ty = tname(n->dtype);
+    if (!ty) {
+      fail(G, n, "storing %s values is not supported by the GPU code generator yet", dtype_name(n->dtype));
+      continue;
+    }
+    /* the value first, then the stored tensor's slot: operands come before results */
+    const char *v = is_row_shaped(k, n) ? value(k, &rs, n) : value(k, &es, n);
+    int sl = slot(k, gen_tensor_for(G, n));
+    if (is_row_shaped(k, n)) {
+      buf_printf(&stores, "    if (col == 0) ffn::st_%s(a->p[%d], row, %s);\n", ty, sl, v);
+      continue;
+    }
+    buf_printf(&elb, "        o%d[e] = %s;\n", i, v);
+    if (n_even)
+      buf_printf(&stores,
+                 "    if (ncols == 2) ffn::st2_%s(a->p[%d], base, o%d[0], o%d[1]);\n"
+                 "    else ffn::st_%s(a->p[%d], base, o%d[0]);\n",
+                 ty, sl, i, i, ty, sl, i);
+    else
+      buf_printf(&stores, "    for (int e = 0; e < ncols; ++e) ffn::st_%s(a->p[%d], base + e, o%d[e]);\n", ty, sl, i);
+  }
+  buf_printf(out,
+             "  __device__ __forceinline__ void operator()(int row, int col, int ncols, const float (&v)[%d][2],\n"
+             "                                             float rsum, float rsumsq) const {\n"
+             "    (void)rsum; (void)rsumsq;\n"
+             "    const long long base = (long long)row * %lldLL + col;\n",
+             gr->streams, (long long)k->ncols);
+  buf_puts(out, rowb.s ? rowb.s : "");
+  for (int i = 0; i < gr->stores.len; i++)
+    buf_printf(out, "    float o%d[2] = {0.f, 0.f};\n", i);
+  buf_puts(out, "#pragma unroll\n    for (int e = 0; e < 2; ++e) {\n      if (e < ncols) {\n"
+                "        const long long i = base + e;\n        (void)i;\n");
+  buf_puts(out, elb.s ? elb.s : "");
+  buf_puts(out, "      }\n    }\n");
+  buf_puts(out, stores.s ? stores.s : "");
+  buf_puts(out, "  }\n");
+  buf_free(&rowb);
+  buf_free(&elb);
+  buf_free(&stores);
+  memo_free(&rs.memo);
+  memo_free(&es.memo);
+}
+
+void emit_gemm_functor(Kgen *k, Buf *body) {
+  slot(k, gen_tensor_for(k->G, k->gr->a));
+  slot(k, gen_tensor_for(k->G, k->gr->b_nk));
+  buf_printf(body, "struct Epi_@ {\n  const ffn::KArgs *a;\n");
+  gen_epilogue(k, body);
+  buf_puts(body, "};\n");
+}
+
+/* The template's arguments after its tile sizes (S, STATS, the element type...): each template
+ * orders them its own way (kernels/gemm_host.h). */
+static void gemm_template_args(Kgen *k, const ffn_gemm_config *c, int stats, char *params, size_t len) {
+  DType t = k->gr->a->dtype;
+  const char *ctype = t == DT_BF16 ? "ffn::bf16" : t == DT_F16 ? "ffn::f16" : "float";
+  ffn_gemm_template_args(c, k->gr->streams, stats, ctype, params, len);
+}
+
+void emit_gemm_entry(Kgen *k, const ffn_gemm_config *c, bool ext, Buf *body) {
+  Group *gr = k->gr;
+  int64_t K = gr->a->shape.d[gr->a->shape.rank - 1].size;
+  const char *tmpl = c->kind == FFN_GEMM_SM80   ? "gemm_sm80"
+                     : c->kind == FFN_GEMM_SM90 ? "gemm_sm90"
+                                                : "gemm_simt";
+  char params[160];
+  gemm_template_args(k, c, ext ? 0 : gr->stats, params, sizeof params);
+  char epi[128];
+  if (ext)
+    snprintf(epi, sizeof epi, "ffn::WithRowStats<Epi_@, %d>{epi, a.rowstats}", gr->streams);
+  else
+    snprintf(epi, sizeof epi, "epi");
+  buf_printf(body,
+             "extern \"C\" __global__ void __launch_bounds__(%d, %d) @_%s(const __grid_constant__ ffn::KArgs a) {\n"
+             "  extern __shared__ __align__(128) char smem[];\n"
+             "  ffn::GemmArgs g;\n"
+             "  g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = %lld; g.K = %lld;\n"
+             "  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters;\n"
+             "  const Epi_@ epi{&a};\n"
+             "  ffn::%s<%s>(g, %s, smem);\n}\n",
+             c->threads, c->min_blocks, c->name, (long long)k->ncols, (long long)K, tmpl, params, epi);
+}
+
+/* body with every '@' replaced by the kernel's name. */
+static void put_named(Buf *out, const char *name, const char *body) {
+  for (const char *p = body; *p; p++) {
+    if (*p == '@')
+      buf_puts(out, name);
+    else
+      buf_printf(out, "%c", *p);
+  }
+}
+
+void emit_gemm_text(Kgen *k, const char *name, bool tc, const char *body) {
+  Group *gr = k->gr;
+  Gen *G = k->G;
+  long long K = (long long)gr->a->shape.d[gr->a->shape.rank - 1].size;
+  buf_printf(&G->src, "\n// kernel %s: GEMM, %d stream%s of %lld columns, K = %lld, %s; from %s:%d\n", name,
+             gr->streams, gr->streams > 1 ? "s" : "", (long long)k->ncols, K, tc ? "tensor cores" : "FMA",
+             G->g->file ? G->g->file : "?", gr->mm->loc.line);
+  put_named(&G->src, name, body);
+}
+
+/* ---- rowwise groups ---- */
+
+static bool is_stat_or_norm(Op op) {
+  return op == OP_RMS_RSTD || op == OP_LN_MEAN || op == OP_LN_RSTD || op == OP_RMSNORM || op == OP_LAYERNORM;
+}
+
+/* Opens the loop of a block's threads over the columns of a row (indented for the row loop). */
+static void open_col_loop(Buf *out, long long N) {
+  buf_printf(out, "    for (int col = threadIdx.x; col < %lld; col += blockDim.x) {\n", N);
+  buf_printf(out, "      const long long i = row * %lldLL + col;\n      (void)i;\n", N);
+}
+
+/* Block-wide sum over the row of `term` (computed by the code in pass) into float `var`. */
+static void emit_row_sum(Buf *out, long long N, const char *var, const char *pass, const char *term) {
+  open_col_loop(out, N);
+  buf_puts(out, pass ? pass : "");
+  buf_printf(out, "      %s += %s;\n    }\n", var, term);
+  buf_printf(out, "    %s = ffn::block_sum(%s, red);\n", var, var);
+}
+
+/* x, the operand of statistic or norm n, computed in a column loop of its own. */
+static const char *stat_operand(Kgen *k, Node *n, Buf *pass) {
+  Scope ps = {.kind = SC_ELEM, .out = pass, .indent = "      ", .col = "col"};
+  const char *x = value(k, &ps, n->args[0]);
+  memo_free(&ps.memo);
+  return x;
+}
+
+/* The statistics of norm or statistic n: rstd<id> (and mean<id> for layernorm), one pass over
+ * the row for the sum of squares, two for layernorm (the variance around the mean, as the
+ * reference computes it). Returns id. */
+static int emit_row_stats(Kgen *k, Buf *rowb, Node *n, bool ln) {
+  long long N = (long long)k->ncols;
+  Buf pass = {0};
+  const char *x = stat_operand(k, n, &pass);
+  int id = k->nvars++;
+  char eps[64], var[32], term[160];
+  literal(eps, sizeof eps, n->fval);
+  snprintf(var, sizeof var, "s%d", id);
+  snprintf(term, sizeof term, ln ? "%s" : "%s * %s", x, x);
+  buf_printf(rowb, "    float s%d = 0.f;\n", id);
+  emit_row_sum(rowb, N, var, pass.s, term);
+  buf_free(&pass);
+  if (!ln) {
+    buf_printf(rowb, "    const float rstd%d = 1.0f / sqrtf(s%d / %lld.0f + %s);\n", id, id, N, eps);
+    return id;
+  }
+  Buf pass2 = {0};
+  const char *x2 = stat_operand(k, n, &pass2);
+  buf_printf(rowb, "    const float mean%d = s%d / %lld.0f;\n    float q%d = 0.f;\n", id, id, N, id);
+  open_col_loop(rowb, N);
+  buf_puts(rowb, pass2.s ? pass2.s : "");
+  buf_printf(rowb, "      const float d = %s - mean%d;\n      q%d += d * d;\n    }\n", x2, id, id);
+  buf_printf(rowb, "    q%d = ffn::block_sum(q%d, red);\n", id, id);
+  buf_printf(rowb, "    const float rstd%d = 1.0f / sqrtf(q%d / %lld.0f + %s);\n", id, id, N, eps);
+  buf_free(&pass2);
+  return id;
+}
+
+/* Per-row code: the statistics first. A statistic's own value goes into row scope rs; a norm is
+ * per element, so its statistics' names wait in the node (n->aux: rstd, mean) for emit_norms. */
+static void emit_row_part(Kgen *k, Scope *rs) {
+  Arena *arena = k->G->g->arena;
+  for (int i = 0; i < k->gr->nodes.len; i++) {
+    Node *n = k->gr->nodes.items[i];
+    if (!is_stat_or_norm(n->op))
+      continue;
+    bool ln = n->op == OP_LAYERNORM || n->op == OP_LN_MEAN || n->op == OP_LN_RSTD;
+    int id = emit_row_stats(k, rs->out, n, ln);
+    char *var = arena_printf(arena, "t%d", k->nvars++);
+    if (n->op == OP_RMS_RSTD || n->op == OP_LN_RSTD)
+      buf_printf(rs->out, "    const float %s = rstd%d;\n", var, id);
+    else if (n->op == OP_LN_MEAN)
+      buf_printf(rs->out, "    const float %s = mean%d;\n", var, id);
+    else {
+      char **st = n->aux = arena_alloc(arena, sizeof(char *) * 2);
+      st[0] = arena_printf(arena, "rstd%d", id);
+      st[1] = ln ? arena_printf(arena, "mean%d", id) : NULL;
+      continue;
+    }
+    memo_put(&rs->memo, n->id, var);
+  }
+}
+
+/* Norms, per element: x * rstd * g (+ b), or (x - mean) * rstd * g (+ b). */
+static void emit_norms(Kgen *k, Scope *es) {
+  for (int i = 0; i < k->gr->nodes.len; i++) {
+    Node *n = k->gr->nodes.items[i];
+    if (n->op != OP_RMSNORM && n->op != OP_LAYERNORM)
+      continue;
+    char **st = n->aux;
+    const char *x = value(k, es, n->args[0]), *gain = value(k, es, n->args[1]);
+    const char *bias = n->nargs == 3 ? value(k, es, n->args[2]) : NULL;
+    char *var = arena_printf(k->G->g->arena, "t%d", k->nvars++);
+    emit_line(k, es, n);
+    if (st[1])
+      buf_printf(es->out, "      const float %s = (%s - %s) * %s * %s", var, x, st[1], st[0], gain);
+    else
+      buf_printf(es->out, "      const float %s = %s * %s * %s", var, x, st[0], gain);
+    buf_printf(es->out, "%s%s;\n", bias ? " + " : "", bias ? bias : "");
+    memo_put(&es->memo, n->id, var);
+  }
+}
+
+void emit_rowwise_kernel(Kgen *k, int threads, Buf *body) {
+  Buf rowb = {0}, elb = {0}, stores = {0};
+  Scope rs = {.kind = SC_ROW, .out = &rowb, .indent = "    ", .col = "col"};
+  emit_row_part(k, &rs);
+  Scope es = {.kind = SC_ELEM, .parent = &rs, .out = &elb, .indent = "      ", .col = "col"};
+  emit_norms(k, &es);
+  emit_stores_rowwise(k, &es, &rs, &stores, "      ");
+  buf_printf(body, "extern \"C\" __global__ void __launch_bounds__(%d) @(const __grid_constant__ ffn::KArgs args) {\n",
+             threads);
+  buf_puts(body, "  __shared__ float red[64];\n  (void)red;\n  const ffn::KArgs *a = &args;\n"
+                 "  for (long long row = blockIdx.x; row < a->m; row += gridDim.x) {\n");
+  buf_puts(body, rowb.s ? rowb.s : "");
+  open_col_loop(body, (long long)k->ncols);
+  buf_puts(body, elb.s ? elb.s : "");
+  buf_puts(body, stores.s ? stores.s : "");
+  buf_puts(body, "    }\n  }\n}\n");
+  buf_free(&rowb);
+  buf_free(&elb);
+  buf_free(&stores);
+  memo_free(&rs.memo);
+  memo_free(&es.memo);
+}
+
+void emit_rowwise_text(Kgen *k, const char *name, const char *body) {
+  buf_printf(&k->G->src, "\n// kernel %s: rowwise over [%s, %lld]\n", name, "M", (long long)k->ncols);
+  put_named(&k->G->src, name, body);
+}
+
+/* ---- the whole program ---- */
+
+void emit_prelude(Gen *G) {
+  buf_printf(&G->src, "// generated by ffnc %s for %s, target sm_%d; do not edit\n", FFNC_VERSION,
+             G->g->file ? G->g->file : "?", G->c->arch);
+  buf_puts(&G->src, "// element-type and op codes shared with the host (ir/ir.h)\n");
+#define X(e, n, b, st, f) buf_printf(&G->src, "#define DT_%s %d\n", #e, DT_##e);
+  FFN_DTYPES(X)
+#undef X
+#define OP(e, name, mn, mx, cls) buf_printf(&G->src, "#define OP_%s %d\n", #e, OP_##e);
+#include "ir/ops.def"
+#undef OP
+  buf_puts(&G->src, "#include \"ewise.cuh\"\n#include \"gemm_sm80.cuh\"\n#include \"gemm_simt.cuh\"\n#include \"prep.cuh\"\n");
+  if (G->c->arch == 90)
+    buf_puts(&G->src, "#include \"gemm_sm90.cuh\"\n");
+}
+

@@ -1,0 +1,110 @@
+/* gen.h: what the two halves of the CUDA code generator share (internal to codegen/).
+ *
+ *   lower.c      kernel groups -> the Plan: tensors, load-time steps, one kernel per group
+ *                (kernels with identical text merged), the tile configurations a GEMM is
+ *                compiled in, launch steps and copies; the entry point codegen_cuda()
+ *   emit_cuda.c  the CUDA text: the prelude, GEMM epilogue functors and entry points, rowwise
+ *                kernel bodies
+ *
+ * Tensor pointers reach a kernel through KArgs.p[], in the order the launch step lists them
+ * (Kgen.slot_tensor); everything else (N, K, eps...) is a compile-time constant in the text.
+ */
+#ifndef FFNC_CODEGEN_GEN_H
+#define FFNC_CODEGEN_GEN_H
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "codegen.h"
+
+/* Appends room for one element to a realloc'd array, doubling it when full. */
+#define GROW(arr, len, cap)                                       \
+  do {                                                            \
+    if ((len) == (cap)) {                                         \
+      (cap) = (cap) ? (cap) * 2 : 16;                             \
+      void *p_ = realloc((arr), sizeof(*(arr)) * (size_t)(cap));  \
+      if (!p_)                                                    \
+        abort();                                                  \
+      (arr) = p_;                                                 \
+    }                                                             \
+  } while (0)
+
+typedef struct {
+  char *body; /* generated text without the kernel's name */
+  int kernel;
+} Dedup;
+
+/* The program being generated. */
+typedef struct {
+  Compile *c;
+  Graph *g;
+  int *tensor_of; /* node id -> plan tensor, -1 */
+  PlanTensor *tensors;
+  int nt, capt;
+  PrepStep *prep;
+  int nprep, capprep;
+  PlanKernel *kernels;
+  int nk, capk;
+  PlanStep *steps;
+  int nsteps, capsteps;
+  Dedup *dedup;
+  int ndedup, capdedup;
+  Buf src; /* the CUDA source */
+  int rc;
+} Gen;
+
+/* Per-group state while generating one kernel. */
+typedef struct {
+  Gen *G;
+  Group *gr;
+  int slot_tensor[FFN_KARGS_SLOTS]; /* KArgs.p[i] -> plan tensor */
+  int nslots;
+  int nvars;           /* generated variables so far (their names' numbers) */
+  Shape full;          /* the group's element shape */
+  int64_t ncols;       /* its last dim */
+} Kgen;
+
+/* Reports an error at n (without a location if n has none) and fails the generation. */
+static inline int fail(Gen *G, const Node *n, const char *fmt, const char *arg) {
+  char msg[256];
+  snprintf(msg, sizeof msg, fmt, arg);
+  if (n && n->loc.line)
+    diag_error(G->c->diags, G->c->src, n->loc, "%s", msg);
+  else
+    diag_plain(G->c->diags, "%s", msg);
+  G->rc = -1;
+  return -1;
+}
+
+static inline const char *tname(DType t) { /* storage suffix of ld_/st_ helpers */
+  switch (t) {
+  case DT_F32: return "f32";
+  case DT_BF16: return "bf16";
+  case DT_F16: return "f16";
+  default: return NULL;
+  }
+}
+
+/* ---- lower.c ---- */
+
+/* The plan tensor holding node n's value (created on first use; constants get their load-time
+ * step); -1 after an error. */
+int gen_tensor_for(Gen *G, Node *n);
+
+/* ---- emit_cuda.c ---- */
+
+/* The head of the source: version, the dtype and op codes, the device templates. */
+void emit_prelude(Gen *G);
+/* `struct Epi_@`: the epilogue functor of GEMM group k->gr. Assigns A and B the first two slots
+ * (the entry points read them there), then the epilogue's operands and results. */
+void emit_gemm_functor(Kgen *k, Buf *body);
+/* The __global__ entry point of GEMM k for tile configuration c; ext: A's row statistics come
+ * from ffn_row_stats instead of the GEMM. */
+void emit_gemm_entry(Kgen *k, const ffn_gemm_config *c, bool ext, Buf *body);
+/* The __global__ function of rowwise group k->gr, for blocks of `threads` threads per row. */
+void emit_rowwise_kernel(Kgen *k, int threads, Buf *body);
+/* Kernel text into the program: a heading comment, then body with '@' replaced by name. */
+void emit_gemm_text(Kgen *k, const char *name, bool tc, const char *body);
+void emit_rowwise_text(Kgen *k, const char *name, const char *body);
+
+#endif

@@ -1,0 +1,322 @@
+/* lower.c: kernel groups -> the Plan that runs them.
+ *
+ * Each group becomes one kernel (its text from emit_cuda.c):
+ *   GEMM groups: the matrix-product template (gemm_sm80.cuh for f16/bf16 with K % 8 == 0,
+ *     gemm_sm90.cuh above 64 rows on sm_90, gemm_simt.cuh otherwise), one variant per tile
+ *     configuration (decode / small / prefill), chosen by the runtime from M;
+ *   rowwise groups: a per-row loop.
+ * Kernels whose generated text is identical (the same block inlined in every layer) are
+ * emitted once. Constant tensors the kernels read are computed by load-time prep steps.
+ */
+#include "gen.h"
+
+#include <string.h>
+
+#include "kernels/gemm_host.h"
+#include "passes/memplan.h"
+
+/* ---- tensors ---- */
+
+static int new_tensor(Gen *G, PlanTensorKind kind, const Node *n) {
+  GROW(G->tensors, G->nt, G->capt);
+  PlanTensor *t = &G->tensors[G->nt];
+  *t = (PlanTensor){.kind = kind, .dtype = n->dtype, .rank = n->shape.rank, .first = -1, .last = -1};
+  memcpy(t->dims, n->shape.d, sizeof(Dim) * (size_t)n->shape.rank);
+  return G->nt++;
+}
+
+static int prep_step(Gen *G, Node *n);
+
+int gen_tensor_for(Gen *G, Node *n) {
+  if (G->tensor_of[n->id] >= 0)
+    return G->tensor_of[n->id];
+  int t;
+  if (n->op == OP_INPUT) {
+    t = new_tensor(G, PT_INPUT, n);
+    G->tensors[t].index = (int)n->ival[0];
+    G->tensors[t].name = n->name;
+  } else if (n->op == OP_WEIGHT) {
+    t = new_tensor(G, PT_WEIGHT, n);
+    G->tensors[t].name = n->name;
+  } else if (ir_is_const(n)) {
+    t = prep_step(G, n);
+  } else {
+    t = new_tensor(G, PT_SCRATCH, n);
+  }
+  G->tensor_of[n->id] = t;
+  return t;
+}
+
+/* A load-time step computing const node n; returns its tensor. */
+static int prep_step(Gen *G, Node *n) {
+  int args[8];
+  if (n->nargs > 8)
+    return fail(G, n, "a load-time %s with more than 8 operands is not supported", op_info[n->op].name);
+  for (int i = 0; i < n->nargs; i++) {
+    args[i] = gen_tensor_for(G, n->args[i]);
+    if (args[i] < 0)
+      return -1;
+  }
+  switch (n->op) {
+  case OP_SCALAR:
+  case OP_TRANSPOSE:
+  case OP_SLICE:
+  case OP_CONCAT:
+  case OP_ROWSUM:
+  case OP_MATMUL:
+    break;
+  case OP_INTERLEAVE:
+    if (n->nargs != 1)
+      return fail(G, n, "a load-time %s of several operands is not supported", "interleave");
+    break;
+  default:
+    if (!is_elementwise(n) || !tname(n->dtype))
+      return fail(G, n, "computing %s at load time is not supported", op_info[n->op].name);
+  }
+  if (n->op == OP_MATMUL && (n->args[0]->shape.rank > 2))
+    return fail(G, n, "a load-time matrix product of rank > 2 is not supported%s", "");
+  /* the prep kernels compute in double and store f32/f16/bf16; slices and concatenations are
+   * byte copies of any type */
+  if (!tname(n->dtype) && n->op != OP_SLICE && n->op != OP_CONCAT)
+    return fail(G, n, "computing %s values at load time is not supported", dtype_name(n->dtype));
+  int t = new_tensor(G, PT_DERIVED, n);
+  GROW(G->prep, G->nprep, G->capprep);
+  PrepStep *s = &G->prep[G->nprep++];
+  *s = (PrepStep){.op = n->op, .out = t, .nargs = n->nargs, .ival = {n->ival[0], n->ival[1]}, .fval = n->fval};
+  memcpy(s->args, args, sizeof(int) * (size_t)n->nargs);
+  return t;
+}
+
+/* ---- kernels and dedup ---- */
+
+/* The kernel with this generated text: an existing one (*is_new false) or a new one. */
+static int add_kernel(Gen *G, const char *body, PlanKernel *pk, bool *is_new) {
+  *is_new = false;
+  for (int i = 0; i < G->ndedup; i++)
+    if (strcmp(G->dedup[i].body, body) == 0)
+      return G->dedup[i].kernel;
+  GROW(G->kernels, G->nk, G->capk);
+  int idx = G->nk++;
+  G->kernels[idx] = *pk;
+  GROW(G->dedup, G->ndedup, G->capdedup);
+  G->dedup[G->ndedup++] = (Dedup){strdup(body), idx};
+  *is_new = true;
+  return idx;
+}
+
+static void add_step(Gen *G, int kernel, Kgen *k, const Shape *rows_of) {
+  GROW(G->steps, G->nsteps, G->capsteps);
+  PlanStep *s = &G->steps[G->nsteps++];
+  *s = (PlanStep){.kind = STEP_LAUNCH, .kernel = kernel, .nargs = k->nslots};
+  memcpy(s->args, k->slot_tensor, sizeof(int) * (size_t)k->nslots);
+  s->nrowdims = rows_of->rank ? rows_of->rank - 1 : 0;
+  memcpy(s->rowdims, rows_of->d, sizeof(Dim) * (size_t)s->nrowdims);
+}
+
+/* ---- GEMM groups ---- */
+
+/* Whether tile configuration c is compiled for a GEMM: tensor cores (tc) for 16-bit types with
+ * 16-byte rows, f32 (and odd K) on the FMA path. On sm_90 the wgmma kernels take M > 64; at
+ * decode sizes the mma.sync ones are as fast or faster (kernels/NOTES.md), so both kinds are
+ * compiled and the runtime picks by M. */
+static bool config_used(const ffn_gemm_config *c, bool tc, bool hopper) {
+  bool small = c->max_m > 0 && c->max_m <= 64;
+  if (!tc)
+    return c->kind == FFN_GEMM_SIMT;
+  if (hopper)
+    return (c->kind == FFN_GEMM_SM80 && small) || (c->kind == FFN_GEMM_SM90 && !small);
+  return c->kind == FFN_GEMM_SM80;
+}
+
+/* The GEMM kernel's description, and its text in body: the epilogue functor, then an entry
+ * point per tile configuration. */
+static PlanKernel gemm_kernel(Kgen *k, Buf *body) {
+  Group *gr = k->gr;
+  DType t = gr->a->dtype;
+  int64_t K = gr->a->shape.d[gr->a->shape.rank - 1].size;
+  bool tc = (t == DT_BF16 || t == DT_F16) && K % 8 == 0;
+  PlanKernel pk = {.kind = KK_GEMM, .n = k->ncols, .k = K, .streams = gr->streams, .splittable = tc, .op = OP_COUNT};
+  if (gr->nodes.len == 1 && gr->stores.len == 1 && gr->stores.items[0] == gr->mm)
+    pk.op = OP_MATMUL; /* slots: A, B, the product */
+  emit_gemm_functor(k, body);
+  int ncfg;
+  const ffn_gemm_config *table = ffn_gemm_configs(&ncfg);
+  for (int i = 0; i < ncfg && pk.nvariants < 6; i++) {
+    const ffn_gemm_config *c = &table[i];
+    if (!config_used(c, tc, k->G->c->arch == 90))
+      continue;
+    /* for the largest M every column of tiles would recompute A's row statistics (about 10% of
+     * the GEMM, kernels/NOTES.md): ffn_row_stats computes them once, just before. Up to 512
+     * rows the extra launch costs more than it saves (measured: 128 tokens 3-7% slower). */
+    bool ext = tc && c->max_m == 0 && gr->stats > 0;
+    emit_gemm_entry(k, c, ext, body);
+    pk.variants[pk.nvariants++] = (KernelVariant){
+        .threads = c->threads, .smem = (int)ffn_gemm_smem_bytes(c), .max_m = c->max_m, .cfg = *c, .ext_stats = ext};
+  }
+  return pk;
+}
+
+static void lower_gemm(Gen *G, Group *gr) {
+  Kgen k = {.G = G, .gr = gr, .full = gr->shape};
+  k.ncols = gr->shape.d[gr->shape.rank - 1].size;
+  Buf body = {0};
+  PlanKernel pk = gemm_kernel(&k, &body);
+  bool is_new;
+  int kernel = add_kernel(G, body.s, &pk, &is_new);
+  if (is_new) { /* name it and emit it */
+    char name[32];
+    snprintf(name, sizeof name, "k%d", kernel);
+    emit_gemm_text(&k, name, pk.splittable, body.s);
+    for (int v = 0; v < pk.nvariants; v++)
+      G->kernels[kernel].variants[v].func = arena_printf(G->g->arena, "%s_%s", name, pk.variants[v].cfg.name);
+  }
+  add_step(G, kernel, &k, &gr->a->shape);
+  buf_free(&body);
+}
+
+/* ---- rowwise groups ---- */
+
+static void lower_rowwise(Gen *G, Group *gr) {
+  Kgen k = {.G = G, .gr = gr, .full = gr->shape};
+  k.ncols = gr->shape.rank ? gr->shape.d[gr->shape.rank - 1].size : 1;
+  if (gr->shape.rank && gr->shape.d[gr->shape.rank - 1].sym >= 0) {
+    fail(G, gr->nodes.items[0], "a rowwise kernel over the dynamic dim %s is not supported",
+         G->g->dims[gr->shape.d[gr->shape.rank - 1].sym].name);
+    return;
+  }
+  int64_t N = k.ncols;
+  int threads = N >= 256 ? 256 : N >= 128 ? 128 : N >= 64 ? 64 : 32;
+  Buf body = {0};
+  emit_rowwise_kernel(&k, threads, &body);
+  PlanKernel pk = {.kind = KK_ROWWISE, .nvariants = 1, .n = N, .op = OP_COUNT};
+  if (gr->nodes.len == 1 && gr->stores.len == 1)
+    pk.op = ((Node *)gr->nodes.items[0])->op;
+  pk.variants[0] = (KernelVariant){.threads = threads};
+  pk.variants[0].cfg.name = "rowwise";
+  bool is_new;
+  int kernel = add_kernel(G, body.s, &pk, &is_new);
+  if (is_new) {
+    char name[32];
+    snprintf(name, sizeof name, "k%d", kernel);
+    emit_rowwise_text(&k, name, body.s);
+    G->kernels[kernel].variants[0].func = arena_printf(G->g->arena, "%s", name);
+  }
+  add_step(G, kernel, &k, &gr->shape);
+  buf_free(&body);
+}
+
+/* ---- the whole program ---- */
+
+static int plan_outputs(Gen *G) {
+  /* outputs computed by a kernel are written straight into the caller's buffer; an output
+   * that is an input, a weight or another output's value is a copy at the end */
+  Graph *g = G->g;
+  for (int i = 0; i < g->noutputs; i++) {
+    Node *n = g->outputs[i].node;
+    if (n->group >= 0 && G->tensor_of[n->id] < 0) {
+      int t = new_tensor(G, PT_OUTPUT, n);
+      G->tensors[t].index = i;
+      G->tensors[t].name = g->outputs[i].name;
+      G->tensor_of[n->id] = t;
+    }
+  }
+  return 0;
+}
+
+static void plan_copies(Gen *G) {
+  Graph *g = G->g;
+  for (int i = 0; i < g->noutputs; i++) {
+    Node *n = g->outputs[i].node;
+    int src = gen_tensor_for(G, n);
+    if (src < 0)
+      continue;
+    if (G->tensors[src].kind == PT_OUTPUT && G->tensors[src].index == i)
+      continue;
+    int dst = new_tensor(G, PT_OUTPUT, n);
+    G->tensors[dst].index = i;
+    G->tensors[dst].name = g->outputs[i].name;
+    GROW(G->steps, G->nsteps, G->capsteps);
+    G->steps[G->nsteps++] = (PlanStep){.kind = STEP_COPY, .src = src, .dst = dst, .kernel = -1};
+  }
+}
+
+/* The generated program copied into a Plan of its own arena. */
+static Plan *plan_of(Gen *G) {
+  Graph *g = G->g;
+  Plan *p = calloc(1, sizeof *p);
+  p->arena = arena_create();
+  Arena *a = p->arena;
+  p->model = arena_strdup(a, g->model ? g->model : "model");
+  p->arch = arena_printf(a, "sm_%d", G->c->arch);
+  p->ndims = g->ndims;
+  p->dim_names = arena_alloc(a, sizeof(char *) * (size_t)(g->ndims + 1));
+  for (int i = 0; i < g->ndims; i++)
+    p->dim_names[i] = arena_strdup(a, g->dims[i].name);
+  for (int i = 0; i < g->nodes.len; i++)
+    p->ninputs += GRAPH_NODE(g, i)->op == OP_INPUT;
+  p->noutputs = g->noutputs;
+  p->ntensors = G->nt;
+  p->tensors = arena_alloc(a, sizeof(PlanTensor) * (size_t)(G->nt + 1));
+  for (int i = 0; i < G->nt; i++) {
+    p->tensors[i] = G->tensors[i];
+    if (G->tensors[i].name)
+      p->tensors[i].name = arena_strdup(a, G->tensors[i].name);
+  }
+  p->nprep = G->nprep;
+  p->prep = arena_alloc(a, sizeof(PrepStep) * (size_t)(G->nprep + 1));
+  memcpy(p->prep, G->prep, sizeof(PrepStep) * (size_t)G->nprep);
+  p->nkernels = G->nk;
+  p->kernels = arena_alloc(a, sizeof(PlanKernel) * (size_t)(G->nk + 1));
+  for (int i = 0; i < G->nk; i++) {
+    p->kernels[i] = G->kernels[i];
+    for (int v = 0; v < G->kernels[i].nvariants; v++)
+      p->kernels[i].variants[v].func = arena_strdup(a, G->kernels[i].variants[v].func);
+  }
+  p->nsteps = G->nsteps;
+  p->steps = arena_alloc(a, sizeof(PlanStep) * (size_t)(G->nsteps + 1));
+  memcpy(p->steps, G->steps, sizeof(PlanStep) * (size_t)G->nsteps);
+  p->cuda_source = arena_strdup(a, G->src.s);
+  return p;
+}
+
+static void gen_free(Gen *G) {
+  for (int i = 0; i < G->ndedup; i++)
+    free(G->dedup[i].body);
+  free(G->dedup);
+  free(G->tensor_of);
+  free(G->tensors);
+  free(G->prep);
+  free(G->kernels);
+  free(G->steps);
+  buf_free(&G->src);
+}
+
+int codegen_cuda(Compile *c, Plan **out) {
+  Graph *g = c->g;
+  Gen G = {.c = c, .g = g};
+  G.tensor_of = malloc(sizeof(int) * (size_t)(g->next_id + 1));
+  if (!G.tensor_of)
+    abort();
+  for (int i = 0; i <= g->next_id; i++)
+    G.tensor_of[i] = -1;
+  emit_prelude(&G);
+  for (int i = 0; i < g->nodes.len; i++) /* every input, used or not, is part of the interface */
+    if (GRAPH_NODE(g, i)->op == OP_INPUT)
+      gen_tensor_for(&G, GRAPH_NODE(g, i));
+  plan_outputs(&G);
+  for (int i = 0; i < c->ngroups && G.rc == 0; i++) {
+    if (c->groups[i]->kind == GK_GEMM)
+      lower_gemm(&G, c->groups[i]);
+    else
+      lower_rowwise(&G, c->groups[i]);
+  }
+  if (G.rc == 0)
+    plan_copies(&G);
+  int rc = G.rc;
+  if (rc == 0) {
+    *out = plan_of(&G);
+    memplan_lifetimes(*out);
+  }
+  gen_free(&G);
+  return rc;
+}

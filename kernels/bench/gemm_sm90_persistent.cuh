@@ -1,0 +1,334 @@
+// gemm_sm90_persistent.cuh: the persistent variant of kernels/gemm_sm90.cuh, kept for the kernel
+// bench only. ffnc does not use it (kernels/NOTES.md, "persistent": faster in isolation, but the
+// whole Llama-8B sublayer was 8.6% slower with it at 8192 tokens), so it lives here rather than in
+// kernels/, whose headers are embedded into ffnc and parsed by NVRTC on every sm_90 compile.
+// Host side: FFN_GEMM_SM90P in kernels/gemm_host.h (shared memory, grid).
+
+#include "gemm_sm90.cuh"
+
+namespace ffn {
+
+// gemm_sm90_persistent: the same as gemm_sm90_smem_bytes, with one row-statistics buffer per
+// consumer warpgroup when they ping-pong (each owns whole tiles).
+template <int BM, int BN, int BK, int STAGES, bool PINGPONG> __host__ __device__ constexpr int gemm_sm90p_smem_bytes() {
+  return STAGES * (BM + BN) * BK * 2 + 8 * BM * (PINGPONG ? 2 : 1) + 2048;
+}
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+// ---- the persistent GEMM ---------------------------------------------------------------------------
+//
+// gemm_sm90_persistent: the same GEMM (interface, epilogue call, STATS, split-K protocol, tails),
+// but gridDim.x CTAs (any number >= 1; best min(work items, SMs), kernels/gemm_host.h:
+// ffn_gemm_launch_grid) loop over the work items w = blockIdx.x, blockIdx.x + gridDim.x, ...
+// of the tiles_m * tiles_n * splits items, item w being tile w % tiles (gemm_tile_coords' grouped
+// order) and split w / tiles. gridDim.y == gridDim.z == 1. Block 384 threads (one producer and two
+// consumer warpgroups), __launch_bounds__(384, 1), gemm_sm90p_smem_bytes() of dynamic shared memory.
+//
+// The producer never stops between items: it runs on into the next item's k-tiles while the
+// consumers finish the current one (the ring and the mbarrier phases simply continue), so a new
+// tile starts with a full ring instead of a pipeline fill and a CTA launch.
+//
+// PINGPONG == false (cooperative): both consumer warpgroups work on every tile (BM / 2 rows each),
+// as in gemm_sm90; the epilogue still stalls the tensor cores.
+// PINGPONG == true: each consumer warpgroup owns whole BM x BN tiles, the CTA's items alternating
+// between them (local item i goes to warpgroup i % 2), so one runs its epilogue while the other runs
+// its main loop. The ring holds the items' k-tiles in order; a named-barrier handshake (the "order"
+// barriers 4 and 5) starts warpgroup c's main loop only once the other has waited on every k-tile of
+// the previous item. That serializes the two main loops (the tensor cores are the shared resource)
+// and guarantees that no consumer waits on a full barrier more than one phase ahead of it (an
+// mbarrier parity wait is only defined for the current and the preceding phase).
+template <int BM, int BN, int BK, int STAGES, int S, int STATS, class T, bool PINGPONG, class Epi>
+__device__ __forceinline__ void gemm_sm90_persistent(const GemmArgs &g, const Epi &epi, char *smem) {
+  constexpr int CWG = 2;                                  // consumer warpgroups
+  constexpr int WG_M = PINGPONG ? BM : BM / CWG, MI = WG_M / 64; // rows per consumer warpgroup
+  constexpr int TT = PINGPONG ? 128 : 128 * CWG;          // consumer threads per tile
+  constexpr int ROW = BK * 2;                             // bytes per smem row
+  constexpr int A_BYTES = BM * ROW, STAGE = (BM + BN) * ROW;
+  constexpr int CPR = BK / 8, RPP = 128 / CPR;            // 16-byte chunks per row, rows per producer pass
+  constexpr int A_ITERS = BM / RPP, B_ITERS = BN / RPP;
+  constexpr int NB = BN / 8;                              // 8-column blocks of the accumulator tile
+  constexpr int SLAB = BM * BN + 2 * BM;                  // split-K workspace floats per (tile, split)
+  constexpr int TPR = 128 / WG_M, CPT = CPR / TPR;        // statistics: threads per A row, chunks per thread
+  static_assert(BK == 64, "BK must be 64 (one 128-byte swizzle atom of 16-bit elements)");
+  static_assert(WG_M % 64 == 0 && MI <= 2, "each consumer warpgroup owns 64 or 128 rows");
+  static_assert(BN == 64 || BN == 128 || BN == 256, "BN: 64, 128 or 256");
+  static_assert(MI * BN <= 256, "accumulators: at most 128 floats per consumer thread");
+  static_assert(BN % (8 * S) == 0, "BN must be a multiple of 8*S");
+  static_assert(S == 1 || S == 2, "S is 1 or 2");
+  static_assert(STATS >= 0 && STATS <= 2, "STATS is 0, 1 or 2");
+  static_assert(BM % RPP == 0 && BN % RPP == 0 && B_ITERS <= 32, "producer copy assignment");
+  static_assert(16 * STAGES + 16 + 1024 <= 2048, "barrier area");
+  static_assert(gemm_sm90p_smem_bytes<BM, BN, BK, STAGES, PINGPONG>() <= 232448, "shared memory");
+
+  const int tid = threadIdx.x;
+  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0); // warp-uniform role
+  const int M = g.M, N = g.N, K = g.K, splits = g.splits;
+  const int tiles_m = (M + BM - 1) / BM, tiles_n = (S * N + BN - 1) / BN, tiles = tiles_m * tiles_n;
+  const int items = tiles * splits;
+  const int ktiles = (K + BK - 1) / BK;
+
+  const u32 raw = smem_addr(smem);
+  const u32 sbase = (raw + 1023u) & ~1023u;
+  char *base = smem + (sbase - raw);
+  const u32 bars = sbase + STAGES * STAGE;                   // full[s] at +8s, empty[s] at +8(STAGES+s)
+  u32 *flags = (u32 *)(base + STAGES * STAGE + 16 * STAGES); // split-K "arrived last", per tile owner
+  float *rowstats = (float *)(base + STAGES * STAGE + 16 * STAGES + 16); // [PINGPONG ? 2 : 1][2][BM]
+
+  if (tid == 0) {
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(bars + 8 * s, 128);                            // one arrival per producer thread
+      mbar_init(bars + 8 * (STAGES + s), PINGPONG ? 4 : 4 * CWG); // one per warp of the stage's consumers
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (wg == 0) {
+    // ---------------- producer warpgroup ----------------
+    setmaxnreg_dec<56>(); // 56 x 128 + 224 x 256 == 168 x 384: the CTA's registers
+    const int ch = tid % CPR, r0 = tid / CPR;
+    const T *__restrict__ Ag = (const T *)g.A;
+    const T *__restrict__ Bg = (const T *)g.B;
+    const u32 a_dst = sbase + (u32)(r0 * ROW + ((ch ^ (r0 & 7)) << 4)); // RPP % 8 == 0: same swizzle per pass
+    int s = 0, loaded = 0; // ring slot and count of k-tiles issued so far (saturating at STAGES)
+    u32 phase = 0;
+    for (int w = blockIdx.x; w < items; w += gridDim.x) {
+      const int z = w / tiles, tile = w - z * tiles;
+      int tm, tn;
+      gemm_tile_coords(tile, tiles_m, tiles_n, tm, tn);
+      const int m0 = tm * BM, n0 = tn * BN;
+      const int kt0 = (int)((long long)ktiles * z / splits);
+      const int nk = (int)((long long)ktiles * (z + 1) / splits) - kt0;
+      const T *a_base = Ag + (size_t)(m0 + r0) * K + ch * 8;
+      const T *b_base = Bg + (size_t)(n0 + r0) * K + ch * 8;
+      u32 a_ok = 0, b_ok = 0;
+#pragma unroll
+      for (int i = 0; i < A_ITERS; ++i)
+        if (m0 + r0 + i * RPP < M) a_ok |= 1u << i;
+#pragma unroll
+      for (int i = 0; i < B_ITERS; ++i)
+        if (gemm_brow_valid<S>(n0 + r0 + i * RPP, N)) b_ok |= 1u << i;
+      for (int j = 0; j < nk; ++j) {
+        if (loaded == STAGES) mbar_wait(bars + 8 * (STAGES + s), phase ^ 1u); // slot's previous k-tile released
+        else ++loaded;
+        const int koff = (kt0 + j) * BK;
+        const bool kok = koff + ch * 8 < K;
+        const u32 dst = a_dst + s * STAGE;
+        const T *pa = a_base + koff, *pb = b_base + koff;
+#pragma unroll
+        for (int i = 0; i < A_ITERS; ++i, pa += RPP * (size_t)K) {
+          const bool ok = kok && ((a_ok >> i) & 1);
+          cp_async16(dst + i * RPP * ROW, ok ? pa : Ag, ok);
+        }
+#pragma unroll
+        for (int i = 0; i < B_ITERS; ++i, pb += RPP * (size_t)K) {
+          const bool ok = kok && ((b_ok >> i) & 1);
+          cp_async16(dst + A_BYTES + i * RPP * ROW, ok ? pb : Bg, ok);
+        }
+        cp_async_mbar_arrive(bars + 8 * s);
+        if (++s == STAGES) s = 0, phase ^= 1u;
+      }
+    }
+    cp_async_wait_all();
+  } else {
+    // ---------------- consumer warpgroups ----------------
+    setmaxnreg_inc<224>();
+    const int cw = wg - 1, wtid = tid & 127;               // warpgroup, thread in it
+    const int tt = PINGPONG ? wtid : tid - 128;            // thread among the tile's consumers
+    const int lane = tid & 31, warp = wtid >> 5;
+    const int row_base = PINGPONG ? 0 : cw * WG_M;         // this warpgroup's first row in the tile
+    const int bar_id = PINGPONG ? 2 + cw : 1;              // named barrier of the tile's consumers
+    float *rowstat = rowstats + (PINGPONG ? cw * 2 * BM : 0);
+    u32 *flag = flags + (PINGPONG ? cw : 0);
+    const u64 da0 = wgmma_desc_sw128(sbase + row_base * ROW);
+    const u64 db0 = wgmma_desc_sw128(sbase + A_BYTES);
+    const int srow = row_base + wtid / TPR, sch = (wtid % TPR) * CPT; // statistics: A row, first chunk
+    const u32 srow_addr = sbase + srow * ROW;
+
+    int s = 0, local = 0; // ring slot of the next k-tile; local index of the item
+    u32 phase = 0;
+    for (int w = blockIdx.x; w < items; w += gridDim.x, ++local) {
+      const int z = w / tiles, tile = w - z * tiles;
+      const int kt0 = (int)((long long)ktiles * z / splits);
+      const int nk = (int)((long long)ktiles * (z + 1) / splits) - kt0;
+      if (PINGPONG && (local & 1) != cw) { // the other warpgroup's item: skip its k-tiles
+        const int t = s + nk;
+        phase ^= (u32)((t / STAGES) & 1);
+        s = t % STAGES;
+        continue;
+      }
+      const bool has_next = w + (int)gridDim.x < items;
+      int tm, tn;
+      gemm_tile_coords(tile, tiles_m, tiles_n, tm, tn);
+      const int m0 = tm * BM, n0 = tn * BN;
+      if (PINGPONG && local > 0) named_bar_sync(4 + cw, 256); // the other finished its main loop
+
+      float acc[MI][BN / 2];
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int e = 0; e < BN / 2; ++e) acc[i][e] = 0.f;
+      float ssq0 = 0.f, ssq1 = 0.f, ssum0 = 0.f, ssum1 = 0.f;
+      int prev = 0;
+      for (int j = 0; j < nk; ++j) {
+        mbar_wait(bars + 8 * s, phase);
+        fence_proxy_async();
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; ++kk)
+#pragma unroll
+          for (int i = 0; i < MI; ++i)
+            wgmma_ss<BN, T>(acc[i], da0 + (u64)((s * STAGE + i * 64 * ROW + kk * 32) >> 4),
+                            db0 + (u64)((s * STAGE + kk * 32) >> 4));
+        wgmma_commit();
+        if (STATS) {
+#pragma unroll
+          for (int c = 0; c < CPT; ++c) {
+            u32 wv[4];
+            lds128(srow_addr + s * STAGE + (((sch + c) ^ (srow & 7)) << 4), wv[0], wv[1], wv[2], wv[3]);
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+              float lo, hi;
+              unpack2<T>(wv[q], lo, hi);
+              if (q & 1) {
+                ssq1 = fmaf(lo, lo, fmaf(hi, hi, ssq1));
+                if (STATS == 2) ssum1 += lo + hi;
+              } else {
+                ssq0 = fmaf(lo, lo, fmaf(hi, hi, ssq0));
+                if (STATS == 2) ssum0 += lo + hi;
+              }
+            }
+          }
+        }
+        wgmma_wait<1>(); // the group of k-tile j - 1 has completed: its stage can be refilled
+        if (j > 0) {
+          __syncwarp();
+          if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+        }
+        prev = s;
+        if (++s == STAGES) s = 0, phase ^= 1u;
+      }
+      // every k-tile of this item has landed: the other warpgroup may start the next item
+      if (PINGPONG && has_next) named_bar_arrive(4 + (cw ^ 1), 256);
+      wgmma_wait<0>();
+#pragma unroll
+      for (int i = 0; i < MI; ++i) reg_fence(acc[i]);
+      if (nk > 0) { // the last stage goes back too: the ring continues into the next item
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+      }
+
+      if (STATS) {
+        float q = ssq0 + ssq1, sm = ssum0 + ssum1;
+        if (TPR == 2) {
+          q += __shfl_xor_sync(0xffffffffu, q, 1);
+          sm += __shfl_xor_sync(0xffffffffu, sm, 1);
+        }
+        named_bar_sync(bar_id, TT); // the previous item's epilogue has read rowstat
+        if (wtid % TPR == 0) {
+          rowstat[srow] = q;
+          rowstat[BM + srow] = sm;
+        }
+        named_bar_sync(bar_id, TT);
+      }
+
+      if (splits > 1) {
+        float *slab = g.ws + ((size_t)tile * splits + z) * SLAB;
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            if (m0 + row_base + i * 64 + warp * 16 + (lane >> 2) + h * 8 >= M) continue;
+#pragma unroll
+            for (int j = 0; j < NB; ++j)
+              st_cg_f2(slab + 2 * (((i * NB + j) * 2 + h) * TT + tt), acc[i][4 * j + 2 * h], acc[i][4 * j + 2 * h + 1]);
+          }
+        if (STATS)
+          for (int r = tt; r < BM; r += TT) {
+            slab[BM * BN + r] = rowstat[r];
+            slab[BM * BN + BM + r] = rowstat[BM + r];
+          }
+        __threadfence();
+        named_bar_sync(bar_id, TT);
+        if (tt == 0) {
+          const unsigned prev_count = atomicAdd(g.counters + tile, 1u);
+          const unsigned last = prev_count == (unsigned)(splits - 1);
+          if (last) atomicExch(g.counters + tile, 0u);
+          *(volatile u32 *)flag = last;
+        }
+        named_bar_sync(bar_id, TT);
+        if (*(volatile u32 *)flag == 0) continue;
+        __threadfence();
+#pragma unroll
+        for (int i = 0; i < MI; ++i)
+#pragma unroll
+          for (int e = 0; e < BN / 2; ++e) acc[i][e] = 0.f;
+        for (int sp = 0; sp < splits; ++sp) {
+          const float *p = g.ws + ((size_t)tile * splits + sp) * SLAB;
+#pragma unroll
+          for (int i = 0; i < MI; ++i)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              if (m0 + row_base + i * 64 + warp * 16 + (lane >> 2) + h * 8 >= M) continue;
+#pragma unroll
+              for (int j = 0; j < NB; ++j) {
+                float x, y;
+                ld_cg_f2(p + 2 * (((i * NB + j) * 2 + h) * TT + tt), x, y);
+                acc[i][4 * j + 2 * h] += x;
+                acc[i][4 * j + 2 * h + 1] += y;
+              }
+            }
+        }
+        if (STATS) {
+          for (int r = tt; r < BM; r += TT) {
+            float q = 0.f, sm = 0.f;
+            for (int sp = 0; sp < splits; ++sp) {
+              const float *p = g.ws + ((size_t)tile * splits + sp) * SLAB + BM * BN;
+              q += ld_cg_f(p + r);
+              sm += ld_cg_f(p + BM + r);
+            }
+            rowstat[r] = q;
+            rowstat[BM + r] = sm;
+          }
+          named_bar_sync(bar_id, TT);
+        }
+      }
+
+      // ---- epilogue ----
+#pragma unroll
+      for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int rl = row_base + i * 64 + warp * 16 + (lane >> 2) + h * 8, row = m0 + rl;
+          if (row >= M) continue;
+          const float rsumsq = STATS ? rowstat[rl] : 0.f;
+          const float rsum = STATS == 2 ? rowstat[BM + rl] : 0.f;
+#pragma unroll
+          for (int jg = 0; jg < NB / S; ++jg) {
+            const int col = n0 / S + jg * 8 + 2 * (lane & 3);
+            if (col >= N) continue;
+            float v[S][2];
+#pragma unroll
+            for (int st = 0; st < S; ++st) {
+              v[st][0] = acc[i][4 * (jg * S + st) + 2 * h];
+              v[st][1] = acc[i][4 * (jg * S + st) + 2 * h + 1];
+            }
+            epi(row, col, col + 1 < N ? 2 : 1, v, rsum, rsumsq);
+          }
+        }
+    }
+  }
+}
+
+#else // not sm_90a
+
+template <int BM, int BN, int BK, int STAGES, int S, int STATS, class T, bool PINGPONG, class Epi>
+__device__ __forceinline__ void gemm_sm90_persistent(const GemmArgs &, const Epi &, char *) {
+  static_assert(sizeof(T) == 0, "gemm_sm90_persistent needs the sm_90a target (--gpu-architecture=sm_90a)");
+}
+
+#endif
+
+} // namespace ffn
