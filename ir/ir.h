@@ -125,8 +125,16 @@ typedef enum {
 #define OP(e, name, mn, mx, cls) OP_##e,
 #include "ops.def"
 #undef OP
-  OP_COUNT
 } Op;
+
+/* Not a member of Op, so that a switch over every op (with no default:) that misses one is
+ * a -Wswitch warning rather than a silent fall-through. */
+enum {
+  OP_COUNT = 0
+#define OP(e, name, mn, mx, cls) +1
+#include "ops.def"
+#undef OP
+};
 
 typedef enum { OPC_LEAF, OPC_UNARY, OPC_BINARY, OPC_OTHER } OpClass;
 
