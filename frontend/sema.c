@@ -212,14 +212,13 @@ typedef struct {
   const char *usage;
 } Builtin;
 
+/* The unary ops marked BUILTIN in ops.def are `name(x)`; the rest have rules of their own. */
+#define BUILTIN_ROW_BUILTIN(e, math) {#math, B_UNARY, OP_##e, 1, 1, #math "(x)"},
+#define BUILTIN_ROW_NONE(e, math)
 static const Builtin builtins[] = {
-    {"relu", B_UNARY, OP_RELU, 1, 1, "relu(x)"},
-    {"gelu", B_UNARY, OP_GELU, 1, 1, "gelu(x)"},
-    {"gelu_tanh", B_UNARY, OP_GELU_TANH, 1, 1, "gelu_tanh(x)"},
-    {"silu", B_UNARY, OP_SILU, 1, 1, "silu(x)"},
-    {"sigmoid", B_UNARY, OP_SIGMOID, 1, 1, "sigmoid(x)"},
-    {"tanh", B_UNARY, OP_TANH, 1, 1, "tanh(x)"},
-    {"square", B_UNARY, OP_SQUARE, 1, 1, "square(x)"},
+#define UNARY_OP(e, math, dsl) BUILTIN_ROW_##dsl(e, math)
+#include "ir/ops.def"
+#undef UNARY_OP
     {"swiglu", B_GATED, OP_SILU, 2, 2, "swiglu(a, b)"},
     {"geglu", B_GATED, OP_GELU, 2, 2, "geglu(a, b)"},
     {"rmsnorm", B_RMSNORM, OP_RMSNORM, 2, 3, "rmsnorm(x, g[, eps])"},
@@ -227,6 +226,8 @@ static const Builtin builtins[] = {
     {"chunk", B_CHUNK, OP_SLICE, 2, 2, "a, b = chunk(x, 2)"},
     {"cast", B_CAST, OP_CAST, 2, 2, "cast(x, bf16)"},
 };
+#undef BUILTIN_ROW_BUILTIN
+#undef BUILTIN_ROW_NONE
 #define NBUILTINS (int)(sizeof builtins / sizeof builtins[0])
 
 static const Builtin *find_builtin(const char *name) {
