@@ -437,7 +437,8 @@ int ir_verify(const Graph *g, char *err, size_t errlen) {
       continue;
 #define CHECK(cond, ...)                                                             \
   if (!(cond)) {                                                                     \
-    int k = snprintf(err, errlen, "%%%d (%s): ", n->id, op_info[n->op].name);        \
+    int k = snprintf(err, errlen, "%%%d (%s): ", n->id,                              \
+                     n->op >= 0 && n->op < OP_COUNT ? op_info[n->op].name : "?");   \
     snprintf(err + k, errlen > (size_t)k ? errlen - (size_t)k : 0, __VA_ARGS__);     \
     goto out;                                                                        \
   }
