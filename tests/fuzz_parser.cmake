@@ -26,6 +26,7 @@ if(FFNC_FUZZ AND CMAKE_C_COMPILER_ID MATCHES "Clang" AND FFNC_HAVE_LIBFUZZER)
     ${FFNC_TEST_DIR}/fuzz/fuzz_parser.c
     ${CMAKE_SOURCE_DIR}/frontend/ast.c
     ${CMAKE_SOURCE_DIR}/frontend/diag.c
+    ${CMAKE_SOURCE_DIR}/frontend/precision_policy.c
     ${CMAKE_SOURCE_DIR}/frontend/sema.c
     ${CMAKE_SOURCE_DIR}/ir/arena.c
     ${CMAKE_SOURCE_DIR}/ir/dtype.c
