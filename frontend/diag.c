@@ -251,3 +251,41 @@ void diags_sort(Diags *d, int first) {
   free(text);
   free(items);
 }
+
+/* ---- "did you mean" ---- */
+
+/* Edit distance, for "did you mean". Names longer than 64 are never close to anything. */
+int edit_distance(const char *a, const char *b) {
+  size_t la = strlen(a), lb = strlen(b);
+  if (la > 64 || lb > 64)
+    return 99;
+  int row[65];
+  for (size_t j = 0; j <= lb; j++)
+    row[j] = (int)j;
+  for (size_t i = 1; i <= la; i++) {
+    int diag = row[0];
+    row[0] = (int)i;
+    for (size_t j = 1; j <= lb; j++) {
+      int up = row[j];
+      int best = diag + (a[i - 1] != b[j - 1]);
+      if (up + 1 < best)
+        best = up + 1;
+      if (row[j - 1] + 1 < best)
+        best = row[j - 1] + 1;
+      row[j] = best;
+      diag = up;
+    }
+  }
+  return row[lb];
+}
+
+void suggest_consider(Suggest *sg, const char *cand) {
+  if (strcmp(cand, sg->name) == 0)
+    return;
+  int d = edit_distance(sg->name, cand);
+  /* close, and not a different name altogether (`x` for `y`) */
+  if (d <= 2 && d < (int)strlen(sg->name) && d < sg->dist) {
+    sg->dist = d;
+    sg->best = cand;
+  }
+}

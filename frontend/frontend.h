@@ -50,6 +50,16 @@ void diag_plain(Diags *d, const char *fmt, ...) __attribute__((format(printf, 2,
  * and inlines blocks where they are called; the user reads the file top to bottom. */
 void diags_sort(Diags *d, int first);
 
+/* "did you mean": offer each candidate name; best ends as the closest one that is near name
+ * (edit distance at most 2 and less than its length), or NULL. Start with {NULL, 99, name}. */
+typedef struct {
+  const char *best;
+  int dist;
+  const char *name;
+} Suggest;
+void suggest_consider(Suggest *sg, const char *cand);
+int edit_distance(const char *a, const char *b); /* names longer than 64: 99 */
+
 /* ---- sema.c (entry points) ---- */
 
 /* A setting from the command line (`--precision matmul=f8e4m3`); it overrides the file. */
@@ -71,8 +81,21 @@ typedef struct {
 Graph *frontend_compile_file(const char *path, const FrontendOptions *opt, Diags *d);
 Graph *frontend_compile_string(const char *text, size_t len, const char *name, const FrontendOptions *opt, Diags *d);
 
+/* The element types the language knows (DT_NONE if name is not one), and those a value may
+ * have (the float types). */
+DType dsl_dtype(const char *name);
+bool is_value_type(DType t);
+
+/* ---- precision_policy.c: the precision rules, for statements and the command line ---- */
+
 /* "matmul=f8e4m3", "weights=i4", "weights=i4,group=128" (also "weights=i4:128"). The same
  * rules as the file's `precision` statements apply. Returns 0, or -1 with err. */
 int parse_precision_override(const char *s, PrecOverride *out, char *err, size_t errlen);
+int prec_class_from_name(const char *name); /* -1 if unknown */
+/* Checks a setting (group < 0: none given). Returns NULL and the effective type in *eff, or
+ * the problem (in buf or a constant string). */
+const char *prec_problem(PrecClass cls, DType t, int64_t group, DType *eff, char *buf, size_t len);
+/* "i4 group=128", "bf16": a setting as the user wrote it. */
+void prec_setting_str(char *buf, size_t len, PrecClass cls, DType t, int group);
 
 #endif

@@ -136,48 +136,6 @@ static bool error_at(Sema *s, Span at, const char *fmt, ...) {
 
 static SrcLoc loc_of(Sema *s, Span at) { return (SrcLoc){s->file, at.line, at.col}; }
 
-/* Edit distance, for "did you mean". Names longer than 64 are never close to anything. */
-static int edit_distance(const char *a, const char *b) {
-  size_t la = strlen(a), lb = strlen(b);
-  if (la > 64 || lb > 64)
-    return 99;
-  int row[65];
-  for (size_t j = 0; j <= lb; j++)
-    row[j] = (int)j;
-  for (size_t i = 1; i <= la; i++) {
-    int diag = row[0];
-    row[0] = (int)i;
-    for (size_t j = 1; j <= lb; j++) {
-      int up = row[j];
-      int best = diag + (a[i - 1] != b[j - 1]);
-      if (up + 1 < best)
-        best = up + 1;
-      if (row[j - 1] + 1 < best)
-        best = row[j - 1] + 1;
-      row[j] = best;
-      diag = up;
-    }
-  }
-  return row[lb];
-}
-
-typedef struct {
-  const char *best;
-  int dist;
-  const char *name;
-} Suggest;
-
-static void consider(Suggest *sg, const char *cand) {
-  if (strcmp(cand, sg->name) == 0)
-    return;
-  int d = edit_distance(sg->name, cand);
-  /* close, and not a different name altogether (`x` for `y`) */
-  if (d <= 2 && d < (int)strlen(sg->name) && d < sg->dist) {
-    sg->dist = d;
-    sg->best = cand;
-  }
-}
-
 static void suggest_note(Sema *s, Suggest *sg) {
   if (sg->best)
     note(s, "did you mean `%s`?", sg->best);
@@ -212,14 +170,13 @@ typedef struct {
   const char *usage;
 } Builtin;
 
+/* The unary ops marked BUILTIN in ops.def are `name(x)`; the rest have rules of their own. */
+#define BUILTIN_ROW_BUILTIN(e, math) {#math, B_UNARY, OP_##e, 1, 1, #math "(x)"},
+#define BUILTIN_ROW_NONE(e, math)
 static const Builtin builtins[] = {
-    {"relu", B_UNARY, OP_RELU, 1, 1, "relu(x)"},
-    {"gelu", B_UNARY, OP_GELU, 1, 1, "gelu(x)"},
-    {"gelu_tanh", B_UNARY, OP_GELU_TANH, 1, 1, "gelu_tanh(x)"},
-    {"silu", B_UNARY, OP_SILU, 1, 1, "silu(x)"},
-    {"sigmoid", B_UNARY, OP_SIGMOID, 1, 1, "sigmoid(x)"},
-    {"tanh", B_UNARY, OP_TANH, 1, 1, "tanh(x)"},
-    {"square", B_UNARY, OP_SQUARE, 1, 1, "square(x)"},
+#define UNARY_OP(e, math, dsl) BUILTIN_ROW_##dsl(e, math)
+#include "ir/ops.def"
+#undef UNARY_OP
     {"swiglu", B_GATED, OP_SILU, 2, 2, "swiglu(a, b)"},
     {"geglu", B_GATED, OP_GELU, 2, 2, "geglu(a, b)"},
     {"rmsnorm", B_RMSNORM, OP_RMSNORM, 2, 3, "rmsnorm(x, g[, eps])"},
@@ -227,6 +184,8 @@ static const Builtin builtins[] = {
     {"chunk", B_CHUNK, OP_SLICE, 2, 2, "a, b = chunk(x, 2)"},
     {"cast", B_CAST, OP_CAST, 2, 2, "cast(x, bf16)"},
 };
+#undef BUILTIN_ROW_BUILTIN
+#undef BUILTIN_ROW_NONE
 #define NBUILTINS (int)(sizeof builtins / sizeof builtins[0])
 
 static const Builtin *find_builtin(const char *name) {
@@ -243,14 +202,14 @@ static const Builtin *find_builtin(const char *name) {
 /* The types the language knows (dsl.md "Types"); i8 and i4 only for `precision weights`. */
 static const char *const dsl_types[] = {"f32", "f16", "bf16", "f8e4m3", "f8e5m2", "i8", "i4"};
 
-static DType dsl_dtype(const char *name) {
+DType dsl_dtype(const char *name) {
   for (size_t i = 0; i < sizeof dsl_types / sizeof dsl_types[0]; i++)
     if (strcmp(dsl_types[i], name) == 0)
       return dtype_from_name(name);
   return DT_NONE;
 }
 
-static bool is_value_type(DType t) {
+bool is_value_type(DType t) {
   return t == DT_F32 || t == DT_F16 || t == DT_BF16 || t == DT_F8E4M3 || t == DT_F8E5M2;
 }
 
@@ -270,7 +229,7 @@ static DType tensor_dtype(Sema *s, const char *name, Span at) {
   if (error_at(s, at, "unknown element type `%s`", name)) {
     Suggest sg = {NULL, 99, name};
     for (int i = 0; i < 5; i++)
-      consider(&sg, dsl_types[i]);
+      suggest_consider(&sg, dsl_types[i]);
     if (sg.best)
       suggest_note(s, &sg);
     else
@@ -291,59 +250,7 @@ static DType widen(DType a, DType b) {
   return ra == 2 ? DT_F32 : DT_F16;
 }
 
-/* ---- precision settings (shared by the file and the command line) ---- */
-
-static int prec_class_from_name(const char *name) {
-  for (int c = 0; c < PREC_COUNT; c++)
-    if (strcmp(prec_class_names[c], name) == 0)
-      return c;
-  return -1;
-}
-
-/* Checks a setting. group < 0: none given. Returns NULL and the effective type, or the
- * problem. */
-static const char *prec_problem(PrecClass cls, DType t, int64_t group, DType *eff, char *buf, size_t len) {
-  *eff = t;
-  switch (cls) {
-  case PREC_DEFAULT:
-    if (t != DT_F32 && t != DT_F16 && t != DT_BF16)
-      return snprintf(buf, len, "`precision default` must be f32, f16 or bf16, not %s", dtype_name(t)), buf;
-    break;
-  case PREC_ACCUMULATE:
-    if (t != DT_F32)
-      return "only f32 accumulation is supported";
-    break;
-  case PREC_NORM:
-    /* statistics are always computed in at least f32: a narrower request means f32 */
-    if (!is_value_type(t))
-      return snprintf(buf, len, "`precision norm` takes a float type, not %s", dtype_name(t)), buf;
-    *eff = DT_F32;
-    break;
-  case PREC_MATMUL:
-    if (!is_value_type(t))
-      return snprintf(buf, len, "`precision matmul` must be f32, f16, bf16, f8e4m3 or f8e5m2, not %s", dtype_name(t)),
-             buf;
-    break;
-  case PREC_WEIGHTS:
-    if (t != DT_I8 && t != DT_I4)
-      return snprintf(buf, len, "`precision weights` must be i8 or i4, not %s", dtype_name(t)), buf;
-    break;
-  default:
-    return "unknown precision class";
-  }
-  if (group >= 0 && !(cls == PREC_WEIGHTS && t == DT_I4))
-    return "`group=` applies only to `precision weights i4`";
-  if (group == 0 || group > INT_MAX)
-    return "the group size must be a positive integer";
-  return NULL;
-}
-
-static void prec_setting_str(char *buf, size_t len, PrecClass cls, DType t, int group) {
-  if (cls == PREC_WEIGHTS && group > 0)
-    snprintf(buf, len, "%s group=%d", dtype_name(t), group);
-  else
-    snprintf(buf, len, "%s", dtype_name(t));
-}
+/* ---- precision statements (the rules are in precision_policy.c) ---- */
 
 /* The setting of a `precision` statement, or false (reported when report is set). */
 static bool prec_of_stmt(Sema *s, Stmt *st, bool report, PrecClass *cls, DType *eff, int *group) {
@@ -352,7 +259,7 @@ static bool prec_of_stmt(Sema *s, Stmt *st, bool report, PrecClass *cls, DType *
     if (report && error_at(s, st->name_span, "unknown precision class `%s`", st->name)) {
       Suggest sg = {NULL, 99, st->name};
       for (int i = 0; i < PREC_COUNT; i++)
-        consider(&sg, prec_class_names[i]);
+        suggest_consider(&sg, prec_class_names[i]);
       if (sg.best)
         suggest_note(s, &sg);
       else
@@ -365,7 +272,7 @@ static bool prec_of_stmt(Sema *s, Stmt *st, bool report, PrecClass *cls, DType *
     if (report && error_at(s, st->dtype_span, "unknown element type `%s`", st->dtype)) {
       Suggest sg = {NULL, 99, st->dtype};
       for (size_t i = 0; i < sizeof dsl_types / sizeof dsl_types[0]; i++)
-        consider(&sg, dsl_types[i]);
+        suggest_consider(&sg, dsl_types[i]);
       suggest_note(s, &sg);
     }
     return false;
@@ -395,57 +302,6 @@ static bool prec_of_stmt(Sema *s, Stmt *st, bool report, PrecClass *cls, DType *
   *cls = (PrecClass)c;
   *group = g > 0 ? (int)g : 0;
   return true;
-}
-
-int parse_precision_override(const char *text, PrecOverride *out, char *err, size_t errlen) {
-  const char *eq = strchr(text, '=');
-  if (!eq) {
-    snprintf(err, errlen, "`%s`: expected CLASS=TYPE, like matmul=f8e4m3", text);
-    return -1;
-  }
-  char cls_name[32], type_name[32];
-  snprintf(cls_name, sizeof cls_name, "%.*s", (int)(eq - text) < 31 ? (int)(eq - text) : 31, text);
-  const char *t = eq + 1, *sep = t + strcspn(t, ",:");
-  snprintf(type_name, sizeof type_name, "%.*s", (int)(sep - t) < 31 ? (int)(sep - t) : 31, t);
-  int c = prec_class_from_name(cls_name);
-  if (c < 0) {
-    snprintf(err, errlen, "unknown precision class `%s` (the classes are default, accumulate, norm, matmul and weights)",
-             cls_name);
-    return -1;
-  }
-  DType dt = dsl_dtype(type_name);
-  if (dt == DT_NONE) {
-    snprintf(err, errlen, "unknown element type `%s`", type_name);
-    return -1;
-  }
-  int64_t group = -1;
-  if (*sep) {
-    const char *g = sep + 1;
-    if (*sep == ',') {
-      if (strncmp(g, "group=", 6) != 0) {
-        snprintf(err, errlen, "`%s`: expected `,group=N` after the type", text);
-        return -1;
-      }
-      g += 6;
-    }
-    char *end;
-    errno = 0;
-    long long v = strtoll(g, &end, 10);
-    if (end == g || *end || errno) {
-      snprintf(err, errlen, "`%s`: the group size must be a positive integer", text);
-      return -1;
-    }
-    group = v;
-  }
-  char buf[160];
-  DType eff;
-  const char *why = prec_problem((PrecClass)c, dt, group, &eff, buf, sizeof buf);
-  if (why) {
-    snprintf(err, errlen, "%s", why);
-    return -1;
-  }
-  *out = (PrecOverride){(PrecClass)c, eff, group > 0 ? (int)group : 0};
-  return 0;
 }
 
 /* ---- scopes ---- */
@@ -512,14 +368,14 @@ static void suggest_visible(Sema *s, Suggest *sg, bool blocks_only) {
   for (sc = s->cur;; sc = sc->parent) {
     for (Sym *y = sc->syms; y; y = y->next)
       if (!blocks_only || y->decl == D_BLOCK)
-        consider(sg, y->name);
+        suggest_consider(sg, y->name);
     if (sc->frame)
       break;
   }
   if (sc != s->top)
     for (Sym *y = s->top->syms; y; y = y->next)
       if (y->decl != D_BOUND && (!blocks_only || y->decl == D_BLOCK))
-        consider(sg, y->name);
+        suggest_consider(sg, y->name);
 }
 
 static void unknown_name(Sema *s, const char *name, Span at, const char *what) {
@@ -999,7 +855,7 @@ static Val eval_call(Sema *s, Expr *e) {
     if (!s->lenient && error_at(s, e->op_span, "unknown function `%s`", e->name)) {
       Suggest sg = {NULL, 99, e->name};
       for (int i = 0; i < NBUILTINS; i++)
-        consider(&sg, builtins[i].name);
+        suggest_consider(&sg, builtins[i].name);
       suggest_visible(s, &sg, true);
       suggest_note(s, &sg);
     }

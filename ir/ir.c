@@ -10,13 +10,6 @@ const OpInfo op_info[OP_COUNT] = {
 #undef OP
 };
 
-#define OP(e, name, mn, mx, cls) +1
-_Static_assert(0
-#include "ops.def"
-                   == OP_COUNT,
-               "op table and enum disagree");
-#undef OP
-
 const char *const prec_class_names[PREC_COUNT] = {"default", "accumulate", "norm", "matmul", "weights"};
 
 Op op_from_name(const char *name) {
@@ -245,7 +238,15 @@ bool ir_infer_shape(const Graph *g, Op op, Node *const *args, int nargs, const N
     break;
   }
   const Shape *a = &args[0]->shape;
-  switch (op) {
+  switch (op) { /* no default: a new OTHER op without a shape rule is a -Wswitch warning */
+#define LEAF_OP(e, name) case OP_##e:
+#define UNARY_OP(e, math, dsl) case OP_##e:
+#define BINARY_OP(e, math, dsl) case OP_##e:
+#include "ops.def"
+#undef LEAF_OP
+#undef UNARY_OP
+#undef BINARY_OP
+    break; /* by class, above */
   case OP_MATMUL: {
     const Shape *b = &args[1]->shape;
     if (a->rank < 1 || b->rank != 2)
@@ -332,9 +333,8 @@ bool ir_infer_shape(const Graph *g, Op op, Node *const *args, int nargs, const N
     *out = *a;
     out->rank--;
     return true;
-  default:
-    FAIL("no shape rule for %s", op_info[op].name);
   }
+  FAIL("no shape rule for %s", op_info[op].name);
 }
 
 /* ---- text form ---- */
@@ -391,7 +391,17 @@ void ir_print(const Graph *g, FILE *out) {
     case OP_LN_RSTD:
       fprintf(out, " eps=%.9g", n->fval);
       break;
-    default:
+    case OP_MATMUL: /* no parameters; an OTHER op must say here which it prints */
+    case OP_TRANSPOSE:
+    case OP_LN_MEAN:
+    case OP_ROWSUM:
+#define LEAF_OP(e, name) case OP_##e:
+#define UNARY_OP(e, math, dsl) case OP_##e:
+#define BINARY_OP(e, math, dsl) case OP_##e:
+#include "ops.def"
+#undef LEAF_OP
+#undef UNARY_OP
+#undef BINARY_OP
       break;
     }
     fprintf(out, " : %s %s", shape_str(g, &n->shape, buf, sizeof buf), dtype_name(n->dtype));
@@ -428,7 +438,7 @@ int ir_verify(const Graph *g, char *err, size_t errlen) {
 #define CHECK(cond, ...)                                                             \
   if (!(cond)) {                                                                     \
     int k = snprintf(err, errlen, "%%%d (%s): ", n->id,                              \
-                     (unsigned)n->op < OP_COUNT ? op_info[n->op].name : "?");        \
+                     n->op >= 0 && n->op < OP_COUNT ? op_info[n->op].name : "?");   \
     snprintf(err + k, errlen > (size_t)k ? errlen - (size_t)k : 0, __VA_ARGS__);     \
     goto out;                                                                        \
   }

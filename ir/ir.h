@@ -125,8 +125,18 @@ typedef enum {
 #define OP(e, name, mn, mx, cls) OP_##e,
 #include "ops.def"
 #undef OP
-  OP_COUNT
 } Op;
+
+/* The number of ops. Not a member of Op, so that a switch over every op (with no default:)
+ * that misses one is a -Wswitch warning rather than a silent fall-through; typed Op so that
+ * it still serves as "no op". */
+enum {
+  OP_TABLE_ROWS = 0
+#define OP(e, name, mn, mx, cls) +1
+#include "ops.def"
+#undef OP
+};
+#define OP_COUNT ((Op)OP_TABLE_ROWS)
 
 typedef enum { OPC_LEAF, OPC_UNARY, OPC_BINARY, OPC_OTHER } OpClass;
 

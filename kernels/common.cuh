@@ -2,7 +2,7 @@
 //
 // NVRTC compiles the generated source with no system or CUDA headers (no <cstdint>, no cuda_bf16.h),
 // so this file defines the integer types, the 16-bit and 8-bit float storage types and their
-// conversions (inline PTX), the activation functions, and thin wrappers over the sm_80+ instructions
+// conversions (inline PTX), the elementwise ops' math (opmath.cuh, in f32), and thin wrappers over the sm_80+ instructions
 // the GEMM templates use (cp.async, ldmatrix, mma.sync). Compiled without --use_fast_math: f32
 // models are checked at 1e-5, so expf/erff/tanhf are the accurate library versions.
 #pragma once
@@ -111,14 +111,10 @@ template <> __device__ __forceinline__ fp8e4m3 from_f32<fp8e4m3>(float x) { fp8e
 template <> __device__ __forceinline__ fp8e5m2 from_f32<fp8e5m2>(float x) { fp8e5m2 r; r.bits = (u8)(pack_e5m2x2(x, 0.f) & 0xff); return r; }
 #endif
 
-// ---- activations (accurate library math; no fast-math) ----------------------------------------
+// ---- elementwise ops: ffn::op_silu(float) ... (accurate library math; no fast-math) -------------
 
-__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
-__device__ __forceinline__ float gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
-__device__ __forceinline__ float gelu_tanh(float x) {
-  return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
-}
+#define OPMATH_FLOAT 1
+#include "opmath.cuh"
 
 // ---- warp reductions ---------------------------------------------------------------------------
 

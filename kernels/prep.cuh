@@ -1,9 +1,10 @@
 // prep.cuh: load-time weight transforms (gain folding, concatenation, interleaving, row
 // sums, small constant products). They run once when a model is prepared, so they favour
-// exactness over speed: arithmetic in double, results rounded once to the target type
-// with round to nearest even, as the CPU reference does. Element types arrive as run-time
-// codes (the DT_* values the generated source defines from ir/ir.h), so one compiled set
-// of kernels serves every program.
+// exactness over speed: arithmetic in double (the reference's own op_* functions of
+// opmath.cuh), results rounded once to the target type with round to nearest even, as the
+// CPU reference does. Element types and ops arrive as run-time codes (the DT_* values the
+// generated source defines from ir/ir.h, the Op enum of ops.def), so one compiled set of
+// kernels serves every program.
 #pragma once
 #include "abi.cuh"
 
@@ -74,22 +75,24 @@ __device__ inline void prep_store(void *p, int dt, long long i, double v) {
   }
 }
 
+#define OPMATH_FLOAT 0
+#include "opmath.cuh"
+
+// The op codes are ffnc's Op enum, from the same table (ops.def is embedded with these files).
+enum Op {
+#define OP(e, name, min_args, max_args, cls) OP_##e,
+#include "ops.def"
+#undef OP
+};
+
 __device__ inline double prep_apply(int op, double a, double b) {
   switch (op) {
-  case OP_NEG: return -a;
-  case OP_RELU: return a > 0 ? a : 0;
-  case OP_GELU: return 0.5 * a * (1.0 + erf(a * 0.70710678118654752440));
-  case OP_GELU_TANH: return 0.5 * a * (1.0 + tanh(0.79788456080286535588 * (a + 0.044715 * a * a * a)));
-  case OP_SILU: return a / (1.0 + exp(-a));
-  case OP_SIGMOID: return 1.0 / (1.0 + exp(-a));
-  case OP_TANH: return tanh(a);
-  case OP_SQUARE: return a * a;
-  case OP_CAST: return a;
-  case OP_ADD: return a + b;
-  case OP_SUB: return a - b;
-  case OP_MUL: return a * b;
-  case OP_DIV: return a / b;
-  default: return __longlong_as_double(0x7ff8000000000000ll);
+#define UNARY_OP(e, math, dsl) case OP_##e: return op_##math(a);
+#define BINARY_OP(e, math, dsl) case OP_##e: return op_##math(a, b);
+#include "ops.def"
+#undef UNARY_OP
+#undef BINARY_OP
+  default: return __longlong_as_double(0x7ff8000000000000ll); // not elementwise
   }
 }
 

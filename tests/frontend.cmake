@@ -18,6 +18,7 @@ add_executable(fe_driver
   ${FE_DIR}/fe_driver.c
   ${CMAKE_SOURCE_DIR}/frontend/ast.c
   ${CMAKE_SOURCE_DIR}/frontend/diag.c
+  ${CMAKE_SOURCE_DIR}/frontend/precision_policy.c
   ${CMAKE_SOURCE_DIR}/frontend/sema.c
   ${CMAKE_SOURCE_DIR}/ir/arena.c
   ${CMAKE_SOURCE_DIR}/ir/dtype.c

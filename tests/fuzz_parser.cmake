@@ -26,6 +26,7 @@ if(FFNC_FUZZ AND CMAKE_C_COMPILER_ID MATCHES "Clang" AND FFNC_HAVE_LIBFUZZER)
     ${FFNC_TEST_DIR}/fuzz/fuzz_parser.c
     ${CMAKE_SOURCE_DIR}/frontend/ast.c
     ${CMAKE_SOURCE_DIR}/frontend/diag.c
+    ${CMAKE_SOURCE_DIR}/frontend/precision_policy.c
     ${CMAKE_SOURCE_DIR}/frontend/sema.c
     ${CMAKE_SOURCE_DIR}/ir/arena.c
     ${CMAKE_SOURCE_DIR}/ir/dtype.c
@@ -38,11 +39,22 @@ if(FFNC_FUZZ AND CMAKE_C_COMPILER_ID MATCHES "Clang" AND FFNC_HAVE_LIBFUZZER)
   target_link_options(fuzz_parser PRIVATE ${FUZZ_FE_FLAGS})
   target_link_libraries(fuzz_parser PRIVATE m)
 
-  # The words of the language, so the fuzzer builds statements rather than noise.
+  # The words of the language, so the fuzzer builds statements rather than noise. The builtin
+  # functions of the op table (ir/ops.def rows marked BUILTIN) are read from it.
   set(FUZZ_FE_DICT ${CMAKE_CURRENT_BINARY_DIR}/fuzz_parser.dict)
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/ir/ops.def)
+  file(STRINGS ${CMAKE_SOURCE_DIR}/ir/ops.def op_rows REGEX "^UNARY_OP\\([A-Z_0-9]+, *[a-z_0-9]+, *BUILTIN\\)")
+  set(op_builtins "")
+  foreach(row ${op_rows})
+    string(REGEX REPLACE "^UNARY_OP\\([A-Z_0-9]+, *([a-z_0-9]+),.*" "\\1" name "${row}")
+    list(APPEND op_builtins ${name})
+  endforeach()
+  if(NOT op_builtins)
+    message(FATAL_ERROR "fuzz_parser.cmake: no BUILTIN rows found in ir/ops.def (has the row format changed?)")
+  endif()
   set(words model dim const input weight output block return for in precision fuse ffn
             default accumulate norm matmul weights group f32 f16 bf16 f8e4m3 f8e5m2 i8 i4
-            relu gelu gelu_tanh silu sigmoid tanh square swiglu geglu rmsnorm layernorm chunk cast
+            ${op_builtins} swiglu geglu rmsnorm layernorm chunk cast
             ".." "^T" "@" "\\\"" "{i}" "[T, D]" "\\x0A")
   set(dict "")
   foreach(w ${words})

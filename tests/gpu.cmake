@@ -37,6 +37,25 @@ foreach(m ${FFNC_EXAMPLE_MODELS} ${GPU_TEST_MODELS})
   endforeach()
 endforeach()
 
+# Every elementwise op of the op table (ir/ops.def), alone, on the GPU against the CPU
+# reference: ewise_ops_model writes the model from the table and checks with the front end
+# that it holds every such op (CPU); NVRTC compiles it (no GPU needed); gpu_ewise_ops_* run it.
+add_executable(ewise_ops_model gpu/ewise_ops_model.c)
+target_include_directories(ewise_ops_model PRIVATE ${CMAKE_SOURCE_DIR} ${FFNC_TEST_DIR})
+target_link_libraries(ewise_ops_model PRIVATE ffn)
+foreach(type f32 bf16)
+  set(model ${CMAKE_CURRENT_BINARY_DIR}/ewise_ops_${type}.ffn)
+  add_test(NAME ewise_ops_model_${type} COMMAND ewise_ops_model ${type} ${model})
+  set_tests_properties(ewise_ops_model_${type} PROPERTIES FIXTURES_SETUP ewise_ops_${type})
+  add_test(NAME nvrtc_ewise_ops_${type}_sm_90
+    COMMAND ffnc build ${model} --emit cubin --arch sm_90 -o ${CMAKE_CURRENT_BINARY_DIR}/ewise_ops_${type}_sm_90.cubin)
+  set_tests_properties(nvrtc_ewise_ops_${type}_sm_90 PROPERTIES LABELS nvrtc FIXTURES_REQUIRED ewise_ops_${type}
+    ENVIRONMENT "FFNC_CACHE_DIR=${CMAKE_BINARY_DIR}/test-kernel-cache")
+  add_test(NAME gpu_ewise_ops_${type} COMMAND gpu_model_test ${model})
+  set_tests_properties(gpu_ewise_ops_${type} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 ENVIRONMENT "${FFNC_GPU_ENV}"
+    FIXTURES_REQUIRED ewise_ops_${type})
+endforeach()
+
 # The host programs of examples/host: JIT and AOT (without NVRTC) agree.
 add_test(NAME gpu_host_examples
   COMMAND sh ${FFNC_TEST_DIR}/gpu/host_examples_test.sh $<TARGET_FILE:ffnc> $<TARGET_FILE:jit_run>

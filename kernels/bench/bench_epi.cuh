@@ -33,7 +33,7 @@ template <int S, int STATS, class TO> struct BenchEpi {
         float w = STATS == 2 ? wsum[(c / 8) * 8 * S + s * 8 + c % 8] : 0.f;
         y[s] = scale * (v[s][i] - mean * w);
       }
-      o[i] = (S == 2 ? ffn::silu(y[0]) * y[1] : y[0]) + ffn::to_f32(res[idx + i]);
+      o[i] = (S == 2 ? ffn::op_silu(y[0]) * y[1] : y[0]) + ffn::to_f32(res[idx + i]);
     }
     if (ncols == 2 && (idx & 1) == 0) {
       if constexpr (sizeof(TO) == 2) {

@@ -264,10 +264,14 @@ static inline int reference(const Graph *g, const TensorSet *w, const TensorSet 
   return 0;
 }
 
+/* rel relative to the source tree (absolute paths, such as generated models, as they are). */
 static inline char *source_path(const char *rel) {
   const char *root = getenv("FFNC_SOURCE_DIR");
   char *p = malloc(4096);
-  snprintf(p, 4096, "%s/%s", root ? root : ".", rel);
+  if (rel[0] == '/')
+    snprintf(p, 4096, "%s", rel);
+  else
+    snprintf(p, 4096, "%s/%s", root ? root : ".", rel);
   return p;
 }
 

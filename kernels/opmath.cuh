@@ -1,0 +1,58 @@
+/* opmath.cuh: the scalar math of every elementwise op of ir/ops.def, written once.
+ *
+ * op_<math>(x) or op_<math>(x, y) for each UNARY_OP / BINARY_OP row. This file is both C11
+ * and CUDA C++ and is included once per number type, after defining OPMATH_FLOAT:
+ *   ir/interp.c   OPMATH_FLOAT 0, host C: the CPU reference computes in double and rounds
+ *                 each result once to its element type (the caller rounds);
+ *   common.cuh    OPMATH_FLOAT 1, device, namespace ffn: the generated kernels compute in f32
+ *                 with the accurate library functions (expf, erff, tanhf; no fast math);
+ *   prep.cuh      OPMATH_FLOAT 0, device, namespace ffn: load-time transforms, exact like the
+ *                 reference.
+ * In C++ the float and double functions are overloads. It includes nothing: <math.h> (C) or
+ * the CUDA math library must be visible. Constants are cast to the number type, so the f32
+ * code never computes in double.
+ */
+#ifndef OPMATH_FLOAT
+#error "define OPMATH_FLOAT (0: double, 1: float) before including opmath.cuh"
+#endif
+
+#if OPMATH_FLOAT
+#define OPM_T float
+#define OPM_LIB(fn) fn##f /* expf, erff, tanhf */
+#else
+#define OPM_T double
+#define OPM_LIB(fn) fn
+#endif
+#ifdef __CUDACC__
+#define OPM_FN static __device__ __forceinline__
+#else
+#define OPM_FN static inline
+#endif
+
+OPM_FN OPM_T op_neg(OPM_T x) { return -x; }
+OPM_FN OPM_T op_relu(OPM_T x) { return x > 0 ? x : (OPM_T)0; }
+OPM_FN OPM_T op_gelu(OPM_T x) {
+  const OPM_T k = (OPM_T)0.70710678118654752440; /* 1 / sqrt(2) */
+  return (OPM_T)0.5 * x * ((OPM_T)1 + OPM_LIB(erf)(x * k));
+}
+OPM_FN OPM_T op_gelu_tanh(OPM_T x) {
+  const OPM_T k = (OPM_T)0.79788456080286535588; /* sqrt(2 / pi) */
+  return (OPM_T)0.5 * x * ((OPM_T)1 + OPM_LIB(tanh)(k * (x + (OPM_T)0.044715 * x * x * x)));
+}
+OPM_FN OPM_T op_silu(OPM_T x) { return x / ((OPM_T)1 + OPM_LIB(exp)(-x)); }
+OPM_FN OPM_T op_sigmoid(OPM_T x) { return (OPM_T)1 / ((OPM_T)1 + OPM_LIB(exp)(-x)); }
+OPM_FN OPM_T op_tanh(OPM_T x) { return OPM_LIB(tanh)(x); }
+OPM_FN OPM_T op_square(OPM_T x) { return x * x; }
+/* The rounding to the result's element type is the whole op; whoever stores the value (or,
+ * inside a kernel, the code generator) rounds it. */
+OPM_FN OPM_T op_cast(OPM_T x) { return x; }
+
+OPM_FN OPM_T op_add(OPM_T x, OPM_T y) { return x + y; }
+OPM_FN OPM_T op_sub(OPM_T x, OPM_T y) { return x - y; }
+OPM_FN OPM_T op_mul(OPM_T x, OPM_T y) { return x * y; }
+OPM_FN OPM_T op_div(OPM_T x, OPM_T y) { return x / y; }
+
+#undef OPM_FN
+#undef OPM_LIB
+#undef OPM_T
+#undef OPMATH_FLOAT
