@@ -105,19 +105,7 @@ static void cut_sublayer(Graph *g, const FfnSublayer *s, int j) {
 }
 
 static int compile_part(An *a, Part *p, Graph *g, Diags *d) {
-  DriverOptions o = {.sm = 0, .opt_level = 3};
-  char why[256];
-  int major = 0;
-  if (ffn_device_count(why, sizeof why) <= 0)
-    return cli_error("analyze: %s", why), EXIT_DEVICE;
-  const CuApi *cu = cu_api(NULL, 0);
-  CUdevice dev;
-  int minor = 0;
-  if (cu && cu->cuDeviceGet(&dev, 0) == CUDA_SUCCESS) {
-    cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev);
-    cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev);
-  }
-  o.sm = major * 10 + minor;
+  DriverOptions o = {.sm = cu_default_arch(), .opt_level = 3};
   SourceFile src = {a->file, a->text, a->len};
   Plan *plan;
   if (driver_compile_graph(g, &src, &o, d, &plan) != 0) {
@@ -627,10 +615,13 @@ int cmd_analyze(int argc, char **argv) {
   if (parse_args(argc, argv, &o) != 0)
     return EXIT_USAGE;
   char why[256] = "";
-  if (!o.device)
-    o.device = ffn_device_count(why, sizeof why) > 0 ? "gpu" : "cpu";
-  if (why[0])
+  bool have_gpu = ffn_device_count(why, sizeof why) > 0;
+  if (!o.device && !have_gpu)
     fprintf(stderr, "ffnc: note: %s; analyzing on the CPU reference interpreter\n", why);
+  if (!o.device)
+    o.device = have_gpu ? "gpu" : "cpu";
+  if (strcmp(o.device, "gpu") == 0 && !have_gpu)
+    return cli_error("analyze: --device gpu: %s", why), EXIT_DEVICE;
   An a = {.file = o.file, .wpath = o.wpath, .gpu = strcmp(o.device, "gpu") == 0, .progress = isatty(2)};
   StFile *inf = NULL;
   int rc = setup(&a, &o, &inf);

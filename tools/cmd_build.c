@@ -93,22 +93,6 @@ static int build_aot(const CompileArgs *ca, const char *out) {
   return status_exit(s);
 }
 
-/* The arch of device 0, or sm_90 where there is none. (The same rule as the runtime's
- * default_arch in runtime/api.c, which is not exported.) */
-static int device_arch(void) {
-  char why[256];
-  if (ffn_device_count(why, sizeof why) <= 0)
-    return 90;
-  const CuApi *cu = cu_api(NULL, 0);
-  CUdevice d;
-  int major = 9, minor = 0;
-  if (cu->cuDeviceGet(&d, 0) == CUDA_SUCCESS) {
-    cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d);
-    cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d);
-  }
-  return major * 10 + minor;
-}
-
 /* Text (IR or plan) printed by a function into memory, then written out. */
 static int write_printed(const char *out, const Graph *g, const Plan *plan) {
   char *buf;
@@ -243,7 +227,7 @@ int cmd_build(int argc, char **argv) {
   }
   Diags d;
   diags_init(&d);
-  rc = emit_stage(&ca, emit, ca.arch ? sm : device_arch(), text, len, out, &d);
+  rc = emit_stage(&ca, emit, ca.arch ? sm : cu_default_arch(), text, len, out, &d);
   if (d.len)
     fputs(d.text, stderr);
   diags_free(&d);
