@@ -10,6 +10,9 @@ out=$1
 shift
 here=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p /work "$out"
+# the build travels stripped in .devcarry (the device tool's size limit), with libjansson
+if [ ! -e "$here/build" ] && [ -d "$here/.devcarry/build" ]; then ln -sfn "$here/.devcarry/build" "$here/build"; fi
+[ -d "$here/.devcarry/lib" ] && export LD_LIBRARY_PATH="$here/.devcarry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 [ "$here" = /work/main ] || ln -sfn "$here" /work/main
 cd /work/main/build || exit 1
 export FFNC_CACHE_DIR=/work/main/build/test-kernel-cache FFNC_SOURCE_DIR=/work/main
@@ -48,6 +51,18 @@ for part in "$@"; do
     echo "memcheck gpt_bf16: exit $?"; grep -E "ERROR SUMMARY|Invalid|at .*in |FAIL|PASSED" "$out/memcheck_gpt_bf16.log" | head -20
     timeout 200 compute-sanitizer --tool memcheck --print-limit 5 ./ffnc bench /work/main/bench/suite/gpt_gelu_4096.ffn --tokens 1 --reps 2 --no-graphs --no-ceilings >"$out/memcheck_bench_gpt.log" 2>&1
     echo "memcheck bench gpt: exit $?"; grep -E "ERROR SUMMARY|Invalid|at .*in |error" "$out/memcheck_bench_gpt.log" | head -20
+    ;;
+  analyze32)
+    # FFN Fusion analysis of the 32-layer Llama-3-8B stack (random weights, 64 calibration rows)
+    timeout 150 ./ffnc gen /work/main/examples/llama3_8b.ffn --weights /tmp/w32.safetensors \
+      --inputs /tmp/c32.safetensors --dim T=64 --seed 9 >/dev/null 2>&1
+    echo "gen 32 layers: exit $?"
+    t0=$(date +%s.%N)
+    timeout 180 ./ffnc analyze /work/main/examples/llama3_8b.ffn --weights /tmp/w32.safetensors \
+      --input /tmp/c32.safetensors --json "$out/analyze32.json" >"$out/analyze32.txt" 2>&1
+    echo "analyze 32 layers: exit $?, $(python3 -c "print(round($(date +%s.%N) - $t0, 2))") s"
+    tail -12 "$out/analyze32.txt"
+    rm -f /tmp/w32.safetensors
     ;;
   bench)
     timeout 420 sh /work/main/bench/run_suite.sh /work/main/build/ffnc "$out" >"$out/bench.log" 2>&1
