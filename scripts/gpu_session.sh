@@ -55,9 +55,8 @@ for part in "$@"; do
     ;;
   analyze32)
     # FFN Fusion analysis of the 32-layer Llama-3-8B stack (random weights, 64 calibration rows)
-    timeout 150 ./ffnc gen /work/main/examples/llama3_8b.ffn --weights /tmp/w32.safetensors \
-      --inputs /tmp/c32.safetensors --dim T=64 --seed 9 >/dev/null 2>&1
-    echo "gen 32 layers: exit $?"
+    timeout 150 python3 /work/main/scripts/gen_llama8b_32.py /tmp
+    echo "weights for 32 layers (torch): exit $?"
     t0=$(date +%s.%N)
     timeout 180 ./ffnc analyze /work/main/examples/llama3_8b.ffn --weights /tmp/w32.safetensors \
       --input /tmp/c32.safetensors --json "$out/analyze32.json" >"$out/analyze32.txt" 2>&1
