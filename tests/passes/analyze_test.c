@@ -13,6 +13,8 @@
 
 #include <jansson.h>
 #include "runtime/safetensors.h"
+#include <errno.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -92,6 +94,8 @@ int main(int argc, char **argv) {
     return fprintf(stderr, "usage: analyze_test FFNC cpu|gpu DIR\n"), 2;
   if (strcmp(argv[2], "gpu") == 0)
     require_gpu();
+  if (mkdir(argv[3], 0755) != 0 && errno != EEXIST)
+    return printf("FAIL: cannot create %s: %s\n", argv[3], strerror(errno)), 1;
   const char *env = getenv("FFNC_TEST_SEED");
   rng = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20);
   printf("seed %llu (FFNC_TEST_SEED replays it)\n", (unsigned long long)rng);
