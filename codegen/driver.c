@@ -40,7 +40,7 @@ Graph *driver_model_graph(const char *text, size_t len, const char *name, const 
   number_inputs(g);
   SourceFile src = {name, text, len};
   Compile c = {.g = g, .src = &src, .diags = d, .arch = o->sm, .opt_level = o->opt_level};
-  if (pass_ffn_fusion(&c) != 0) {
+  if (pass_ffn_fusion(&c) != 0 || c.broken) {
     graph_destroy(g);
     return NULL;
   }

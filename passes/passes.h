@@ -49,6 +49,7 @@ typedef struct {
   int opt_level;         /* 0: one kernel per op */
   Group **groups;        /* set by fuse, in execution order */
   int ngroups;
+  bool broken;           /* a pass built an invalid node (pass_new reported it) */
 } Compile;
 
 typedef int (*PassFn)(Compile *c); /* 0, or -1 after reporting into c->diags */

@@ -55,7 +55,7 @@ int passes_run(Compile *c, const char *dump_after, FILE *dump) {
   for (int i = 0; i < NPASSES; i++) {
     if (c->opt_level < pipeline[i].min_opt)
       continue;
-    if (pipeline[i].fn(c) != 0)
+    if (pipeline[i].fn(c) != 0 || c->broken)
       return -1;
     if (verify(c, pipeline[i].name) != 0)
       return -1;
@@ -73,8 +73,12 @@ Node *pass_new(Compile *c, Op op, DType dt, Node **args, int nargs, const Node *
   Shape s;
   char err[256];
   if (!ir_infer_shape(c->g, op, args, nargs, like, &s, err, sizeof err)) {
-    fprintf(stderr, "ffnc: internal error: a pass built an invalid %s: %s\n", op_info[op].name, err);
-    abort();
+    /* a bug in a pass, inside a host program's compile call: reported, never aborted; the
+     * node gets a placeholder shape and the pipeline stops after this pass */
+    if (!c->broken)
+      diag_plain(c->diags, "internal error: a pass built an invalid %s: %s", op_info[op].name, err);
+    c->broken = true;
+    s = args[0]->shape;
   }
   SrcLoc loc = like ? like->loc : args[0]->loc;
   Node *n = ir_node(c->g, op, dt, s, args, nargs, loc);
