@@ -35,3 +35,12 @@ set_tests_properties(analyze_cpu PROPERTIES LABELS passes ENVIRONMENT "FFNC_SOUR
 add_test(NAME gpu_analyze COMMAND analyze_test $<TARGET_FILE:ffnc> gpu ${CMAKE_CURRENT_BINARY_DIR}/analyze_gpu)
 set_tests_properties(gpu_analyze PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
                      ENVIRONMENT "FFNC_SOURCE_DIR=${CMAKE_SOURCE_DIR};FFNC_CACHE_DIR=${CMAKE_BINARY_DIR}/test-kernel-cache")
+
+# The IR before and after the FFN Fusion pass (and the rest of the -O0 pipeline) for the fused
+# Llama and mixed-width models: tests/passes/fusion/NAME.passes.ir.
+foreach(name llama mixed)
+  ffn_golden_test(passes_ir_ffn_fusion_${name}
+    EXPECT ${FFNC_TEST_DIR}/passes/fusion/${name}.passes.ir
+    WORKDIR ${FFNC_TEST_DIR}/passes/fusion
+    COMMAND $<TARGET_FILE:ffnc> build ${name}.ffn --emit ir -o - -O0 --dump-ir-after=all)
+endforeach()

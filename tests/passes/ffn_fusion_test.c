@@ -8,7 +8,8 @@
  * f32 rounding (the fused form rounds W*g into its weights and sums in another order).
  * FUSED without its requests must differ clearly (the pass did fuse: no silent skip), and
  * the compiled FUSED program must have LAUNCHES kernel launches (two per fused run: the
- * gate/up product with its activation, the down product with the residual). Seed printed.
+ * gate/up product with its activation, the down product with the residual) and keep each
+ * weight matrix once after ffn_model_prepare (originals freed). Seed printed.
  */
 #include "gpu/gpu_util.h"
 
@@ -68,6 +69,19 @@ int main(int argc, char **argv) {
     launches += plan->steps[i].kind == STEP_LAUNCH;
   bool ok = launches == atoi(argv[3]);
   printf("%s %s: %d launches (expected %s)\n", ok ? "ok  " : "FAIL", argv[1], launches, argv[3]);
+  failed += !ok;
+  /* after ffn_model_prepare the model holds each weight matrix once: the matrices kept for the
+   * run (concatenated, folded, interleaved) have exactly the bytes of the checkpoint's */
+  size_t kept = 0, weights = 0;
+  for (int t = 0; t < plan->ntensors; t++) {
+    const PlanTensor *pt = &plan->tensors[t];
+    size_t bytes = pt->rank == 2 ? dtype_bytes(pt->dtype, (size_t)(pt->dims[0].size * pt->dims[1].size)) : 0;
+    weights += pt->kind == PT_WEIGHT ? bytes : 0;
+    kept += (pt->kind == PT_WEIGHT || pt->kind == PT_DERIVED) && pt->keep ? bytes : 0;
+  }
+  ok = kept == weights;
+  printf("%s %s: matrices resident after prepare %zu bytes, in the weights file %zu\n", ok ? "ok  " : "FAIL",
+         argv[1], kept, weights);
   failed += !ok;
   plan_destroy(plan);
 
