@@ -11,11 +11,7 @@ static void reserve(Buf *b, size_t extra) {
   size_t cap = b->cap ? b->cap : 256;
   while (cap < b->len + extra + 1)
     cap *= 2;
-  char *s = realloc(b->s, cap);
-  if (!s) {
-    fprintf(stderr, "ffnc: out of host memory\n");
-    abort();
-  }
+  char *s = ffn_xrealloc(b->s, cap);
   b->s = s;
   b->cap = cap;
 }

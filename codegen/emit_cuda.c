@@ -21,9 +21,7 @@ static int slot(Kgen *k, int tensor) {
     if (k->slot_tensor[i] == tensor)
       return i;
   if (k->nslots == FFN_KARGS_SLOTS) {
-    char limit[16];
-    snprintf(limit, sizeof limit, "%d", FFN_KARGS_SLOTS);
-    fail(k->G, NULL, "a kernel reads more than %s tensors; split the expression", limit);
+    fail(k->G, NULL, "a kernel reads more than %d tensors; split the expression", FFN_KARGS_SLOTS);
     return 0;
   }
   k->slot_tensor[k->nslots] = tensor;
@@ -72,10 +70,8 @@ static void memo_grow(Memo *m) {
   Memo old = *m;
   m->cap = old.cap ? old.cap * 2 : 16;
   m->len = 0;
-  m->ids = malloc(sizeof(int) * (size_t)m->cap);
-  m->vars = malloc(sizeof(char *) * (size_t)m->cap);
-  if (!m->ids || !m->vars)
-    abort();
+  m->ids = ffn_xmalloc(sizeof(int) * (size_t)m->cap);
+  m->vars = ffn_xmalloc(sizeof(char *) * (size_t)m->cap);
   for (int i = 0; i < m->cap; i++)
     m->ids[i] = -1;
   for (int i = 0; i < old.cap; i++)

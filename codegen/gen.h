@@ -12,6 +12,7 @@
 #ifndef FFNC_CODEGEN_GEN_H
 #define FFNC_CODEGEN_GEN_H
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -22,10 +23,7 @@
   do {                                                            \
     if ((len) == (cap)) {                                         \
       (cap) = (cap) ? (cap) * 2 : 16;                             \
-      void *p_ = realloc((arr), sizeof(*(arr)) * (size_t)(cap));  \
-      if (!p_)                                                    \
-        abort();                                                  \
-      (arr) = p_;                                                 \
+      (arr) = ffn_xrealloc((arr), sizeof(*(arr)) * (size_t)(cap)); \
     }                                                             \
   } while (0)
 
@@ -65,9 +63,13 @@ typedef struct {
 } Kgen;
 
 /* Reports an error at n (without a location if n has none) and fails the generation. */
-static inline int fail(Gen *G, const Node *n, const char *fmt, const char *arg) {
-  char msg[256];
-  snprintf(msg, sizeof msg, fmt, arg);
+static inline int fail(Gen *G, const Node *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static inline int fail(Gen *G, const Node *n, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
   if (n && n->loc.line)
     diag_error(G->c->diags, G->c->src, n->loc, "%s", msg);
   else

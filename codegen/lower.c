@@ -67,14 +67,14 @@ static int prep_step(Gen *G, Node *n) {
     break;
   case OP_INTERLEAVE:
     if (n->nargs != 1)
-      return fail(G, n, "a load-time %s of several operands is not supported", "interleave");
+      return fail(G, n, "a load-time interleave of several operands is not supported");
     break;
   default:
     if (!is_elementwise(n) || !tname(n->dtype))
       return fail(G, n, "computing %s at load time is not supported", op_info[n->op].name);
   }
   if (n->op == OP_MATMUL && (n->args[0]->shape.rank > 2))
-    return fail(G, n, "a load-time matrix product of rank > 2 is not supported%s", "");
+    return fail(G, n, "a load-time matrix product of rank > 2 is not supported");
   /* the prep kernels compute in double and store f32/f16/bf16; slices and concatenations are
    * byte copies of any type */
   if (!tname(n->dtype) && n->op != OP_SLICE && n->op != OP_CONCAT)
@@ -294,9 +294,7 @@ static void gen_free(Gen *G) {
 int codegen_cuda(Compile *c, Plan **out) {
   Graph *g = c->g;
   Gen G = {.c = c, .g = g};
-  G.tensor_of = malloc(sizeof(int) * (size_t)(g->next_id + 1));
-  if (!G.tensor_of)
-    abort();
+  G.tensor_of = ffn_xmalloc(sizeof(int) * (size_t)(g->next_id + 1));
   for (int i = 0; i <= g->next_id; i++)
     G.tensor_of[i] = -1;
   emit_prelude(&G);

@@ -4,12 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void *xcalloc(size_t size) {
-  void *p = calloc(1, size);
-  if (!p)
-    abort();
-  return p;
-}
+static void *xcalloc(size_t size) { return ffn_xcalloc(1, size); }
 
 /* ---- expressions ---- */
 

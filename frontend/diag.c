@@ -31,12 +31,7 @@ void diags_free(Diags *d) {
   memset(d, 0, sizeof *d);
 }
 
-static void *xrealloc(void *p, size_t n) {
-  p = realloc(p, n);
-  if (!p)
-    abort();
-  return p;
-}
+static void *xrealloc(void *p, size_t n) { return ffn_xrealloc(p, n); }
 
 static void put(Diags *d, const char *s, size_t n) {
   if (d->len + n + 1 > d->cap) {
@@ -85,9 +80,7 @@ static bool seen_before(Diags *d, const char *key) {
   }
   if (2 * (d->nseen + 1) > d->capseen) {
     int cap = d->capseen ? d->capseen * 2 : 64;
-    char **table = calloc((size_t)cap, sizeof *table);
-    if (!table)
-      abort();
+    char **table = ffn_xcalloc((size_t)cap, sizeof *table);
     for (int i = 0; i < d->capseen; i++)
       if (d->seen[i]) {
         size_t j = hash_key(d->seen[i]) & (size_t)(cap - 1);

@@ -79,9 +79,7 @@ static FfnLoc join(FfnLoc a, FfnLoc b) {
 static Stmt *bind(IdentList names, Expr *e, FfnLoc all) {
   Stmt *s = stmt_new(ST_BIND, all);
   s->names = names.head;
-  s->name = strdup(names.head->name);
-  if (!s->name)
-    abort();
+  s->name = ffn_xstrdup(names.head->name);
   s->name_span = names.head->span;
   s->expr = e;
   return s;
@@ -250,32 +248,24 @@ shape:
 
 dim_list:
   IDENT {
-    DimItem *d = calloc(1, sizeof *d);
-    if (!d)
-      abort();
+    DimItem *d = ffn_xcalloc(1, sizeof *d);
     *d = (DimItem){.name = $1, .span = span_of(@1)};
     $$ = (DimList){d, d};
   }
 | NUMBER {
-    DimItem *d = calloc(1, sizeof *d);
-    if (!d)
-      abort();
+    DimItem *d = ffn_xcalloc(1, sizeof *d);
     *d = (DimItem){.num = $1, .span = span_of(@1)};
     $$ = (DimList){d, d};
   }
 | dim_list ',' IDENT {
-    DimItem *d = calloc(1, sizeof *d);
-    if (!d)
-      abort();
+    DimItem *d = ffn_xcalloc(1, sizeof *d);
     *d = (DimItem){.name = $3, .span = span_of(@3)};
     $$ = $1;
     $$.tail->next = d;
     $$.tail = d;
   }
 | dim_list ',' NUMBER {
-    DimItem *d = calloc(1, sizeof *d);
-    if (!d)
-      abort();
+    DimItem *d = ffn_xcalloc(1, sizeof *d);
     *d = (DimItem){.num = $3, .span = span_of(@3)};
     $$ = $1;
     $$.tail->next = d;

@@ -113,12 +113,7 @@ static Val tensor(Node *n) { return (Val){.kind = VAL_TENSOR, .node = n}; }
 static Val number(double v) { return (Val){.kind = VAL_NUM, .num = {v, 0, false}}; }
 static Val integer(int64_t v) { return (Val){.kind = VAL_NUM, .num = {(double)v, v, true}}; }
 
-static void *xcalloc(size_t n, size_t size) {
-  void *p = calloc(n ? n : 1, size);
-  if (!p)
-    abort();
-  return p;
-}
+static void *xcalloc(size_t n, size_t size) { return ffn_xcalloc(n, size); }
 
 /* ---- diagnostics ---- */
 
@@ -149,9 +144,7 @@ typedef struct {
 static void buf_add(Buf *b, const char *s, size_t n) {
   if (b->len + n + 1 > b->cap) {
     b->cap = (b->len + n + 1) * 2;
-    b->p = realloc(b->p, b->cap);
-    if (!b->p)
-      abort();
+    b->p = ffn_xrealloc(b->p, b->cap);
   }
   memcpy(b->p + b->len, s, n);
   b->len += n;
@@ -1266,9 +1259,7 @@ static void exec_output(Sema *s, Stmt *st) {
       return;
     }
   graph_add_output(g, st->name, v.node);
-  s->output_lines = realloc(s->output_lines, sizeof(int) * (size_t)g->noutputs);
-  if (!s->output_lines)
-    abort();
+  s->output_lines = ffn_xrealloc(s->output_lines, sizeof(int) * (size_t)g->noutputs);
   s->output_lines[g->noutputs - 1] = st->span.line;
 }
 

@@ -15,17 +15,41 @@ struct Arena {
   Chunk *head;
 };
 
-static void *xmalloc(size_t n) {
-  void *p = malloc(n);
-  if (!p) {
-    fprintf(stderr, "ffnc: out of host memory (%zu bytes)\n", n);
-    abort();
-  }
+static void out_of_memory(size_t n) {
+  fprintf(stderr, "ffnc: out of host memory (%zu bytes)\n", n);
+  abort();
+}
+
+void *ffn_xmalloc(size_t n) {
+  void *p = malloc(n ? n : 1);
+  if (!p)
+    out_of_memory(n);
+  return p;
+}
+
+void *ffn_xcalloc(size_t n, size_t size) {
+  void *p = calloc(n ? n : 1, size ? size : 1);
+  if (!p)
+    out_of_memory(n * size);
+  return p;
+}
+
+void *ffn_xrealloc(void *p, size_t n) {
+  p = realloc(p, n ? n : 1);
+  if (!p)
+    out_of_memory(n);
+  return p;
+}
+
+char *ffn_xstrdup(const char *s) {
+  char *p = strdup(s);
+  if (!p)
+    out_of_memory(strlen(s) + 1);
   return p;
 }
 
 Arena *arena_create(void) {
-  Arena *a = xmalloc(sizeof *a);
+  Arena *a = ffn_xmalloc(sizeof *a);
   a->head = NULL;
   return a;
 }
@@ -45,7 +69,7 @@ void *arena_alloc(Arena *a, size_t size) {
   Chunk *c = a->head;
   if (!c || c->size - c->used < size) {
     size_t cap = size > 60000 ? size : 60000;
-    c = xmalloc(sizeof(Chunk) + cap);
+    c = ffn_xmalloc(sizeof(Chunk) + cap);
     c->size = cap;
     c->used = 0;
     c->next = a->head;

@@ -434,8 +434,12 @@ static void *matmul_rows(void *arg) {
 
 enum { MAX_THREADS = 32 };
 
-/* FFNC_INTERP_THREADS caps the threads (1: none), e.g. when many tests run at once. */
-static int max_threads(void) {
+/* FFNC_INTERP_THREADS caps the threads (1: none), e.g. when many tests run at once; read
+ * once, like every environment knob (README). */
+static int threads_allowed;
+static pthread_once_t threads_once = PTHREAD_ONCE_INIT;
+
+static void read_threads(void) {
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   const char *env = getenv("FFNC_INTERP_THREADS");
   if (env && *env) {
@@ -444,7 +448,12 @@ static int max_threads(void) {
     if (*end == 0 && v >= 1)
       n = v;
   }
-  return n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : (int)n;
+  threads_allowed = n < 1 ? 1 : n > MAX_THREADS ? MAX_THREADS : (int)n;
+}
+
+static int max_threads(void) {
+  pthread_once(&threads_once, read_threads);
+  return threads_allowed;
 }
 
 /* Rows are split over threads when the product is big enough to pay for them: the GPU

@@ -497,10 +497,8 @@ void ir_compact(Graph *g) {
   size_t edges = 0;
   for (int i = 0; i < g->nodes.len; i++)
     edges += (size_t)GRAPH_NODE(g, i)->nargs;
-  bool *live = calloc((size_t)g->next_id + 1, sizeof(bool));
-  Node **stack = malloc(sizeof(Node *) * (edges + (size_t)g->nodes.len + (size_t)g->noutputs + 1));
-  if (!live || !stack)
-    abort();
+  bool *live = ffn_xcalloc((size_t)g->next_id + 1, sizeof(bool));
+  Node **stack = ffn_xmalloc(sizeof(Node *) * (edges + (size_t)g->nodes.len + (size_t)g->noutputs + 1));
   int sp = 0;
   for (int i = 0; i < g->noutputs; i++)
     stack[sp++] = g->outputs[i].node;
@@ -530,12 +528,10 @@ void ir_compact(Graph *g) {
 int ir_toposort(Graph *g) {
   int n = g->nodes.len;
   /* state by id: 0 new, 1 on the stack, 2 placed */
-  unsigned char *state = calloc((size_t)g->next_id + 1, 1);
-  Node **order = malloc(sizeof(Node *) * (size_t)(n + 1));
-  Node **stack = malloc(sizeof(Node *) * (size_t)(n + 1));
-  int *next_arg = malloc(sizeof(int) * (size_t)(n + 1));
-  if (!state || !order || !stack || !next_arg)
-    abort();
+  unsigned char *state = ffn_xcalloc((size_t)g->next_id + 1, 1);
+  Node **order = ffn_xmalloc(sizeof(Node *) * (size_t)(n + 1));
+  Node **stack = ffn_xmalloc(sizeof(Node *) * (size_t)(n + 1));
+  int *next_arg = ffn_xmalloc(sizeof(int) * (size_t)(n + 1));
   int placed = 0;
   for (int i = 0; i < n; i++) {
     Node *root = GRAPH_NODE(g, i);

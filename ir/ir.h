@@ -20,6 +20,22 @@
 
 /* ---- arena.c ---------------------------------------------------------- */
 
+/* Errors, one convention per layer, each converted once at its boundary:
+ *   - front end, passes, code generation: diagnostics into a Diags (frontend.h), functions
+ *     return -1 or NULL; nothing is printed (the CLI prints the Diags; the C API returns
+ *     their text through ffn_last_error);
+ *   - self-contained readers and evaluators (interp.c, safetensors.c, plan JSON, read_file):
+ *     return -1 with a message in the caller's (char *err, size_t errlen), printf-style;
+ *   - runtime and public API: an ffn_status, with its message from rt_error (runtime/rt.h).
+ * The one exception is host memory exhaustion inside the compiler: these allocators (and
+ * the arena) print "ffnc: out of host memory" and abort, as compilers do; the runtime's own
+ * allocations (device buffers, workspaces, plans loaded from files) are checked and returned
+ * as FFN_ERR_OUT_OF_MEMORY instead. */
+void *ffn_xmalloc(size_t n);
+void *ffn_xcalloc(size_t n, size_t size);
+void *ffn_xrealloc(void *p, size_t n);
+char *ffn_xstrdup(const char *s);
+
 typedef struct Arena Arena;
 
 Arena *arena_create(void);

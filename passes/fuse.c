@@ -64,9 +64,7 @@ typedef struct {
 static Group *new_group(Fuser *f, GroupKind kind, Shape shape) {
   if (f->ngroups == f->cap) {
     f->cap = f->cap ? f->cap * 2 : 16;
-    f->groups = realloc(f->groups, sizeof(Group *) * (size_t)f->cap);
-    if (!f->groups)
-      abort();
+    f->groups = ffn_xrealloc(f->groups, sizeof(Group *) * (size_t)f->cap);
   }
   Group *g = arena_alloc(f->c->g->arena, sizeof *g);
   g->kind = kind;
@@ -299,9 +297,7 @@ static Group *best_group(Fuser *f, Node *n) {
 
 int pass_fuse(Compile *c) {
   Graph *gr = c->g;
-  Fuser f = {c, users_build(gr), NULL, 0, 0, calloc((size_t)gr->next_id + 1, 1)};
-  if (!f.after_stats)
-    abort();
+  Fuser f = {c, users_build(gr), NULL, 0, 0, ffn_xcalloc((size_t)gr->next_id + 1, 1)};
   int rc = 0;
   int len = gr->nodes.len; /* interleave nodes appended below are constants: no group */
   for (int pass = 0; pass < 2 && rc == 0; pass++) {

@@ -23,9 +23,7 @@
 /* Does some elementwise node read (directly or through elementwise ops) both a and b? */
 static bool meet(const Graph *g, const Node *a, const Node *b) {
   /* mark[id]: 1 reaches from a, 2 from b */
-  unsigned char *mark = calloc((size_t)g->next_id + 1, 1);
-  if (!mark)
-    abort();
+  unsigned char *mark = ffn_xcalloc((size_t)g->next_id + 1, 1);
   mark[a->id] |= 1;
   mark[b->id] |= 2;
   bool found = false;

@@ -52,6 +52,8 @@ static int by_size_desc(const void *a, const void *b) {
 
 size_t memplan_assign(const Plan *p, const int64_t *dims, size_t *offsets) {
   Item *items = malloc(sizeof(Item) * (size_t)(p->ntensors + 1));
+  if (!items)
+    return SIZE_MAX; /* the runtime's caller reports FFN_ERR_OUT_OF_MEMORY */
   int n = 0;
   for (int i = 0; i < p->ntensors; i++) {
     offsets[i] = 0;

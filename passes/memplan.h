@@ -9,6 +9,6 @@
 void memplan_lifetimes(Plan *p);
 /* Run time: byte offsets of the scratch tensors for these dims (offsets[ntensors], entries
  * of other tensors set to 0); returns the bytes needed. */
-size_t memplan_assign(const Plan *p, const int64_t *dims, size_t *offsets);
+size_t memplan_assign(const Plan *p, const int64_t *dims, size_t *offsets); /* SIZE_MAX: out of memory */
 
 #endif

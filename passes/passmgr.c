@@ -104,9 +104,7 @@ Node *matmul_b_nk(Compile *c, Node *mm) {
 }
 
 Users users_build(const Graph *g) {
-  Users u = {calloc((size_t)g->next_id + 1, sizeof(PtrVec)), g->next_id, calloc((size_t)g->next_id + 1, 1)};
-  if (!u.by_id || !u.is_output)
-    abort();
+  Users u = {ffn_xcalloc((size_t)g->next_id + 1, sizeof(PtrVec)), g->next_id, ffn_xcalloc((size_t)g->next_id + 1, 1)};
   for (int i = 0; i < g->nodes.len; i++) {
     Node *n = GRAPH_NODE(g, i);
     if (n->dead)

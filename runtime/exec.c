@@ -468,7 +468,13 @@ ffn_status exec_begin(ffn_model *m, CUstream stream, const DLTensor *inputs, int
     exec_end(run, FFN_OK);
     return rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
   }
-  size_t scratch = (memplan_assign(p, run->dims, offsets) + 255) / 256 * 256;
+  size_t planned = memplan_assign(p, run->dims, offsets);
+  if (planned == SIZE_MAX) {
+    free(offsets);
+    exec_end(run, FFN_OK);
+    return rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
+  }
+  size_t scratch = (planned + 255) / 256 * 256;
   GemmNeeds g = choose_launches(run);
   size_t rest = scratch + g.ws_floats * 4 + g.stat_rows * 8;
   CUresult r = m->cu->cuCtxPushCurrent(m->ctx);
