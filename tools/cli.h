@@ -3,6 +3,7 @@
 #define FFNC_CLI_H
 
 #include "frontend/frontend.h"
+#include "include/ffn.h"
 #include "ir/interp.h"
 #include "runtime/safetensors.h"
 
@@ -30,6 +31,13 @@ Graph *cli_frontend(const CompileArgs *ca, int *status);
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Value of `--opt VALUE` or `--opt=VALUE` at argv[*i] for option name opt, else NULL. */
 const char *cli_value(int argc, char **argv, int *i, const char *opt);
+
+/* cmd_build.c: the exit status for an API status (cli.md: 1 files, 2 usage, 3 device), and
+ * the API options for the compile arguments. */
+int cli_status_exit(ffn_status s);
+ffn_status cli_options(const CompileArgs *ca, ffn_options **out);
+/* run_gpu.c: `ffnc run --device gpu`. */
+int run_gpu(const CompileArgs *ca, StFile *wf, StFile *inf, const char *weights_path, const char *out_path);
 
 int cmd_check(int argc, char **argv);
 int cmd_build(int argc, char **argv);

@@ -17,6 +17,7 @@
  */
 #include "cli.h"
 #include "codegen/driver.h"
+#include "runtime/dlpack_dtype.h"
 #include "runtime/rt.h"
 
 #include <jansson.h>
@@ -25,7 +26,6 @@
 #include <string.h>
 #include <unistd.h>
 
-int cli_status_exit(ffn_status s);
 
 typedef struct {
   Graph *g;      /* x -> x + FFN_j(x), the model graph (what the CPU reference runs) */
@@ -176,7 +176,9 @@ static int lookup_input(void *ctx, const char *name, RawTensor *out) {
 }
 
 static DLDataType dl_of(DType t) {
-  return t == DT_BF16 ? (DLDataType){kDLBfloat, 16, 1} : (DLDataType){kDLFloat, (uint8_t)dtype_bits(t), 1};
+  DLDataType dl = {kDLFloat, 32, 1};
+  dtype_to_dl(t, &dl); /* the model's float input type: always carried */
+  return dl;
 }
 
 /* y = P_j(x) for rows x rows (f32 on the host; rounded to the model's type on the way in). */

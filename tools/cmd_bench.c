@@ -23,6 +23,7 @@
 #include "codegen/driver.h"
 #include "cublaslt.h"
 #include "runtime/randinit.h"
+#include "runtime/dlpack_dtype.h"
 #include "runtime/rt.h"
 
 #include <jansson.h>
@@ -36,8 +37,6 @@
 #define FFNC_GIT_COMMIT "unknown"
 #endif
 
-int cli_status_exit(ffn_status s);
-ffn_status cli_options(const CompileArgs *ca, ffn_options **out);
 
 enum { V_FFNC, V_EAGER, V_CUBLASLT, NVARIANTS };
 static const char *const variant_names[NVARIANTS] = {"ffnc", "eager", "cublaslt"};
@@ -461,9 +460,11 @@ static void setup_model(Model *md) {
     CUdeviceptr d = upload(h, dtype_bytes(n->dtype, numel));
     free(h);
     md->wdev[md->nw++] = d;
-    DLDataType dl = n->dtype == DT_F32 ? (DLDataType){kDLFloat, 32, 1}
-                    : n->dtype == DT_F16 ? (DLDataType){kDLFloat, 16, 1}
-                                         : (DLDataType){kDLBfloat, 16, 1};
+    DLDataType dl;
+    if (!dtype_to_dl(n->dtype, &dl)) {
+      cli_error("bench: weight '%s' is %s, which DLPack tensors cannot carry", n->name, dtype_name(n->dtype));
+      exit(EXIT_USER);
+    }
     DLTensor t = {(void *)d, {kDLCUDA, 0}, n->shape.rank, dl, shape, NULL, 0};
     for (int m = 0; m < NVARIANTS; m++)
       if (ffn_model_bind_weight(md->model[m], n->name, &t) != FFN_OK) {

@@ -56,7 +56,6 @@ static int run_cpu(Graph *g, StFile *wf, StFile *inf, const char *out_path) {
   return rc;
 }
 
-int run_gpu(const CompileArgs *ca, StFile *wf, StFile *inf, const char *weights_path, const char *out_path);
 
 int cmd_run(int argc, char **argv) {
   CompileArgs ca = {.opt_level = 3};

@@ -6,8 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-int cli_status_exit(ffn_status s);
-ffn_status cli_options(const CompileArgs *ca, ffn_options **out);
 
 static DLDataType dl_type(DType t) {
   DLDataType d = {kDLOpaqueHandle, 0, 0}; /* no DLPack type: the run refuses the tensor by name */
