@@ -6,28 +6,8 @@
 #include <string.h>
 
 #include "check.h"
+#include "plan_util.h"
 #include "codegen/driver.h"
-
-static Plan *compile(const char *rel) {
-  char path[4096], *text, err[512];
-  size_t len;
-  snprintf(path, sizeof path, "%s/%s", getenv("FFNC_SOURCE_DIR") ? getenv("FFNC_SOURCE_DIR") : ".", rel);
-  if (read_file(path, &text, &len, err, sizeof err) != 0) {
-    fprintf(stderr, "%s\n", err);
-    exit(1);
-  }
-  Diags d;
-  diags_init(&d);
-  DriverOptions o = {.sm = 90, .opt_level = 3};
-  Plan *p = NULL;
-  if (driver_compile(text, len, path, &o, &d, &p, NULL) != 0) {
-    fprintf(stderr, "%s", d.text);
-    exit(1);
-  }
-  diags_free(&d);
-  free(text);
-  return p;
-}
 
 /* Parses text; checks it is refused with exactly `want` (or, with prefix, a message that
  * starts with it). */
@@ -68,7 +48,7 @@ static void expect(const char *good, const char *path, const char *value, const 
 #define EXPECT_PREFIX(path, value, want) expect(good, path, value, want, true, __LINE__)
 
 int main(void) {
-  Plan *plan = compile("examples/llama3_tiny.ffn");
+  Plan *plan = compile_plan("examples/llama3_tiny.ffn");
   char *good = plan_to_json(plan), err[1024];
   CHECK(plan->nprep > 0 && plan->nsteps > 0 && plan->nkernels > 0, "the example needs prep steps and launches");
 

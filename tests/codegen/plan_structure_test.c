@@ -14,37 +14,8 @@
 
 #include "codegen/driver.h"
 
-static int failures;
-#define CHECK(cond, ...)                       \
-  do {                                         \
-    if (!(cond)) {                             \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-      printf(__VA_ARGS__);                     \
-      printf("\n");                            \
-      failures++;                              \
-    }                                          \
-  } while (0)
-
-static Plan *compile(const char *rel) {
-  char path[4096], *text, err[512];
-  size_t len;
-  snprintf(path, sizeof path, "%s/%s", getenv("FFNC_SOURCE_DIR") ? getenv("FFNC_SOURCE_DIR") : ".", rel);
-  if (read_file(path, &text, &len, err, sizeof err) != 0) {
-    printf("FAIL: %s\n", err);
-    exit(1);
-  }
-  Diags d;
-  diags_init(&d);
-  DriverOptions o = {.sm = 90, .opt_level = 3};
-  Plan *p = NULL;
-  if (driver_compile(text, len, path, &o, &d, &p, NULL) != 0) {
-    printf("FAIL: %s", d.text);
-    exit(1);
-  }
-  diags_free(&d);
-  free(text);
-  return p;
-}
+#include "check.h"
+#include "plan_util.h"
 
 static int launches(const Plan *p) {
   int n = 0;
@@ -68,7 +39,7 @@ static void check_written(const Plan *p, const char *model, const int64_t *allow
 }
 
 int main(void) {
-  Plan *llama = compile("examples/llama3_8b.ffn");
+  Plan *llama = compile_plan("examples/llama3_8b.ffn");
   CHECK(launches(llama) <= 3 * 32, "llama3_8b: %d launches for 32 sublayers", launches(llama));
   CHECK(launches(llama) == 2 * 32, "llama3_8b: expected 2 kernels per sublayer, got %d launches", launches(llama));
   CHECK(llama->nkernels == 2, "llama3_8b: %d distinct kernels, expected 2 shared by all layers", llama->nkernels);
@@ -81,11 +52,11 @@ int main(void) {
   CHECK(hidden == 32, "llama3_8b: %lld [T, F] intermediates, expected one per sublayer", (long long)hidden);
   printf("llama3_8b: %d launches, %d kernels\n", launches(llama), llama->nkernels);
 
-  Plan *gpt2 = compile("examples/gpt2.ffn");
+  Plan *gpt2 = compile_plan("examples/gpt2.ffn");
   CHECK(launches(gpt2) == 2 * 12, "gpt2: %d launches for 12 sublayers", launches(gpt2));
   printf("gpt2: %d launches, %d kernels\n", launches(gpt2), gpt2->nkernels);
 
-  Plan *phi3 = compile("examples/phi3_mini.ffn");
+  Plan *phi3 = compile_plan("examples/phi3_mini.ffn");
   CHECK(launches(phi3) == 2 * 32, "phi3_mini: %d launches for 32 sublayers", launches(phi3));
   int64_t phi_ok[] = {3072, 8192}; /* never the [T, 2F] gate_up product */
   check_written(phi3, "phi3_mini", phi_ok, 2);
@@ -94,6 +65,5 @@ int main(void) {
   plan_destroy(llama);
   plan_destroy(gpt2);
   plan_destroy(phi3);
-  printf("%s\n", failures ? "FAILED" : "PASSED");
-  return failures ? 1 : 0;
+  return check_result("plan_structure_test");
 }

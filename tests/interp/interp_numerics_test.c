@@ -12,18 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int failures;
-
-#define CHECK(cond, ...)                                   \
-  do {                                                     \
-    if (!(cond)) {                                         \
-      if (failures++ < 30) {                               \
-        fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);    \
-        fprintf(stderr, __VA_ARGS__);                      \
-        fputc('\n', stderr);                               \
-      }                                                    \
-    }                                                      \
-  } while (0)
+#include "check.h"
 
 /* Same value, telling -0 from +0; any NaN equals any NaN. */
 static bool same(double a, double b) {
@@ -366,10 +355,5 @@ int main(void) {
   test_bf16_ties_all_floats();
   test_hand_cases();
   test_load_store();
-  if (failures) {
-    fprintf(stderr, "interp_numerics_test: %d failures\n", failures);
-    return 1;
-  }
-  printf("interp_numerics_test: ok\n");
-  return 0;
+  return check_result("interp_numerics_test");
 }

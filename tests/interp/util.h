@@ -11,17 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int failures;
-
-#define CHECK(cond, ...)                                \
-  do {                                                  \
-    if (!(cond)) {                                      \
-      failures++;                                       \
-      fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);   \
-      fprintf(stderr, __VA_ARGS__);                     \
-      fputc('\n', stderr);                              \
-    }                                                   \
-  } while (0)
+#include "check.h"
 
 static inline void die(const char *fmt, ...) {
   va_list ap;
@@ -167,13 +157,6 @@ static inline void check_tensor(const char *what, const RefTensor *t, int rank, 
 }
 #define EXPECT(what, t, rel, dims, ...) check_tensor(what, t, dims, VALS(__VA_ARGS__), rel)
 
-static inline int finish(const char *name) {
-  if (failures) {
-    fprintf(stderr, "%s: %d failures\n", name, failures);
-    return 1;
-  }
-  printf("%s: ok\n", name);
-  return 0;
-}
+static inline int finish(const char *name) { return check_result(name); }
 
 #endif

@@ -6,30 +6,10 @@
 #include <string.h>
 
 #include "check.h"
+#include "plan_util.h"
 #include "codegen/driver.h"
 #include "runtime/rt.h"
 #include "runtime/safetensors.h"
-
-static Plan *compile(const char *rel) {
-  char path[4096], *text, err[512];
-  size_t len;
-  snprintf(path, sizeof path, "%s/%s", getenv("FFNC_SOURCE_DIR") ? getenv("FFNC_SOURCE_DIR") : ".", rel);
-  if (read_file(path, &text, &len, err, sizeof err) != 0) {
-    fprintf(stderr, "%s\n", err);
-    exit(1);
-  }
-  Diags d;
-  diags_init(&d);
-  DriverOptions o = {.sm = 90, .opt_level = 3};
-  Plan *p = NULL;
-  if (driver_compile(text, len, path, &o, &d, &p, NULL) != 0) {
-    fprintf(stderr, "%s", d.text);
-    exit(1);
-  }
-  diags_free(&d);
-  free(text);
-  return p;
-}
 
 static void write_bytes(const char *path, const void *data, size_t len) {
   FILE *f = fopen(path, "wb");
@@ -60,7 +40,7 @@ static void expect_refused(const char *path, const char *want, int line) {
 
 int main(void) {
   static unsigned char image[64] = "not really a cubin";
-  ffn_program prog = {.plan = compile("examples/llama3_tiny.ffn"), .image = {image, sizeof image, false}};
+  ffn_program prog = {.plan = compile_plan("examples/llama3_tiny.ffn"), .image = {image, sizeof image, false}};
   const char *good = "aot_load_good.ffnc", *bad = "aot_load_bad.ffnc";
   CHECK(ffn_program_save(&prog, good) == FFN_OK, "save: %s", ffn_last_error());
 

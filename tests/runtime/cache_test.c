@@ -15,16 +15,7 @@
 #include "include/ffn.h"
 #include "runtime/rt.h"
 
-static int failures;
-#define CHECK(cond, ...)                                \
-  do {                                                  \
-    if (!(cond)) {                                      \
-      printf("FAIL %s:%d: ", __FILE__, __LINE__);       \
-      printf(__VA_ARGS__);                              \
-      printf("\n");                                     \
-      failures++;                                       \
-    }                                                   \
-  } while (0)
+#include "check.h"
 
 static int entries(const char *dir) {
   DIR *d = opendir(dir);
@@ -92,6 +83,5 @@ int main(void) {
   snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", dir, dir2);
   if (system(cmd) != 0)
     printf("note: could not remove %s\n", dir);
-  printf("%s\n", failures ? "FAILED" : "PASSED");
-  return failures ? 1 : 0;
+  return check_result("cache_test");
 }

@@ -10,26 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int st_test_failures;
+#include "check.h"
 
-#define CHECK(cond, ...)                                                                           \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      st_test_failures++;                                                                          \
-      fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond);                     \
-      fprintf(stderr, __VA_ARGS__);                                                                \
-      fputc('\n', stderr);                                                                         \
-    }                                                                                              \
-  } while (0)
-
-static inline int st_test_result(const char *name) {
-  if (st_test_failures) {
-    fprintf(stderr, "%s: %d check(s) failed\n", name, st_test_failures);
-    return 1;
-  }
-  printf("%s: all checks passed\n", name);
-  return 0;
-}
+static inline int st_test_result(const char *name) { return check_result(name); }
 
 /* A file image: 8-byte little-endian length of `header`, the header bytes as given (no
  * padding), then data_len bytes of data. malloc'd. */
