@@ -1,5 +1,5 @@
 #!/bin/sh
-# scripts/gpu_session.sh OUT [tests] [sanitize] [bench]
+# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32]
 # What one call on the lent GPU machine runs, with a build made here and carried there (that
 # machine has no flex, bison or jansson headers). The build has absolute paths under
 # /work/main, so the copy is linked there first; the kernel cache in build/test-kernel-cache
@@ -63,6 +63,13 @@ for part in "$@"; do
     echo "analyze 32 layers: exit $?, $(python3 -c "print(round($(date +%s.%N) - $t0, 2))") s"
     tail -12 "$out/analyze32.txt"
     rm -f /tmp/w32.safetensors
+    ;;
+  torch)
+    # the torch peer (eager, CUDA graph, torch.compile + graph) against the bench run just before
+    PYTHONUNBUFFERED=1 timeout 500 python3 /work/main/bench/torch_peer.py --ffnc "$out/bench.json" \
+      --json "$out/torch.json" >"$out/torch.txt" 2>&1
+    echo "torch peer: exit $?"
+    tail -40 "$out/torch.txt"
     ;;
   bench)
     timeout 420 sh /work/main/bench/run_suite.sh /work/main/build/ffnc "$out" >"$out/bench.log" 2>&1

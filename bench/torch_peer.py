@@ -1,0 +1,215 @@
+#!/usr/bin/env python3
+"""bench/torch_peer.py: PyTorch as ffnc's peer, on the GPU machine (its python3 has torch).
+
+    python3 bench/torch_peer.py --tokens 1,16,128,1024,8192 [--ffnc OUT/bench.json]
+                                [--json OUT/torch.json] [--models a,b] [--reps 30]
+
+Times every bench-suite model (bench/suite/*.ffn, written out here in torch with the same
+shapes and dtypes) in three ways: eager, eager captured in a CUDA graph, and torch.compile
+(Inductor, dynamic token count: one compile per model) captured in a CUDA graph. Timing as
+ffnc bench does it: CUDA events, median of --reps, inputs rotated through enough buffers to
+exceed the L2, warm-up first. With --ffnc (the JSON of `ffnc bench` from the same device call)
+it prints ffnc's best (plain or graph) beside torch's best and the ratio torch / ffnc (> 1:
+ffnc is faster). Before timing, each torch variant is checked against eager in float32.
+
+Not a dependency of ffnc: only the bench's peer.
+"""
+import argparse
+import json
+import math
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+
+L2_BYTES = 60 << 20
+
+
+def rmsnorm(x, g, eps=1e-5):
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * g.float()).to(x.dtype)
+
+
+def layernorm(x, g, b, eps=1e-5):
+    return F.layer_norm(x.float(), (x.shape[-1],), g.float(), b.float(), eps).to(x.dtype)
+
+
+def llama_weights(d, f, layers, gen):
+    def w(*shape, scale):
+        return (torch.randn(*shape, generator=gen, device="cuda") * scale).bfloat16()
+    return [dict(g=(1 + 0.1 * torch.randn(d, generator=gen, device="cuda")).bfloat16(),
+                 wg=w(f, d, scale=d ** -0.5), wu=w(f, d, scale=d ** -0.5), wd=w(d, f, scale=f ** -0.5))
+            for _ in range(layers)]
+
+
+def llama_stack(ws):
+    def fn(x):
+        for w in ws:
+            h = rmsnorm(x, w["g"])
+            x = x + (F.silu(h @ w["wg"].t()) * (h @ w["wu"].t())) @ w["wd"].t()
+        return x
+    return fn
+
+
+def llama_fused(ws):
+    """FFN Fusion of the stack done the best way in torch: one wide FFN (gains folded)."""
+    wg = torch.cat([w["wg"] * w["g"] for w in ws])
+    wu = torch.cat([w["wu"] * w["g"] for w in ws])
+    wd = torch.cat([w["wd"] for w in ws], dim=1)
+    one = torch.ones_like(ws[0]["g"])
+
+    def fn(x):
+        h = rmsnorm(x, one)
+        return x + (F.silu(h @ wg.t()) * (h @ wu.t())) @ wd.t()
+    return fn
+
+
+def gpt_weights(d, f, gen):
+    def w(*shape, scale):
+        return (torch.randn(*shape, generator=gen, device="cuda") * scale).bfloat16()
+    return dict(g=(1 + 0.1 * torch.randn(d, generator=gen, device="cuda")).bfloat16(), b=w(d, scale=0.1),
+                w1=w(f, d, scale=d ** -0.5), b1=w(f, scale=0.1), w2=w(d, f, scale=f ** -0.5), b2=w(d, scale=0.1))
+
+
+def gpt_layer(w):
+    def fn(x):
+        h = layernorm(x, w["g"], w["b"])
+        return x + F.gelu(h @ w["w1"].t() + w["b1"], approximate="tanh") @ w["w2"].t() + w["b2"]
+    return fn
+
+
+def models(gen):
+    """name (as ffnc bench prints the file) -> (torch function, d, weight bytes, flops per token)"""
+    out = {}
+    def add(name, fn, d, weights, flops_per_token):
+        out[name] = (fn, d, weights, flops_per_token)
+    l8 = llama_weights(4096, 14336, 1, gen)
+    add("llama3_8b_layer.ffn", llama_stack(l8), 4096, 3 * 4096 * 14336 * 2, 6 * 4096 * 14336)
+    l70 = llama_weights(8192, 28672, 1, gen)
+    add("llama3_70b_layer.ffn", llama_stack(l70), 8192, 3 * 8192 * 28672 * 2, 6 * 8192 * 28672)
+    add("gpt_gelu_4096.ffn", gpt_layer(gpt_weights(4096, 16384, gen)), 4096, 2 * 4096 * 16384 * 2,
+        4 * 4096 * 16384)
+    l4 = llama_weights(4096, 14336, 4, gen)
+    add("llama3_8b_4layers.ffn", llama_stack(l4), 4096, 4 * 3 * 4096 * 14336 * 2, 4 * 6 * 4096 * 14336)
+    add("llama3_8b_4layers_fused.ffn", llama_fused(l4), 4096, 4 * 3 * 4096 * 14336 * 2, 4 * 6 * 4096 * 14336)
+    return out
+
+
+def time_calls(call, rotations, reps):
+    for r in range(rotations * 2):  # warm-up
+        call(r % rotations)
+    torch.cuda.synchronize()
+    times = []
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for i in range(reps):
+        start.record()
+        call(i % rotations)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000.0)
+    return statistics.median(times)
+
+
+def graphs_of(fn, xs):
+    """One CUDA graph per rotation buffer (each reads its own input)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for x in xs[:2]:
+            fn(x)
+    torch.cuda.current_stream().wait_stream(s)
+    gs, outs = [], []
+    for x in xs:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            outs.append(fn(x))
+        gs.append(g)
+    return gs, outs
+
+
+def rel_err(a, b):
+    a, b = a.float(), b.float()
+    return (torch.linalg.vector_norm(a - b) / torch.linalg.vector_norm(b)).item()
+
+
+def bench_model(name, fn, d, tokens, reps, compiled):
+    rows = []
+    for t in tokens:
+        rotations = max(2, min(16, math.ceil(2 * L2_BYTES / (t * d * 2 * 2))))
+        gen = torch.Generator(device="cuda").manual_seed(t)
+        xs = [torch.randn(t, d, generator=gen, device="cuda").bfloat16() for _ in range(rotations)]
+        with torch.no_grad():
+            ref = fn(xs[0])
+            res = {"eager": time_calls(lambda r: fn(xs[r]), rotations, reps)}
+            gs, outs = graphs_of(fn, xs)
+            gs[0].replay()
+            torch.cuda.synchronize()
+            assert rel_err(outs[0], ref) < 1e-2, f"{name} T={t}: eager graph differs from eager"
+            res["eager+graph"] = time_calls(lambda r: gs[r].replay(), rotations, reps)
+            del gs, outs
+            cgs, couts = graphs_of(compiled, xs)
+            cgs[0].replay()
+            torch.cuda.synchronize()
+            err = rel_err(couts[0], ref)
+            assert err < 2e-2, f"{name} T={t}: torch.compile differs from eager by {err}"
+            res["compile+graph"] = time_calls(lambda r: cgs[r].replay(), rotations, reps)
+            del cgs, couts
+        best = min(res, key=res.get)
+        rows.append(dict(model=name, tokens=t, **{k: round(v, 2) for k, v in res.items()}, best=best,
+                         best_us=round(res[best], 2), compile_check_rel_err=err))
+        print(f"{name:30s} T={t:5d}  eager {res['eager']:9.1f}  graph {res['eager+graph']:9.1f}  "
+              f"compile+graph {res['compile+graph']:9.1f}  best {best}", flush=True)
+    return rows
+
+
+def ffnc_best(path):
+    """(model file name, tokens) -> ffnc's best time (plain or graph) from ffnc bench's JSON."""
+    best = {}
+    with open(path) as f:
+        data = json.load(f)
+    for m in data["models"]:
+        name = m["model"].rsplit("/", 1)[-1]
+        for r in m["results"]:
+            if r["variant"] == "ffnc" and r.get("check_ok", True):
+                key = (name, r["tokens"])
+                best[key] = min(best.get(key, math.inf), r["time_us"])
+    return best
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tokens", default="1,16,128,1024,8192")
+    ap.add_argument("--models", default="")
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--ffnc", help="ffnc bench --json output of the same device call")
+    ap.add_argument("--json", help="write every number here")
+    a = ap.parse_args()
+    tokens = [int(t) for t in a.tokens.split(",")]
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = True  # torch's default
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    ms = models(gen)
+    wanted = [m for m in ms if not a.models or any(w in m for w in a.models.split(","))]
+    print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}", flush=True)
+    rows = []
+    for name in wanted:
+        fn, d, _, _ = ms[name]
+        compiled = torch.compile(fn, dynamic=True)
+        rows += bench_model(name, fn, d, tokens, a.reps, compiled)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(dict(torch=torch.__version__, device=torch.cuda.get_device_name(), rows=rows), f, indent=1)
+    if a.ffnc:
+        best = ffnc_best(a.ffnc)
+        print("\n| model | tokens | ffnc | torch best | (which) | torch / ffnc |")
+        print("|---|---:|---:|---:|---|---:|")
+        for r in rows:
+            ours = best.get((r["model"], r["tokens"]))
+            if ours is None:
+                continue
+            print(f"| {r['model'][:-4]} | {r['tokens']} | {ours:.1f} us | {r['best_us']:.1f} us | {r['best']} | "
+                  f"{r['best_us'] / ours:.2f}x |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
