@@ -133,7 +133,7 @@ def rel_err(a, b):
     return (torch.linalg.vector_norm(a - b) / torch.linalg.vector_norm(b)).item()
 
 
-def bench_model(name, fn, d, tokens, reps, compiled):
+def bench_model(name, fn, d, tokens, reps, compiled, ours):
     rows = []
     for t in tokens:
         rotations = max(2, min(16, math.ceil(2 * L2_BYTES / (t * d * 2 * 2))))
@@ -158,8 +158,10 @@ def bench_model(name, fn, d, tokens, reps, compiled):
         best = min(res, key=res.get)
         rows.append(dict(model=name, tokens=t, **{k: round(v, 2) for k, v in res.items()}, best=best,
                          best_us=round(res[best], 2), compile_check_rel_err=err))
+        mine = ours.get((name, t))
+        vs = f"  ffnc {mine:9.1f}  torch/ffnc {res[best] / mine:5.2f}x" if mine else ""
         print(f"{name:30s} T={t:5d}  eager {res['eager']:9.1f}  graph {res['eager+graph']:9.1f}  "
-              f"compile+graph {res['compile+graph']:9.1f}  best {best}", flush=True)
+              f"compile+graph {res['compile+graph']:9.1f}  best {best}{vs}", flush=True)
     return rows
 
 
@@ -191,16 +193,16 @@ def main():
     ms = models(gen)
     wanted = [m for m in ms if not a.models or any(w in m for w in a.models.split(","))]
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}", flush=True)
-    rows = []
+    rows, ours = [], ffnc_best(a.ffnc) if a.ffnc else {}
     for name in wanted:
         fn, d, _, _ = ms[name]
         compiled = torch.compile(fn, dynamic=True)
-        rows += bench_model(name, fn, d, tokens, a.reps, compiled)
+        rows += bench_model(name, fn, d, tokens, a.reps, compiled, ours)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(dict(torch=torch.__version__, device=torch.cuda.get_device_name(), rows=rows), f, indent=1)
     if a.ffnc:
-        best = ffnc_best(a.ffnc)
+        best = ours
         print("\n| model | tokens | ffnc | torch best | (which) | torch / ffnc |")
         print("|---|---:|---:|---:|---|---:|")
         for r in rows:

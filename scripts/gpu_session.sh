@@ -66,7 +66,7 @@ for part in "$@"; do
     ;;
   torch)
     # the torch peer (eager, CUDA graph, torch.compile + graph) against the bench run just before
-    PYTHONUNBUFFERED=1 timeout 500 python3 /work/main/bench/torch_peer.py --ffnc "$out/bench.json" \
+    PYTHONUNBUFFERED=1 timeout 330 python3 /work/main/bench/torch_peer.py --ffnc "$out/bench.json" \
       --json "$out/torch.json" >"$out/torch.txt" 2>&1
     echo "torch peer: exit $?"
     tail -40 "$out/torch.txt"
