@@ -1,4 +1,5 @@
-/* cmd_analyze.c: `ffnc analyze`: what FFN Fusion would cost, measured on calibration data.
+/* cmd_analyze.c: `ffnc analyze`: what FFN Fusion would cost, measured on calibration data
+ * (after the precision report of analyze_precision.c).
  *
  * The model must be one chain of residual FFN sublayers from its input to its outputs (an
  * FFN stack, as the examples are). Each sublayer j becomes a program of its own, P_j: x ->
@@ -15,7 +16,7 @@
  * Candidates are the run of each length with the lowest M_max; a greedy selection takes the
  * longest, least dependent runs whose combined error stays under --max-error.
  */
-#include "cli.h"
+#include "analyze.h"
 #include "codegen/driver.h"
 #include "runtime/dlpack_dtype.h"
 #include "runtime/rt.h"
@@ -44,9 +45,13 @@ typedef struct {
   const char *file;
   char *text;
   size_t len;
-  StFile *wf;
+  StFile *wf, *inf;
   const char *wpath;
   bool gpu, progress;
+  const char *no_fusion; /* why the fusion analysis cannot run, or NULL */
+  PrecisionError prec[64];
+  int nprec;
+  char prec_how[256];
   int n;             /* sublayers */
   Part *parts;
   int64_t rows, D;   /* calibration rows, model width */
@@ -65,29 +70,25 @@ static Graph *model_graph(An *a, Diags *d) {
   return g;
 }
 
-/* Checks that g is one chain of n >= 2 sublayers from its only input to its outputs. */
-static int check_chain(Graph *g, const FfnSublayer *s, int n) {
+/* Why g is not one chain of n >= 2 sublayers from its only input (rank 2) to its outputs, or
+ * NULL if it is: the shape the fusion analysis needs. */
+static const char *chain_problem(Graph *g, const FfnSublayer *s, int n) {
   Node *in = NULL;
   int inputs = 0;
   for (int i = 0; i < g->nodes.len; i++)
     if (GRAPH_NODE(g, i)->op == OP_INPUT)
       in = GRAPH_NODE(g, i), inputs++;
-  if (n < 2) {
-    cli_error("analyze: the model has %d FFN sublayer%s; FFN Fusion needs at least two", n, n == 1 ? "" : "s");
-    return -1;
-  }
-  bool chain = inputs == 1 && s[0].x == in && in->shape.rank == 2;
-  for (int k = 1; chain && k < n; k++)
-    chain = s[k].x == s[k - 1].res;
-  for (int i = 0; chain && i < g->noutputs; i++)
-    chain = g->outputs[i].node == s[n - 1].res;
-  if (!chain) {
-    cli_error("analyze: the model must be one chain of FFN sublayers from its input (rank 2) to its outputs, "
-              "each reading the previous one's output; this one has %d input%s and %d sublayers that do not form "
-              "such a chain", inputs, inputs == 1 ? "" : "s", n);
-    return -1;
-  }
-  return 0;
+  if (n < 2)
+    return "the model has fewer than two FFN sublayers";
+  if (inputs != 1 || s[0].x != in || in->shape.rank != 2)
+    return "the first FFN sublayer does not read the model's only input (of rank 2)";
+  for (int k = 1; k < n; k++)
+    if (s[k].x != s[k - 1].res)
+      return "something else is computed between two of its FFN sublayers";
+  for (int i = 0; i < g->noutputs; i++)
+    if (g->outputs[i].node != s[n - 1].res)
+      return "an output is not the last FFN sublayer's value";
+  return NULL;
 }
 
 /* g keeps only sublayer j, reading the model's input in place of x_j, writing output "y". */
@@ -417,8 +418,9 @@ static json_t *runs_json(const Run *r, int n) {
   return arr;
 }
 
-static int write_json(const An *a, const char *path, const char *device, const Run *c, int nc, const Run *sel,
-                      int nsel, double max_error, double rel, double cos) {
+/* The fusion analysis's numbers into root. */
+static void fusion_json(const An *a, json_t *root, const Run *c, int nc, const Run *sel, int nsel, double max_error,
+                        double rel, double cos) {
   json_t *m = json_array();
   for (int i = 0; i < a->n; i++) {
     json_t *row = json_array();
@@ -426,15 +428,12 @@ static int write_json(const An *a, const char *path, const char *device, const R
       json_array_append_new(row, j > i ? json_real(a->M[i * a->n + j]) : json_null());
     json_array_append_new(m, row);
   }
-  json_t *root = json_pack("{s:s, s:s, s:i, s:I, s:o, s:o, s:{s:f, s:o, s:f, s:f}}", "model", a->file, "device",
-                           device, "sublayers", a->n, "rows", (json_int_t)a->rows, "dependency", m, "candidates",
-                           runs_json(c, nc), "selection", "max_error", max_error, "runs", runs_json(sel, nsel),
-                           "rel_l2", rel, "cosine", cos);
-  int rc = root && json_dump_file(root, path, JSON_INDENT(1)) == 0 ? 0 : -1;
-  if (rc)
-    cli_error("analyze: cannot write %s", path);
-  json_decref(root);
-  return rc;
+  json_object_set_new(root, "sublayers", json_integer(a->n));
+  json_object_set_new(root, "rows", json_integer(a->rows));
+  json_object_set_new(root, "dependency", m);
+  json_object_set_new(root, "candidates", runs_json(c, nc));
+  json_object_set_new(root, "selection", json_pack("{s:f, s:o, s:f, s:f}", "max_error", max_error, "runs",
+                                                   runs_json(sel, nsel), "rel_l2", rel, "cosine", cos));
 }
 
 /* PREFIX.dat (the matrix, gnuplot's matrix format) and PREFIX.gp; PREFIX.png where gnuplot is. */
@@ -473,13 +472,15 @@ static int write_plot(const An *a, const char *prefix) {
 static const char usage[] =
     "usage: ffnc analyze FILE.ffn --weights W.safetensors --input CALIB.safetensors [--device gpu|cpu]\n"
     "                    [--json OUT.json] [--plot PREFIX] [--max-error X]\n"
-    "FFN Fusion analysis on calibration data (the model's input, by name, any number of rows). The model\n"
-    "must be one chain of residual FFN sublayers; its `fuse ffn` lines are ignored (it is analyzed unfused).\n"
-    "Prints the dependency matrix M[i, j] (cosine distance between sublayer j's contribution with and\n"
-    "without sublayer i), the least dependent run of each length with the measured error of fusing it\n"
-    "(relative L2 and cosine of the final output against the unfused model), and a greedy selection of\n"
-    "runs whose combined error stays within --max-error (default 0.01), as `fuse ffn A..B` lines.\n"
-    "--device gpu (default where a GPU is present) runs each sublayer's compiled kernels; cpu the reference.\n"
+    "What the program's lossy choices cost on calibration data (its inputs, by name, any number of rows):\n"
+    "  precision: each output of the program as written (storage types, `precision` policy, its `fuse ffn`\n"
+    "    lines) against the same program in f32 without quantization: relative L2, max abs, cosine;\n"
+    "  FFN Fusion (for a model that is one chain of residual FFN sublayers, analyzed unfused): the dependency\n"
+    "    matrix M[i, j] (cosine distance between sublayer j's contribution with and without sublayer i), the\n"
+    "    least dependent run of each length with the measured error of fusing it (relative L2 and cosine of\n"
+    "    the final output against the unfused model), and a greedy selection of runs whose combined error\n"
+    "    stays within --max-error (default 0.01), as `fuse ffn A..B` lines.\n"
+    "--device gpu (default where a GPU is present) runs the compiled kernels; cpu the reference interpreter.\n"
     "--json writes every number; --plot writes PREFIX.dat/.gp (and PREFIX.png where gnuplot is installed).\n";
 
 typedef struct {
@@ -522,10 +523,13 @@ static int parse_args(int argc, char **argv, AnalyzeArgs *o) {
   return 0;
 }
 
-/* The model, its sublayers and the calibration rows; 0 or an exit status. */
-static int setup(An *a, const AnalyzeArgs *o, StFile **inf) {
+/* The model, its files, its sublayers and (for an FFN stack) the calibration rows; 0 or an
+ * exit status. */
+static int setup(An *a, const AnalyzeArgs *o) {
   char err[512];
   if (read_file(o->file, &a->text, &a->len, err, sizeof err) != 0)
+    return cli_error("%s", err), EXIT_USER;
+  if (!(a->wf = st_open(o->wpath, err, sizeof err)) || !(a->inf = st_open(o->ipath, err, sizeof err)))
     return cli_error("%s", err), EXIT_USER;
   Diags d;
   diags_init(&d);
@@ -537,20 +541,22 @@ static int setup(An *a, const AnalyzeArgs *o, StFile **inf) {
     return EXIT_USER;
   FfnSublayer *s;
   a->n = ffn_sublayers(g, &s);
-  int rc = a->n < 0 || check_chain(g, s, a->n) != 0 ? EXIT_USER : 0;
-  if (rc == 0) {
+  if (a->n < 0)
+    return graph_destroy(g), cli_error("analyze: out of host memory"), EXIT_USER;
+  if (!(a->no_fusion = chain_problem(g, s, a->n))) {
     Node *in = s[0].x;
     a->input = strdup(in->name), a->dt = in->dtype, a->D = in->shape.d[1].size;
   }
   free(s);
   graph_destroy(g);
-  if (rc)
-    return rc;
-  if (!(a->wf = st_open(o->wpath, err, sizeof err)) || !(*inf = st_open(o->ipath, err, sizeof err)))
-    return cli_error("%s", err), EXIT_USER;
-  const StTensor *x = st_find(*inf, a->input);
+  return 0;
+}
+
+/* The calibration rows of an FFN stack, as the model's type holds them. */
+static int setup_fusion(An *a, const char *ipath) {
+  const StTensor *x = st_find(a->inf, a->input);
   if (!x || x->rank != 2 || x->shape[1] != a->D || x->shape[0] < 1)
-    return cli_error("%s: needs the input '%s' as [rows, %lld] (rows >= 1)", o->ipath, a->input, (long long)a->D),
+    return cli_error("%s: needs the input '%s' as [rows, %lld] (rows >= 1)", ipath, a->input, (long long)a->D),
            EXIT_USER;
   a->rows = x->shape[0];
   size_t n = (size_t)(a->rows * a->D);
@@ -559,7 +565,7 @@ static int setup(An *a, const AnalyzeArgs *o, StFile **inf) {
   a->parts = calloc((size_t)a->n, sizeof *a->parts);
   if (!a->base || !a->M || !a->parts || !(a->base[0] = malloc(sizeof(float) * n)))
     return cli_error("analyze: out of host memory"), EXIT_USER;
-  for (size_t i = 0; i < n; i++) /* the calibration rows, as the model's type holds them */
+  for (size_t i = 0; i < n; i++)
     a->base[0][i] = (float)round_to_dtype(dtype_load(x->dtype, x->data, i), a->dt);
   return 0;
 }
@@ -578,9 +584,10 @@ static void teardown(An *a) {
   free(a->text);
   free((char *)a->input);
   st_close(a->wf);
+  st_close(a->inf);
 }
 
-static int report(An *a, const AnalyzeArgs *o, const char *device) {
+static int report_fusion(An *a, const AnalyzeArgs *o, json_t *root) {
   Run *cand = calloc((size_t)a->n, sizeof *cand), *sel = calloc((size_t)a->n, sizeof *sel);
   int rc = cand && sel ? 0 : EXIT_USER, nc = 0, nsel = 0;
   double rel = 0, cos = 1;
@@ -602,14 +609,65 @@ static int report(An *a, const AnalyzeArgs *o, const char *device) {
       printf("(no run of two or more sublayers stays within the bound)\n");
     for (int i = 0; i < nsel; i++)
       printf("fuse ffn %d..%d\n", sel[i].first, sel[i].last);
+    fusion_json(a, root, cand, nc, sel, nsel, o->max_error, rel, cos);
   }
-  if (rc == 0 && o->json && write_json(a, o->json, device, cand, nc, sel, nsel, o->max_error, rel, cos) != 0)
-    rc = EXIT_USER;
   if (rc == 0 && o->plot && write_plot(a, o->plot) != 0)
     rc = EXIT_USER;
   free(cand);
   free(sel);
   return rc;
+}
+
+/* The FFN Fusion analysis of an FFN stack: sublayer programs, base run, matrix, report. */
+static int analyze_fusion(An *a, const AnalyzeArgs *o, json_t *root) {
+  if (a->no_fusion) {
+    printf("\nFFN Fusion: not analyzed: %s (it needs one chain of FFN sublayers from the input to the "
+           "outputs)\n", a->no_fusion);
+    json_object_set_new(root, "fusion_skipped", json_string(a->no_fusion));
+    return 0;
+  }
+  int rc = setup_fusion(a, o->ipath);
+  if (rc == 0)
+    rc = build_parts(a);
+  if (rc == 0) {
+    printf("\nFFN Fusion: %d sublayers, %lld calibration rows\n", a->n, (long long)a->rows);
+    fflush(stdout);
+    rc = base_run(a);
+  }
+  if (rc == 0)
+    rc = dependency(a);
+  if (rc == 0)
+    rc = report_fusion(a, o, root);
+  return rc;
+}
+
+static int analyze_prec(An *a, json_t *root) {
+  AnalyzeInput in = {a->file, a->text, a->len, a->wf, a->wpath, a->inf};
+  int rc = analyze_precision(&in, a->gpu, a->prec, &a->nprec, a->prec_how, sizeof a->prec_how);
+  if (rc)
+    return rc;
+  printf("\nPrecision: %s, on the calibration input:\n", a->prec_how);
+  printf("%-24s %10s %10s %10s\n", "output", "rel_l2", "max_abs", "cosine");
+  json_t *outs = json_array();
+  for (int i = 0; i < a->nprec; i++) {
+    const PrecisionError *e = &a->prec[i];
+    printf("%-24s %10.3g %10.3g %10.6f\n", e->name, e->rel_l2, e->max_abs, e->cosine);
+    json_array_append_new(outs, json_pack("{s:s, s:f, s:f, s:f}", "output", e->name, "rel_l2", e->rel_l2, "max_abs",
+                                          e->max_abs, "cosine", e->cosine));
+  }
+  json_object_set_new(root, "precision", json_pack("{s:s, s:o}", "how", a->prec_how, "outputs", outs));
+  return 0;
+}
+
+static void device_name(bool gpu, char *buf, size_t len) {
+  snprintf(buf, len, "the CPU reference interpreter");
+  const CuApi *cu = gpu ? cu_api(NULL, 0) : NULL;
+  CUdevice dev;
+  char name[256] = "?";
+  if (cu && cu->cuDeviceGet(&dev, 0) == CUDA_SUCCESS)
+    cu->cuDeviceGetName(name, sizeof name, dev);
+  if (gpu)
+    snprintf(buf, len, "GPU 0 (%s), compiled kernels", name);
 }
 
 int cmd_analyze(int argc, char **argv) {
@@ -625,30 +683,19 @@ int cmd_analyze(int argc, char **argv) {
   if (strcmp(o.device, "gpu") == 0 && !have_gpu)
     return cli_error("analyze: --device gpu: %s", why), EXIT_DEVICE;
   An a = {.file = o.file, .wpath = o.wpath, .gpu = strcmp(o.device, "gpu") == 0, .progress = isatty(2)};
-  StFile *inf = NULL;
-  int rc = setup(&a, &o, &inf);
-  st_close(inf);
-  if (rc == 0)
-    rc = build_parts(&a);
-  char device[300] = "the CPU reference interpreter";
-  if (rc == 0 && a.gpu) {
-    char name[256] = "?";
-    const CuApi *cu = cu_api(NULL, 0);
-    CUdevice dev;
-    if (cu && cu->cuDeviceGet(&dev, 0) == CUDA_SUCCESS)
-      cu->cuDeviceGetName(name, sizeof name, dev);
-    snprintf(device, sizeof device, "GPU 0 (%s), compiled kernels", name);
-  }
+  char device[300];
+  device_name(a.gpu, device, sizeof device);
+  json_t *root = json_pack("{s:s, s:s}", "model", o.file, "device", device);
+  int rc = setup(&a, &o);
   if (rc == 0) {
-    printf("ffnc analyze: %s, %d FFN sublayers, %lld calibration rows, on %s\n", o.file, a.n, (long long)a.rows,
-           device);
-    fflush(stdout);
-    rc = base_run(&a);
+    printf("ffnc analyze: %s on %s\n", o.file, device);
+    rc = analyze_prec(&a, root);
   }
   if (rc == 0)
-    rc = dependency(&a);
-  if (rc == 0)
-    rc = report(&a, &o, device);
+    rc = analyze_fusion(&a, &o, root);
+  if (rc == 0 && o.json && json_dump_file(root, o.json, JSON_INDENT(1)) != 0)
+    rc = (cli_error("analyze: cannot write %s", o.json), EXIT_USER);
+  json_decref(root);
   teardown(&a);
   return rc;
 }

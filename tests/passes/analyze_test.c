@@ -6,7 +6,9 @@
  * columns (small down weights, so they meet only through the RMS statistic): every M[i, j]
  * and the error of fusing all four must be about 0, and the greedy selection under 1e-3
  * must fuse the whole chain. dependent.ffn (same shapes, random weights) must show clear
- * dependency and error, and nothing may be selected under 1e-3. DEVICE is cpu or gpu (the
+ * dependency and error, and nothing may be selected under 1e-3. The precision report of an f32
+ * program without a policy is ~0, that of dependent_i8.ffn (int8 weights) clearly not, and
+ * small. DEVICE is cpu or gpu (the
  * gpu run exits 77 where there is none). Random values come from a seed printed first.
  */
 #include "gpu/gpu_util.h"
@@ -129,8 +131,18 @@ int main(int argc, char **argv) {
       failed += check("dependent: error of fusing 0..4", err > 1e-2, err, "> 1e-2");
       failed += check("dependent: nothing selected under 1e-3", nsel == 0, nsel, "runs selected");
     }
+    /* the precision report: an f32 program without a policy is its own reference */
+    double prec = json_number_value(json_object_get(
+        json_array_get(json_object_get(json_object_get(r, "precision"), "outputs"), 0), "rel_l2"));
+    failed += check("f32 without a policy: precision error", prec < 1e-5, prec, "< 1e-5");
     json_decref(r);
   }
+  /* int8 weights (per output channel, 127 levels): visible, and far below the model's own scale */
+  json_t *r = analyze(argv[1], argv[2], argv[3], "dependent_i8");
+  double prec = json_number_value(json_object_get(
+      json_array_get(json_object_get(json_object_get(r, "precision"), "outputs"), 0), "rel_l2"));
+  failed += check("int8 weights: precision error", prec > 1e-4 && prec < 5e-2, prec, "in (1e-4, 5e-2)");
+  json_decref(r);
   printf("%s\n", failed ? "FAILED" : "PASSED");
   return failed ? 1 : 0;
 }
