@@ -143,7 +143,7 @@ static PlanKernel gemm_kernel(Kgen *k, Buf *body) {
   const ffn_gemm_config *table = ffn_gemm_configs(&ncfg);
   for (int i = 0; i < ncfg && pk.nvariants < 6; i++) {
     const ffn_gemm_config *c = &table[i];
-    if (!config_used(c, tc, k->G->c->arch == 90))
+    if (!config_used(c, tc, k->G->c->arch == 90) || !ffn_gemm_config_fits(c, (long long)gr->streams * k->ncols))
       continue;
     /* for the largest M every column of tiles would recompute A's row statistics (about 10% of
      * the GEMM, kernels/NOTES.md): ffn_row_stats computes them once, just before. Up to 512

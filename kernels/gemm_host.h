@@ -82,12 +82,38 @@ static inline const ffn_gemm_config *ffn_gemm_configs(int *count) {
        * down 36.4 vs 42.5 us): prefer FFN_GEMM_SM80 there on sm_90 too. */
       {"sm90_64x128x64", FFN_GEMM_SM90, 64, 128, 64, 64, 128, 4, 256, 2, 2, 64},    /* 99 KB smem, 120 regs */
       {"sm90_128x128x64", FFN_GEMM_SM90, 128, 128, 64, 64, 128, 6, 384, 1, 1, 512}, /* down at M 128-512; 199 KB */
+      {"sm90_128x224x64", FFN_GEMM_SM90, 128, 224, 64, 64, 224, 4, 384, 1, 1, 512}, /* wide up at M 128-512; 183 KB */
       {"sm90_128x256x64", FFN_GEMM_SM90, 128, 256, 64, 64, 256, 4, 384, 1, 1, 0},   /* 476-606 TFLOP/s; 199 KB */
       /* (The persistent sm90p_pp_128x128x64 was here until the whole-sublayer trial: faster alone
        * from M 4096, slower in the model. It is a candidate of kernels/bench/gemm_bench.c now.) */
   };
   if (count) *count = (int)(sizeof table / sizeof table[0]);
   return table;
+}
+
+/* Where two configurations of one kind share a regime (max_m), a GEMM compiles the one that wastes
+ * less of the last wave at one row of tiles (M = 128 for the mid regime): time ~ waves x tile width.
+ * The Llama-3-8B gate/up product (28672 merged columns) makes 224 tiles of 128 columns (1.7 waves on
+ * FFN_GEMM_TUNED_SMS SMs) but 128 tiles of 224 (one wave); a 4096-column down product keeps 128.
+ * Ties go to the configuration listed first. */
+#define FFN_GEMM_TUNED_SMS 132 /* the H100 SXM / H200 the table was measured on */
+
+static inline long long ffn_gemm_row_cost(const ffn_gemm_config *c, long long cols) {
+  long long tiles = (cols + c->bn - 1) / c->bn;
+  return (tiles + FFN_GEMM_TUNED_SMS - 1) / FFN_GEMM_TUNED_SMS * c->bn;
+}
+
+static inline int ffn_gemm_config_fits(const ffn_gemm_config *c, long long cols) {
+  int n;
+  const ffn_gemm_config *t = ffn_gemm_configs(&n);
+  for (int i = 0; i < n; i++) {
+    if (&t[i] == c || t[i].kind != c->kind || t[i].max_m != c->max_m)
+      continue;
+    long long other = ffn_gemm_row_cost(&t[i], cols), mine = ffn_gemm_row_cost(c, cols);
+    if (other < mine || (other == mine && &t[i] < c))
+      return 0;
+  }
+  return 1;
 }
 
 /* The configuration of `kind` recommended for M rows. */

@@ -73,10 +73,11 @@ static inline void require_gpu(void) {
  * short list). */
 static inline int test_tokens(int64_t *out, int max) {
   const char *env = getenv("FFNC_TEST_TOKENS");
-  static const int64_t dflt[] = {1, 7, 64, 1000, 4096};
+  /* decode (mma.sync), the mid regime (M <= 512), prefill; none a multiple of the tiles but 64 */
+  static const int64_t dflt[] = {1, 7, 64, 300, 1000, 4096};
   if (!env || !*env) {
     memcpy(out, dflt, sizeof dflt);
-    return 5;
+    return (int)(sizeof dflt / sizeof dflt[0]);
   }
   int n = 0;
   for (const char *p = env; *p && n < max;) {
