@@ -71,6 +71,13 @@ for part in "$@"; do
     echo "torch peer: exit $?"
     tail -40 "$out/torch.txt"
     ;;
+  mid)
+    # mid-size calls (the 128 x 224 tile): ffnc alone, the torch numbers come from a torch run
+    timeout 200 ./ffnc bench /work/main/bench/suite/llama3_8b_layer.ffn /work/main/bench/suite/llama3_70b_layer.ffn \
+      /work/main/bench/suite/llama3_8b_4layers.ffn /work/main/bench/suite/gpt_gelu_4096.ffn --tokens 128,256,512 \
+      >"$out/mid.txt" 2>&1
+    echo "mid bench: exit $?"; grep -E "suite|  ffnc" "$out/mid.txt"
+    ;;
   bench)
     timeout 420 sh /work/main/bench/run_suite.sh /work/main/build/ffnc "$out" >"$out/bench.log" 2>&1
     echo "bench: exit $?"

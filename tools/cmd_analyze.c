@@ -109,10 +109,8 @@ static int compile_part(An *a, Part *p, Graph *g, Diags *d) {
   DriverOptions o = {.sm = cu_default_arch(), .opt_level = 3};
   SourceFile src = {a->file, a->text, a->len};
   Plan *plan;
-  if (driver_compile_graph(g, &src, &o, d, &plan) != 0) {
-    fputs(d->text ? d->text : "analyze: compilation failed\n", stderr);
-    return EXIT_USER;
-  }
+  if (driver_compile_graph(g, &src, &o, d, &plan) != 0)
+    return -1; /* the GPU code generator refuses it (a precision policy): the caller falls back */
   p->launches = 0;
   for (int i = 0; i < plan->nsteps; i++)
     p->launches += plan->steps[i].kind == STEP_LAUNCH;
@@ -150,6 +148,19 @@ static int build_parts(An *a) {
         fprintf(stderr, "\ranalyze: compiling sublayer %d/%d", j + 1, a->n);
       rc = compile_part(a, p, g, &d);
       graph_destroy(g);
+      if (rc == -1) { /* as the precision report does: the reference follows the same rules */
+        const char *why = d.text ? d.text : "", *eol = strchr(why, '\n');
+        printf("note: the GPU code generator refuses a sublayer (%.*s); the fusion analysis runs on the CPU "
+               "reference\n", eol ? (int)(eol - why) : (int)strlen(why), why);
+        diags_free(&d);
+        for (int k = 0; k < j; k++) {
+          ffn_model_destroy(a->parts[k].m);
+          ffn_program_destroy(a->parts[k].prog);
+          a->parts[k] = (Part){0};
+        }
+        a->gpu = false;
+        return build_parts(a);
+      }
     } else {
       p->g = g;
       p->launches = 2; /* not compiled: the two kernels of a sublayer */
