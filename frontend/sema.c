@@ -25,6 +25,7 @@
  * transpose and slices keep their operand's; numbers become f32 scalars.
  */
 #include "ast.h"
+#include "ir/size_limits.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -1005,6 +1006,10 @@ static bool eval_shape(Sema *s, DimItem *dims, Shape *out) {
       if (!d->num.is_int || d->num.ival <= 0) {
         error_at(s, d->span, "a dim size must be a positive integer");
         ok = false;
+      } else if (d->num.ival > FFN_MAX_DIM) {
+        error_at(s, d->span, "dim size %lld is above the limit of %lld (kernels index with 32-bit int)",
+                 (long long)d->num.ival, (long long)FFN_MAX_DIM);
+        ok = false;
       }
       dim = dim_static(d->num.ival);
     } else {
@@ -1150,12 +1155,35 @@ static bool at_top(Sema *s, Stmt *st, const char *what) {
   return false;
 }
 
+/* A declared tensor that no run could hold is an error here, at its declaration, rather
+ * than at run time: a weight needs a static shape, and the static dims of any tensor (a
+ * dynamic dim counts as 1, its least) must stay within ir/size_limits.h. */
+static bool decl_within_limits(Sema *s, Stmt *st, const Shape *shape, bool input) {
+  int64_t size[FFN_MAX_RANK], numel;
+  for (int d = 0; d < shape->rank; d++) {
+    if (shape->d[d].sym >= 0 && !input) {
+      error_at(s, st->name_span, "weight `%s` has the dynamic dim `%s`: weights are read from a file and need static shapes",
+               st->name, s->g->dims[shape->d[d].sym].name);
+      return false;
+    }
+    size[d] = shape->d[d].sym >= 0 ? 1 : shape->d[d].size;
+  }
+  ShapeLimit why = shape_check_limits(shape->rank, size, &numel);
+  if (why != SHAPE_OK) {
+    char buf[128];
+    error_at(s, st->name_span, "%s `%s` %s is too large: %s", input ? "input" : "weight", st->name,
+             shape_str(s->g, shape, buf, sizeof buf), shape_limit_words(why));
+    return false;
+  }
+  return true;
+}
+
 static void exec_decl_tensor(Sema *s, Stmt *st) {
   bool input = st->kind == ST_INPUT;
   if (input && !at_top(s, st, "input"))
     return;
   Shape shape;
-  bool ok = eval_shape(s, st->dims, &shape);
+  bool ok = eval_shape(s, st->dims, &shape) && decl_within_limits(s, st, &shape, input);
   DType dt = tensor_dtype(s, st->dtype, st->dtype_span);
   Node *n = NULL;
   if (ok && dt != DT_NONE) {
@@ -1393,6 +1421,9 @@ static void exec(Sema *s, Stmt *st) {
         v = (Val){.kind = VAL_DYNDIM, .dim = graph_add_dim(s->real, st->name, loc_of(s, st->name_span))};
     } else if (!st->num.is_int || st->num.ival <= 0) {
       error_at(s, st->num_span, "the size of dim `%s` must be a positive integer", st->name);
+    } else if (st->num.ival > FFN_MAX_DIM) {
+      error_at(s, st->num_span, "dim `%s` = %lld is above the limit of %lld (kernels index with 32-bit int)", st->name,
+               (long long)st->num.ival, (long long)FFN_MAX_DIM);
     } else {
       v = integer(st->num.ival);
     }
