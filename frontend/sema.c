@@ -1615,6 +1615,10 @@ static Graph *sema(const SourceFile *src, Stmt *program, bool lenient, const Fro
 
 Graph *frontend_compile_string(const char *text, size_t len, const char *name, const FrontendOptions *opt, Diags *d) {
   SourceFile src = {name ? name : "<input>", text ? text : "", text ? len : 0};
+  if (src.len >= 3 && memcmp(src.text, "\xEF\xBB\xBF", 3) == 0) { /* a UTF-8 BOM (editors on Windows) */
+    src.text += 3;
+    src.len -= 3;
+  }
   if (src.len > (size_t)INT_MAX / 2) {
     diag_plain(d, "%s is too large (%zu bytes)", src.name, src.len);
     return NULL;

@@ -6,13 +6,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Messages echo paths and names from the command line and from files: their control bytes
+ * are shown as \xNN so that they cannot drive the terminal (frontend/diag.c does the same). */
 void cli_error(const char *fmt, ...) {
+  char msg[4096];
   va_list ap;
   va_start(ap, fmt);
-  fputs("ffnc: error: ", stderr);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
+  vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  fputs("ffnc: error: ", stderr);
+  for (const unsigned char *p = (const unsigned char *)msg; *p; p++)
+    if ((*p < 0x20 && *p != '\n' && *p != '\t') || *p == 0x7f) /* logs (NVRTC) keep their lines */
+      fprintf(stderr, "\\x%02X", *p);
+    else
+      fputc(*p, stderr);
+  fputc('\n', stderr);
 }
 
 const char *cli_value(int argc, char **argv, int *i, const char *opt) {
