@@ -2,3 +2,9 @@
 # outputs that are not regular files, and models large enough to expose quadratic compile
 # time. Each test is bounded in time and memory.
 ffn_c_test(source_file_test SOURCES hostile/source_file_test.c LABELS hostile)
+ffn_c_test(outfile_test SOURCES hostile/outfile_test.c LABELS hostile)
+# Output to standard output or a full device reports the failure (exit 1), for every
+# command that writes: build -o - / -o /dev/full, compare, --dump-ir-after.
+add_test(NAME cli_write_errors COMMAND sh ${FFNC_TEST_DIR}/hostile/write_errors_test.sh $<TARGET_FILE:ffnc>
+         ${CMAKE_SOURCE_DIR}/examples/llama3_tiny.ffn ${CMAKE_CURRENT_BINARY_DIR}/write_errors)
+set_tests_properties(cli_write_errors PROPERTIES LABELS hostile SKIP_RETURN_CODE 77)
