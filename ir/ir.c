@@ -175,6 +175,30 @@ void ir_replace_uses(Graph *g, Node *from, Node *to) {
       g->outputs[i].node = to;
 }
 
+void ir_replace_uses_batch(Graph *g, Node *const *from, Node *const *to, int n) {
+  if (n == 0)
+    return;
+  Node **map = calloc((size_t)g->next_id + 1, sizeof *map);
+  if (!map)
+    abort();
+  for (int i = 0; i < n; i++)
+    map[from[i]->id] = to[i];
+  for (int i = 0; i < g->nodes.len; i++) {
+    Node *u = GRAPH_NODE(g, i);
+    for (int j = 0; j < u->nargs; j++) {
+      Node *a = u->args[j];
+      while (a->id <= g->next_id && map[a->id])
+        a = map[a->id];
+      if (a != u->args[j])
+        ir_set_arg(u, j, a);
+    }
+  }
+  for (int i = 0; i < g->noutputs; i++)
+    while (map[g->outputs[i].node->id])
+      g->outputs[i].node = map[g->outputs[i].node->id];
+  free(map);
+}
+
 /* ---- shape rules ---- */
 
 #define FAIL(...)                        \
