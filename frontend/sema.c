@@ -74,7 +74,12 @@ struct Scope {
   Sym *syms;
   Scope *parent;
   bool frame; /* the top level or a block body: name lookups stop here */
+  /* Past SCOPE_LIST_MAX names, also an open-addressing table of syms (cap a power of two):
+   * a file with 100,000 bindings took 168 s with the list alone. */
+  Sym **table;
+  int cap, len;
 };
+#define SCOPE_LIST_MAX 16
 
 typedef struct {
   const char *name;
@@ -105,6 +110,8 @@ typedef struct {
   int ncalls;
   int noutput_stmts;
   int *output_lines; /* parallel to g->outputs */
+  int *output_slots;  /* indices into g->outputs + 1 (0: empty) by name, open addressing */
+  int output_cap;     /* a power of two, at least twice noutputs */
   WeightSlot *weights; /* open addressing by tensor name */
   int nweights, capweights;
 } Sema;
@@ -307,17 +314,43 @@ static bool prec_of_stmt(Sema *s, Stmt *st, bool report, PrecClass *cls, DType *
 
 /* ---- scopes ---- */
 
+static uint64_t hash_str(const char *p);
+
 static Sym *scope_find(Scope *sc, const char *name) {
+  if (sc->table) {
+    for (size_t i = hash_str(name) & (size_t)(sc->cap - 1); sc->table[i]; i = (i + 1) & (size_t)(sc->cap - 1))
+      if (strcmp(sc->table[i]->name, name) == 0)
+        return sc->table[i];
+    return NULL;
+  }
   for (Sym *y = sc->syms; y; y = y->next)
     if (strcmp(y->name, name) == 0)
       return y;
   return NULL;
 }
 
+/* Names are unique in a scope (declare and bind look first), so no slot is replaced. */
+static void table_put(Sym **table, int cap, Sym *y) {
+  size_t i = hash_str(y->name) & (size_t)(cap - 1);
+  while (table[i])
+    i = (i + 1) & (size_t)(cap - 1);
+  table[i] = y;
+}
+
 static Sym *scope_add(Scope *sc, const char *name, DeclKind decl, Span where, Val v) {
   Sym *y = xcalloc(1, sizeof *y);
   *y = (Sym){.name = name, .decl = decl, .where = where, .val = v, .decl_val = v, .next = sc->syms};
   sc->syms = y;
+  sc->len++;
+  if (sc->len > SCOPE_LIST_MAX && 2 * sc->len > sc->cap) { /* (re)build at twice the size */
+    free(sc->table);
+    sc->cap = sc->cap ? 2 * sc->cap : 4 * SCOPE_LIST_MAX;
+    sc->table = xcalloc((size_t)sc->cap, sizeof *sc->table);
+    for (Sym *o = sc->syms; o; o = o->next)
+      table_put(sc->table, sc->cap, o);
+  } else if (sc->table) {
+    table_put(sc->table, sc->cap, y);
+  }
   return y;
 }
 
@@ -327,6 +360,7 @@ static void push_scope(Sema *s, Scope *sc, bool frame) {
 }
 
 static void pop_scope(Sema *s, Scope *sc) {
+  free(sc->table);
   for (Sym *y = sc->syms, *next; y; y = next) {
     next = y->next;
     free(y);
@@ -1265,6 +1299,29 @@ static void exec_fuse(Sema *s, Stmt *st) {
   g->fuse = f;
 }
 
+/* The output named `name`, or -1: a hash lookup (40,000 outputs took > 6 GB and minutes). */
+static int find_output(Sema *s, const char *name) {
+  for (size_t i = s->output_cap ? hash_str(name) & (size_t)(s->output_cap - 1) : 0;
+       s->output_cap && s->output_slots[i]; i = (i + 1) & (size_t)(s->output_cap - 1))
+    if (strcmp(s->real->outputs[s->output_slots[i] - 1].name, name) == 0)
+      return s->output_slots[i] - 1;
+  return -1;
+}
+
+static void add_output_slot(Sema *s, int index) {
+  if (2 * (index + 1) > s->output_cap) {
+    free(s->output_slots);
+    s->output_cap = s->output_cap ? 2 * s->output_cap : 64;
+    s->output_slots = xcalloc((size_t)s->output_cap, sizeof(int));
+    for (int k = 0; k < index; k++)
+      add_output_slot(s, k);
+  }
+  size_t i = hash_str(s->real->outputs[index].name) & (size_t)(s->output_cap - 1);
+  while (s->output_slots[i])
+    i = (i + 1) & (size_t)(s->output_cap - 1);
+  s->output_slots[i] = index + 1;
+}
+
 static void exec_output(Sema *s, Stmt *st) {
   if (!at_top(s, st, "output"))
     return;
@@ -1287,17 +1344,19 @@ static void exec_output(Sema *s, Stmt *st) {
     return;
   }
   Graph *g = s->real;
-  for (int i = 0; i < g->noutputs; i++)
-    if (strcmp(g->outputs[i].name, st->name) == 0) {
-      if (error_at(s, st->name_span, "duplicate output `%s`", st->name))
-        note(s, "first output at line %d", s->output_lines[i]);
-      return;
-    }
+  int i = find_output(s, st->name);
+  if (i >= 0) {
+    if (error_at(s, st->name_span, "duplicate output `%s`", st->name))
+      note(s, "first output at line %d", s->output_lines[i]);
+    return;
+  }
   graph_add_output(g, st->name, v.node);
-  s->output_lines = realloc(s->output_lines, sizeof(int) * (size_t)g->noutputs);
+  if (g->noutputs > g->capoutputs / 2 || !s->output_lines) /* capoutputs grows geometrically */
+    s->output_lines = realloc(s->output_lines, sizeof(int) * (size_t)g->capoutputs);
   if (!s->output_lines)
     abort();
   s->output_lines[g->noutputs - 1] = st->span.line;
+  add_output_slot(s, g->noutputs - 1);
 }
 
 static void exec_bind(Sema *s, Stmt *st) {
@@ -1598,6 +1657,7 @@ static Graph *sema(const SourceFile *src, Stmt *program, bool lenient, const Fro
   pop_scope(s, &top);
   free(s->weights);
   free(s->output_lines);
+  free(s->output_slots);
 
   Graph *g = s->real;
   if (d->nerrors > errors_before) {

@@ -96,12 +96,14 @@ int graph_add_dim(Graph *g, const char *name, SrcLoc loc) {
 }
 
 void graph_add_output(Graph *g, const char *name, Node *n) {
-  Output *outs = arena_alloc(g->arena, sizeof(Output) * (size_t)(g->noutputs + 1));
-  if (g->noutputs)
-    memcpy(outs, g->outputs, sizeof(Output) * (size_t)g->noutputs);
-  outs[g->noutputs] = (Output){arena_strdup(g->arena, name), n};
-  g->outputs = outs;
-  g->noutputs++;
+  if (g->noutputs == g->capoutputs) { /* the old array stays in the arena: at most as much again */
+    g->capoutputs = g->capoutputs ? 2 * g->capoutputs : 8;
+    Output *outs = arena_alloc(g->arena, sizeof(Output) * (size_t)g->capoutputs);
+    if (g->noutputs)
+      memcpy(outs, g->outputs, sizeof(Output) * (size_t)g->noutputs);
+    g->outputs = outs;
+  }
+  g->outputs[g->noutputs++] = (Output){arena_strdup(g->arena, name), n};
 }
 
 static bool args_const(Node *const *args, int nargs) {

@@ -210,6 +210,7 @@ typedef struct Graph {
   PtrVec nodes;       /* Node*, topological (creation) order */
   Output *outputs;
   int noutputs;
+  int capoutputs;     /* outputs grows geometrically (a file may have 40,000 outputs) */
   Precision prec;
   FuseRequest *fuse;
   int nfuse;

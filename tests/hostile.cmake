@@ -8,3 +8,6 @@ ffn_c_test(outfile_test SOURCES hostile/outfile_test.c LABELS hostile)
 add_test(NAME cli_write_errors COMMAND sh ${FFNC_TEST_DIR}/hostile/write_errors_test.sh $<TARGET_FILE:ffnc>
          ${CMAKE_SOURCE_DIR}/examples/llama3_tiny.ffn ${CMAKE_CURRENT_BINARY_DIR}/write_errors)
 set_tests_properties(cli_write_errors PROPERTIES LABELS hostile SKIP_RETURN_CODE 77)
+add_test(NAME compile_scale COMMAND sh ${FFNC_TEST_DIR}/hostile/scale_test.sh $<TARGET_FILE:ffnc>
+         ${CMAKE_SOURCE_DIR}/examples/llama3_8b.ffn ${CMAKE_CURRENT_BINARY_DIR}/compile_scale)
+set_tests_properties(compile_scale PROPERTIES LABELS hostile TIMEOUT 120)
