@@ -26,6 +26,17 @@ int parse_arch(const char *s, int *sm, char *err, size_t errlen) {
     snprintf(err, errlen, "--arch %s: ffnc generates tensor-core code for sm_80 and newer", s);
     return -1;
   }
+  /* The architectures NVRTC knows: another number (sm_99) is a usage error here, not a
+   * compiler failure after the whole source (exit 3). */
+  static const int known[] = {80, 86, 87, 89, 90, 100, 101, 103, 110, 120, 121};
+  bool ok = false;
+  for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+    ok |= known[i] == v;
+  if (!ok) {
+    snprintf(err, errlen, "--arch %s: unknown architecture (sm_80 sm_86 sm_87 sm_89 sm_90 sm_100 sm_101 sm_103 sm_110 "
+                          "sm_120 sm_121)", s);
+    return -1;
+  }
   *sm = (int)v;
   return 0;
 }

@@ -11,3 +11,10 @@ set_tests_properties(cli_write_errors PROPERTIES LABELS hostile SKIP_RETURN_CODE
 add_test(NAME compile_scale COMMAND sh ${FFNC_TEST_DIR}/hostile/scale_test.sh $<TARGET_FILE:ffnc>
          ${CMAKE_SOURCE_DIR}/examples/llama3_8b.ffn ${CMAKE_CURRENT_BINARY_DIR}/compile_scale)
 set_tests_properties(compile_scale PROPERTIES LABELS hostile TIMEOUT 120)
+# Usage errors exit 2 before any work: an unknown arch, an unknown pass, a group <= 0.
+foreach(args "--arch;sm_99" "--dump-ir-after=bogus" "--precision;weights=i4,group=-7" "--precision;weights=i4,group=0")
+  string(MAKE_C_IDENTIFIER "${args}" id)
+  add_test(NAME cli_usage_${id} COMMAND sh -c "\"$0\" \"$@\"; test $? -eq 2" $<TARGET_FILE:ffnc> build
+           ${CMAKE_SOURCE_DIR}/examples/llama3_tiny.ffn --emit cuda -o /dev/null ${args})
+  set_tests_properties(cli_usage_${id} PROPERTIES LABELS hostile)
+endforeach()

@@ -1,6 +1,7 @@
 /* cli.c: option parsing shared by the subcommands. */
 #include "cli.h"
 #include "codegen/driver.h"
+#include "passes/passes.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
@@ -77,11 +78,23 @@ int cli_compile_option(int argc, char **argv, int *i, CompileArgs *ca) {
     ca->nfuse++;
     return 1;
   }
-  if ((v = cli_value(argc, argv, i, "--arch"))) {
+  if ((v = cli_value(argc, argv, i, "--arch"))) { /* usage errors here (exit 2), not at compile time */
+    int sm;
+    if (parse_arch(v, &sm, err, sizeof err) != 0) {
+      cli_error("%s", err);
+      return -1;
+    }
     ca->arch = v;
     return 1;
   }
   if ((v = cli_value(argc, argv, i, "--dump-ir-after"))) {
+    bool known = strcmp(v, "all") == 0;
+    for (int p = 0; pass_names[p]; p++)
+      known |= strcmp(v, pass_names[p]) == 0;
+    if (!known) {
+      cli_error("--dump-ir-after=%s: no such pass (frontend ffn_fusion canon normfold gateup fuse precision all)", v);
+      return -1;
+    }
     ca->dump_after = v;
     return 1;
   }
