@@ -2,6 +2,12 @@
  * (ffn_program_compile) and by `ffnc build`. */
 #include "driver.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,6 +24,17 @@ int parse_arch(const char *s, int *sm, char *err, size_t errlen) {
   }
   if (v < 80) {
     snprintf(err, errlen, "--arch %s: ffnc generates tensor-core code for sm_80 and newer", s);
+    return -1;
+  }
+  /* The architectures NVRTC knows: another number (sm_99) is a usage error here, not a
+   * compiler failure after the whole source (exit 3). */
+  static const int known[] = {80, 86, 87, 89, 90, 100, 101, 103, 110, 120, 121};
+  bool ok = false;
+  for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+    ok |= known[i] == v;
+  if (!ok) {
+    snprintf(err, errlen, "--arch %s: unknown architecture (sm_80 sm_86 sm_87 sm_89 sm_90 sm_100 sm_101 sm_103 sm_110 "
+                          "sm_120 sm_121)", s);
     return -1;
   }
   *sm = (int)v;
@@ -71,34 +88,42 @@ int driver_compile(const char *text, size_t len, const char *name, const DriverO
   return rc;
 }
 
+/* A model description is small text; this is far above any real one (10,000 unrolled
+ * Llama layers are a few MB) and keeps every offset an int in the front end. */
+#define MAX_SOURCE_BYTES ((size_t)1 << 30)
+
+/* Only regular files: a device (/dev/zero) would be read until memory runs out, a FIFO
+ * would block, and neither has a size to check before reading. The size is checked from
+ * fstat, before anything is read, and the read stops at it. */
 int read_file(const char *path, char **text, size_t *len, char *err, size_t errlen) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    snprintf(err, errlen, "%s: cannot open: %m", path);
+  int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* O_NONBLOCK: opening a FIFO must not hang */
+  if (fd < 0) {
+    snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
     return -1;
   }
-  size_t cap = 4096, n = 0;
-  char *buf = malloc(cap);
-  for (;;) {
-    if (n + 1 >= cap) {
-      if (cap > ((size_t)1 << 30)) {
-        snprintf(err, errlen, "%s: too large for a model description", path);
-        free(buf);
-        fclose(f);
-        return -1;
-      }
-      cap *= 2;
-      buf = realloc(buf, cap);
-    }
-    size_t r = fread(buf + n, 1, cap - n - 1, f);
-    n += r;
-    if (r == 0)
+  struct stat st;
+  const char *why = fstat(fd, &st) != 0 ? strerror(errno)
+                    : S_ISDIR(st.st_mode) ? "is a directory"
+                    : !S_ISREG(st.st_mode) ? "not a regular file (a device, FIFO or socket)"
+                    : (uint64_t)st.st_size > MAX_SOURCE_BYTES ? "too large for a model description (over 1 GiB)"
+                                                              : NULL;
+  size_t size = why ? 0 : (size_t)st.st_size, n = 0;
+  char *buf = why ? NULL : malloc(size + 1);
+  if (!why && !buf)
+    why = "out of host memory";
+  while (!why && n < size) { /* a file that shrinks meanwhile ends early; one that grows is cut at size */
+    ssize_t r = read(fd, buf + n, size - n);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r < 0)
+      why = strerror(errno);
+    if (r <= 0)
       break;
+    n += (size_t)r;
   }
-  bool bad = ferror(f);
-  fclose(f);
-  if (bad) {
-    snprintf(err, errlen, "%s: read error", path);
+  close(fd);
+  if (why) {
+    snprintf(err, errlen, "%s: %s", path, why);
     free(buf);
     return -1;
   }

@@ -33,7 +33,8 @@ Graph *driver_model_graph(const char *text, size_t len, const char *name, const 
 /* "sm_90" -> 90; sm_80 and newer only. */
 int parse_arch(const char *s, int *sm, char *err, size_t errlen);
 
-/* Reads a whole file (NUL-terminated). */
+/* Reads a whole regular file (NUL-terminated), refusing devices, FIFOs, directories and
+ * files over 1 GiB before reading them. */
 int read_file(const char *path, char **text, size_t *len, char *err, size_t errlen);
 
 #endif

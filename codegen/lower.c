@@ -12,6 +12,7 @@
 
 #include <string.h>
 
+#include "ir/size_limits.h"
 #include "kernels/gemm_host.h"
 #include "passes/memplan.h"
 
@@ -159,6 +160,13 @@ static PlanKernel gemm_kernel(Kgen *k, Buf *body) {
 static void lower_gemm(Gen *G, Group *gr) {
   Kgen k = {.G = G, .gr = gr, .full = gr->shape};
   k.ncols = gr->shape.d[gr->shape.rank - 1].size;
+  int64_t K = gr->a->shape.d[gr->a->shape.rank - 1].size;
+  if (k.ncols > FFN_MAX_DIM || K > FFN_MAX_DIM) { /* each is within it, a concatenation may not be */
+    char sizes[64];
+    snprintf(sizes, sizeof sizes, "N = %lld, K = %lld", (long long)k.ncols, (long long)K);
+    fail(G, gr->mm, "a matrix product with %s is above the kernels' 32-bit limit of 2147483647", sizes);
+    return;
+  }
   Buf body = {0};
   PlanKernel pk = gemm_kernel(&k, &body);
   bool is_new;

@@ -4,6 +4,7 @@
  * count and kind before the runtime relies on it.
  */
 #include "plan.h"
+#include "../ir/size_limits.h"
 
 #include <jansson.h>
 #include <stdarg.h>
@@ -207,7 +208,7 @@ static int read_dims(Reader *r, json_t *o, const char *key, Dim *d, int max) {
   for (int i = 0; i < n; i++) {
     json_t *v = json_array_get(a, (size_t)i);
     int sym = -1;
-    if (json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) < ((json_int_t)1 << 40)) {
+    if (json_is_integer(v) && json_integer_value(v) >= 0 && json_integer_value(v) <= FFN_MAX_DIM) {
       d[i] = dim_static(json_integer_value(v));
       continue;
     }
@@ -279,6 +280,12 @@ static void read_tensor(Reader *r, json_t *o, PlanTensor *t) {
   if (t->dtype == DT_NONE)
     bad(r, "dtype '%s' unknown", dtype);
   t->rank = read_dims(r, o, "shape", t->dims, FFN_MAX_RANK);
+  int64_t size[FFN_MAX_RANK], numel; /* the static dims within size_limits.h, as `check` ensures */
+  for (int d = 0; d < t->rank; d++)
+    size[d] = t->dims[d].sym >= 0 ? 1 : t->dims[d].size;
+  ShapeLimit why = shape_check_limits(t->rank, size, &numel);
+  if (why != SHAPE_OK)
+    bad(r, "shape too large: %s", shape_limit_words(why));
   t->index = (int)integer(r, o, "index", 0, 4096);
   json_t *nm = json_object_get(o, "name");
   t->name = json_is_string(nm) ? arena_strdup(p->arena, json_string_value(nm)) : NULL;
@@ -334,8 +341,8 @@ static void read_kernel(Reader *r, json_t *o, PlanKernel *k) {
   k->kind = strcmp(kind, "gemm") == 0 ? KK_GEMM : KK_ROWWISE;
   if (strcmp(kind, "gemm") != 0 && strcmp(kind, "rowwise") != 0)
     bad(r, "kind '%s' unknown", kind);
-  k->n = integer(r, o, "n", 1, (long long)1 << 40);
-  k->k = integer(r, o, "k", 0, (long long)1 << 40);
+  k->n = integer(r, o, "n", 1, FFN_MAX_DIM);
+  k->k = integer(r, o, "k", 0, FFN_MAX_DIM);
   k->streams = (int)integer(r, o, "streams", 0, 2);
   k->splittable = json_is_true(json_object_get(o, "splittable"));
   json_t *op = json_object_get(o, "op");

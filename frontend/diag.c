@@ -1,7 +1,7 @@
 /* diag.c: diagnostics as dsl.md shows them.
  *
  *   FILE:LINE:COL: error: MESSAGE
- *   <the source line, verbatim>
+ *   <the source line, control bytes as \xNN, a long one cut to the part around COL>
  *   <blanks up to COL-1, tabs kept as tabs so the caret lines up>^
  *   note: ...
  *
@@ -46,6 +46,28 @@ static void put(Diags *d, const char *s, size_t n) {
   d->text[d->len] = 0;
 }
 
+static bool is_control(unsigned char c) { return c < 0x20 || c == 0x7f; }
+
+/* Control bytes (NUL, ESC, newlines...) of names, paths and source lines shown as \xNN: raw,
+ * they would let a file drive the terminal, and a NUL would end the diagnostics' text.
+ * Tabs are kept where they must (source lines: the caret line repeats them). */
+static void put_escaped(Diags *d, const char *s, size_t n, bool keep_tabs) {
+  size_t run = 0; /* bytes before i that need no escape, written in one put */
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (!is_control(c) || (keep_tabs && c == '\t')) {
+      run++;
+      continue;
+    }
+    put(d, s + i - run, run);
+    run = 0;
+    char esc[5];
+    snprintf(esc, sizeof esc, "\\x%02X", c);
+    put(d, esc, 4);
+  }
+  put(d, s + n - run, run);
+}
+
 static void putf(Diags *d, const char *fmt, va_list ap) {
   va_list ap2;
   va_copy(ap2, ap);
@@ -55,7 +77,7 @@ static void putf(Diags *d, const char *fmt, va_list ap) {
     return;
   char *buf = xrealloc(NULL, (size_t)n + 1);
   vsnprintf(buf, (size_t)n + 1, fmt, ap);
-  put(d, buf, (size_t)n);
+  put_escaped(d, buf, (size_t)n, false);
   free(buf);
 }
 
@@ -120,6 +142,48 @@ static const char *find_line(const SourceFile *src, int line, size_t *len) {
   return p;
 }
 
+/* A line longer than this is shown as the part around the caret, with "..." for the rest:
+ * a 1 MB line (minified or generated text) would otherwise be printed for every error. */
+#define DIAG_MAX_SHOWN 160
+
+/* The source line, then the caret under column col. */
+static void put_source_line(Diags *d, const char *text, size_t len, int col) {
+  size_t at = 0; /* the caret's byte offset */
+  for (int c = 1; at < len && c < col; c++) /* columns count characters, as the lexer does */
+    for (at++; at < len && ((unsigned char)text[at] & 0xC0) == 0x80; at++)
+      ;
+  size_t from = 0, to = len;
+  if (len > DIAG_MAX_SHOWN) {
+    from = at > DIAG_MAX_SHOWN / 2 ? at - DIAG_MAX_SHOWN / 2 : 0;
+    while (from > 0 && ((unsigned char)text[from] & 0xC0) == 0x80) /* whole characters */
+      from--;
+    to = from + DIAG_MAX_SHOWN < len ? from + DIAG_MAX_SHOWN : len;
+    while (to < len && ((unsigned char)text[to] & 0xC0) == 0x80)
+      to++;
+  }
+  if (from > 0)
+    put(d, "...", 3);
+  put_escaped(d, text + from, to - from, true);
+  if (to < len)
+    put(d, "...", 3);
+  put(d, "\n", 1);
+  if (from > 0)
+    put(d, "   ", 3);
+  for (size_t i = from; i < at && i < to; i++) {
+    unsigned char c = (unsigned char)text[i];
+    if ((c & 0xC0) == 0x80)
+      continue;
+    put(d, c == '\t' ? "\t" : is_control(c) ? "    " : " ", c == '\t' || !is_control(c) ? 1 : 4);
+  }
+  /* a column past the end of the line (the end of the file, say) */
+  int shown = 1;
+  for (size_t i = 0; i < at; i++)
+    shown += ((unsigned char)text[i] & 0xC0) != 0x80;
+  for (; shown < col; shown++)
+    put(d, " ", 1);
+  put(d, "^\n", 2);
+}
+
 static void begin_entry(Diags *d, int line, int col) {
   if (d->nentries == d->capentries) {
     d->capentries = d->capentries ? d->capentries * 2 : 16;
@@ -160,26 +224,12 @@ bool diag_error(Diags *d, const SourceFile *src, SrcLoc loc, const char *fmt, ..
   d->muted = false;
   d->nerrors++;
   begin_entry(d, loc.line > 0 ? loc.line : INT_MAX - 1, loc.col);
-  putstr(d, head);
-
+  put_escaped(d, head, strlen(head) - 1, false);
+  put(d, "\n", 1);
   size_t len;
   const char *text = loc.line > 0 ? find_line(src, loc.line, &len) : NULL;
-  if (!text)
-    return true;
-  put(d, text, len);
-  put(d, "\n", 1);
-  int col = 1;
-  for (size_t i = 0; i < len && col < loc.col; i++) {
-    unsigned char c = (unsigned char)text[i];
-    if ((c & 0xC0) == 0x80)
-      continue;
-    put(d, c == '\t' ? "\t" : " ", 1);
-    col++;
-  }
-  /* a column past the end of the line (the end of the file, say) */
-  for (; col < loc.col; col++)
-    put(d, " ", 1);
-  put(d, "^\n", 2);
+  if (text)
+    put_source_line(d, text, len, loc.col);
   return true;
 }
 

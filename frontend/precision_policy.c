@@ -95,7 +95,7 @@ int parse_precision_override(const char *text, PrecOverride *out, char *err, siz
     char *end;
     errno = 0;
     long long v = strtoll(g, &end, 10);
-    if (end == g || *end || errno) {
+    if (end == g || *end || errno || v <= 0) { /* -7 would read as "no group" below */
       snprintf(err, errlen, "`%s`: the group size must be a positive integer", text);
       return -1;
     }

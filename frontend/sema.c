@@ -25,6 +25,7 @@
  * transpose and slices keep their operand's; numbers become f32 scalars.
  */
 #include "ast.h"
+#include "ir/size_limits.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -73,7 +74,12 @@ struct Scope {
   Sym *syms;
   Scope *parent;
   bool frame; /* the top level or a block body: name lookups stop here */
+  /* Past SCOPE_LIST_MAX names, also an open-addressing table of syms (cap a power of two):
+   * a file with 100,000 bindings took 168 s with the list alone. */
+  Sym **table;
+  int cap, len;
 };
+#define SCOPE_LIST_MAX 16
 
 typedef struct {
   const char *name;
@@ -104,6 +110,8 @@ typedef struct {
   int ncalls;
   int noutput_stmts;
   int *output_lines; /* parallel to g->outputs */
+  int *output_slots;  /* indices into g->outputs + 1 (0: empty) by name, open addressing */
+  int output_cap;     /* a power of two, at least twice noutputs */
   WeightSlot *weights; /* open addressing by tensor name */
   int nweights, capweights;
 } Sema;
@@ -299,17 +307,43 @@ static bool prec_of_stmt(Sema *s, Stmt *st, bool report, PrecClass *cls, DType *
 
 /* ---- scopes ---- */
 
+static uint64_t hash_str(const char *p);
+
 static Sym *scope_find(Scope *sc, const char *name) {
+  if (sc->table) {
+    for (size_t i = hash_str(name) & (size_t)(sc->cap - 1); sc->table[i]; i = (i + 1) & (size_t)(sc->cap - 1))
+      if (strcmp(sc->table[i]->name, name) == 0)
+        return sc->table[i];
+    return NULL;
+  }
   for (Sym *y = sc->syms; y; y = y->next)
     if (strcmp(y->name, name) == 0)
       return y;
   return NULL;
 }
 
+/* Names are unique in a scope (declare and bind look first), so no slot is replaced. */
+static void table_put(Sym **table, int cap, Sym *y) {
+  size_t i = hash_str(y->name) & (size_t)(cap - 1);
+  while (table[i])
+    i = (i + 1) & (size_t)(cap - 1);
+  table[i] = y;
+}
+
 static Sym *scope_add(Scope *sc, const char *name, DeclKind decl, Span where, Val v) {
   Sym *y = xcalloc(1, sizeof *y);
   *y = (Sym){.name = name, .decl = decl, .where = where, .val = v, .decl_val = v, .next = sc->syms};
   sc->syms = y;
+  sc->len++;
+  if (sc->len > SCOPE_LIST_MAX && 2 * sc->len > sc->cap) { /* (re)build at twice the size */
+    free(sc->table);
+    sc->cap = sc->cap ? 2 * sc->cap : 4 * SCOPE_LIST_MAX;
+    sc->table = xcalloc((size_t)sc->cap, sizeof *sc->table);
+    for (Sym *o = sc->syms; o; o = o->next)
+      table_put(sc->table, sc->cap, o);
+  } else if (sc->table) {
+    table_put(sc->table, sc->cap, y);
+  }
   return y;
 }
 
@@ -319,6 +353,7 @@ static void push_scope(Sema *s, Scope *sc, bool frame) {
 }
 
 static void pop_scope(Sema *s, Scope *sc) {
+  free(sc->table);
   for (Sym *y = sc->syms, *next; y; y = next) {
     next = y->next;
     free(y);
@@ -998,6 +1033,10 @@ static bool eval_shape(Sema *s, DimItem *dims, Shape *out) {
       if (!d->num.is_int || d->num.ival <= 0) {
         error_at(s, d->span, "a dim size must be a positive integer");
         ok = false;
+      } else if (d->num.ival > FFN_MAX_DIM) {
+        error_at(s, d->span, "dim size %lld is above the limit of %lld (kernels index with 32-bit int)",
+                 (long long)d->num.ival, (long long)FFN_MAX_DIM);
+        ok = false;
       }
       dim = dim_static(d->num.ival);
     } else {
@@ -1143,12 +1182,35 @@ static bool at_top(Sema *s, Stmt *st, const char *what) {
   return false;
 }
 
+/* A declared tensor that no run could hold is an error here, at its declaration, rather
+ * than at run time: a weight needs a static shape, and the static dims of any tensor (a
+ * dynamic dim counts as 1, its least) must stay within ir/size_limits.h. */
+static bool decl_within_limits(Sema *s, Stmt *st, const Shape *shape, bool input) {
+  int64_t size[FFN_MAX_RANK], numel;
+  for (int d = 0; d < shape->rank; d++) {
+    if (shape->d[d].sym >= 0 && !input) {
+      error_at(s, st->name_span, "weight `%s` has the dynamic dim `%s`: weights are read from a file and need static shapes",
+               st->name, s->g->dims[shape->d[d].sym].name);
+      return false;
+    }
+    size[d] = shape->d[d].sym >= 0 ? 1 : shape->d[d].size;
+  }
+  ShapeLimit why = shape_check_limits(shape->rank, size, &numel);
+  if (why != SHAPE_OK) {
+    char buf[128];
+    error_at(s, st->name_span, "%s `%s` %s is too large: %s", input ? "input" : "weight", st->name,
+             shape_str(s->g, shape, buf, sizeof buf), shape_limit_words(why));
+    return false;
+  }
+  return true;
+}
+
 static void exec_decl_tensor(Sema *s, Stmt *st) {
   bool input = st->kind == ST_INPUT;
   if (input && !at_top(s, st, "input"))
     return;
   Shape shape;
-  bool ok = eval_shape(s, st->dims, &shape);
+  bool ok = eval_shape(s, st->dims, &shape) && decl_within_limits(s, st, &shape, input);
   DType dt = tensor_dtype(s, st->dtype, st->dtype_span);
   Node *n = NULL;
   if (ok && dt != DT_NONE) {
@@ -1230,6 +1292,29 @@ static void exec_fuse(Sema *s, Stmt *st) {
   g->fuse = f;
 }
 
+/* The output named `name`, or -1: a hash lookup (40,000 outputs took > 6 GB and minutes). */
+static int find_output(Sema *s, const char *name) {
+  for (size_t i = s->output_cap ? hash_str(name) & (size_t)(s->output_cap - 1) : 0;
+       s->output_cap && s->output_slots[i]; i = (i + 1) & (size_t)(s->output_cap - 1))
+    if (strcmp(s->real->outputs[s->output_slots[i] - 1].name, name) == 0)
+      return s->output_slots[i] - 1;
+  return -1;
+}
+
+static void add_output_slot(Sema *s, int index) {
+  if (2 * (index + 1) > s->output_cap) {
+    free(s->output_slots);
+    s->output_cap = s->output_cap ? 2 * s->output_cap : 64;
+    s->output_slots = xcalloc((size_t)s->output_cap, sizeof(int));
+    for (int k = 0; k < index; k++)
+      add_output_slot(s, k);
+  }
+  size_t i = hash_str(s->real->outputs[index].name) & (size_t)(s->output_cap - 1);
+  while (s->output_slots[i])
+    i = (i + 1) & (size_t)(s->output_cap - 1);
+  s->output_slots[i] = index + 1;
+}
+
 static void exec_output(Sema *s, Stmt *st) {
   if (!at_top(s, st, "output"))
     return;
@@ -1252,15 +1337,17 @@ static void exec_output(Sema *s, Stmt *st) {
     return;
   }
   Graph *g = s->real;
-  for (int i = 0; i < g->noutputs; i++)
-    if (strcmp(g->outputs[i].name, st->name) == 0) {
-      if (error_at(s, st->name_span, "duplicate output `%s`", st->name))
-        note(s, "first output at line %d", s->output_lines[i]);
-      return;
-    }
+  int i = find_output(s, st->name);
+  if (i >= 0) {
+    if (error_at(s, st->name_span, "duplicate output `%s`", st->name))
+      note(s, "first output at line %d", s->output_lines[i]);
+    return;
+  }
   graph_add_output(g, st->name, v.node);
-  s->output_lines = ffn_xrealloc(s->output_lines, sizeof(int) * (size_t)g->noutputs);
+  if (g->noutputs > g->capoutputs / 2 || !s->output_lines) /* capoutputs grows geometrically */
+    s->output_lines = ffn_xrealloc(s->output_lines, sizeof(int) * (size_t)g->capoutputs);
   s->output_lines[g->noutputs - 1] = st->span.line;
+  add_output_slot(s, g->noutputs - 1);
 }
 
 static void exec_bind(Sema *s, Stmt *st) {
@@ -1384,6 +1471,9 @@ static void exec(Sema *s, Stmt *st) {
         v = (Val){.kind = VAL_DYNDIM, .dim = graph_add_dim(s->real, st->name, loc_of(s, st->name_span))};
     } else if (!st->num.is_int || st->num.ival <= 0) {
       error_at(s, st->num_span, "the size of dim `%s` must be a positive integer", st->name);
+    } else if (st->num.ival > FFN_MAX_DIM) {
+      error_at(s, st->num_span, "dim `%s` = %lld is above the limit of %lld (kernels index with 32-bit int)", st->name,
+               (long long)st->num.ival, (long long)FFN_MAX_DIM);
     } else {
       v = integer(st->num.ival);
     }
@@ -1558,6 +1648,7 @@ static Graph *sema(const SourceFile *src, Stmt *program, bool lenient, const Fro
   pop_scope(s, &top);
   free(s->weights);
   free(s->output_lines);
+  free(s->output_slots);
 
   Graph *g = s->real;
   if (d->nerrors > errors_before) {
@@ -1575,6 +1666,10 @@ static Graph *sema(const SourceFile *src, Stmt *program, bool lenient, const Fro
 
 Graph *frontend_compile_string(const char *text, size_t len, const char *name, const FrontendOptions *opt, Diags *d) {
   SourceFile src = {name ? name : "<input>", text ? text : "", text ? len : 0};
+  if (src.len >= 3 && memcmp(src.text, "\xEF\xBB\xBF", 3) == 0) { /* a UTF-8 BOM (editors on Windows) */
+    src.text += 3;
+    src.len -= 3;
+  }
   if (src.len > (size_t)INT_MAX / 2) {
     diag_plain(d, "%s is too large (%zu bytes)", src.name, src.len);
     return NULL;

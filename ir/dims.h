@@ -13,10 +13,12 @@ typedef enum {
   DIMS_SIZE,     /* a static dim (or a negative size) differs; *axis says which */
   DIMS_CONFLICT, /* a dynamic dim is bound to another size already; *axis says which */
   DIMS_UNBOUND,  /* bind is false and a dynamic dim has no size yet */
+  DIMS_LIMIT,    /* a size is above FFN_MAX_DIM (size_limits.h); *axis says which */
 } DimsResult;
 
 /* Matches the actual shape (rank, size) against the declared dims. Rank and static sizes are
- * checked first, before bound[] changes. Then each dynamic dim d: if bound[d.sym] < 0 and
+ * checked first (with the limit on
+ * every size), before bound[] changes. Then each dynamic dim d: if bound[d.sym] < 0 and
  * bind, it is set to the actual size; otherwise the two must be equal. */
 DimsResult dims_bind(const Dim *decl, int decl_rank, int rank, const int64_t *size, int64_t *bound, bool bind,
                      int *axis);

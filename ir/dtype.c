@@ -42,4 +42,11 @@ DType dtype_from_st_name(const char *st) {
   return DT_NONE;
 }
 
-size_t dtype_bytes(DType t, size_t n) { return (n * (size_t)dtype_bits(t) + 7) / 8; }
+/* Saturates at SIZE_MAX instead of wrapping: a size that large matches no buffer and fails
+ * every allocation, where a wrapped one could be small. */
+size_t dtype_bytes(DType t, size_t n) {
+  size_t bits = (size_t)dtype_bits(t);
+  if (bits && n > (SIZE_MAX - 7) / bits)
+    return SIZE_MAX;
+  return (n * bits + 7) / 8;
+}

@@ -34,7 +34,9 @@
  */
 #include "interp.h"
 
+#include "checked.h"
 #include "dims.h"
+#include "size_limits.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -85,10 +87,12 @@ static bool raw_shape_valid(const RawTensor *t) {
   return true;
 }
 
+/* SIZE_MAX when the product overflows: then it matches no buffer size and no shape. */
 static size_t raw_numel(const RawTensor *t) {
   size_t n = 1;
   for (int i = 0; i < t->rank; i++)
-    n *= (size_t)t->shape[i];
+    if (ckd_mul_size(&n, n, (size_t)t->shape[i]))
+      return SIZE_MAX;
   return n;
 }
 
@@ -136,6 +140,18 @@ int interp_bind_dims(const Graph *g, const InterpSources *src, int64_t *dims, ch
     if (t.dtype != n->dtype) {
       fail(err, errlen, "input '%s': expected %s %s, got %s %s", n->name, shape_str(g, &n->shape, want, sizeof want),
            dtype_name(n->dtype), raw_shape_str(t.rank, t.shape, got, sizeof got), dtype_name(t.dtype));
+      goto out;
+    }
+    if (bound == DIMS_LIMIT) {
+      fail(err, errlen, "input '%s': dim %d is %lld, above the limit of %lld (kernels index with 32-bit int)", n->name,
+           axis, (long long)t.shape[axis], (long long)FFN_MAX_DIM);
+      goto out;
+    }
+    int64_t numel;
+    ShapeLimit why = shape_check_limits(t.rank, t.shape, &numel);
+    if (why != SHAPE_OK) {
+      fail(err, errlen, "input '%s': shape %s is too large: %s", n->name, raw_shape_str(t.rank, t.shape, got, sizeof got),
+           shape_limit_words(why));
       goto out;
     }
     if (bound == DIMS_CONFLICT) {
@@ -186,7 +202,9 @@ typedef struct {
 } Ctx;
 
 static float *alloc_values(Ctx *c, const Node *n, int64_t count) {
-  float *p = malloc(sizeof(float) * (size_t)(count > 0 ? count : 1));
+  size_t bytes;
+  bool overflow = count < 0 || ckd_mul_size(&bytes, sizeof(float), (size_t)(count > 0 ? count : 1));
+  float *p = overflow ? NULL : malloc(bytes);
   if (!p)
     fail(c->err, c->errlen, "%%%d (%s): out of host memory for %lld values", n->id, op_info[n->op].name,
          (long long)count);
@@ -202,6 +220,14 @@ static int resolve_shape(Ctx *c, const Node *n, RefTensor *out) {
     if (dim.sym >= 0 && c->dims[dim.sym] < 0)
       return fail(c->err, c->errlen, "dim %s is not bound by any input", c->g->dims[dim.sym].name);
     out->shape[d] = dim.sym >= 0 ? c->dims[dim.sym] : dim.size;
+  }
+  /* Every value's size is checked here, so ref_numel of any evaluated tensor is exact. */
+  int64_t numel;
+  ShapeLimit why = shape_check_limits(out->rank, out->shape, &numel);
+  if (why != SHAPE_OK) {
+    char s[256];
+    return fail(c->err, c->errlen, "%%%d (%s): shape %s is too large: %s", n->id, op_info[n->op].name,
+                raw_shape_str(out->rank, out->shape, s, sizeof s), shape_limit_words(why));
   }
   return 0;
 }

@@ -96,12 +96,14 @@ int graph_add_dim(Graph *g, const char *name, SrcLoc loc) {
 }
 
 void graph_add_output(Graph *g, const char *name, Node *n) {
-  Output *outs = arena_alloc(g->arena, sizeof(Output) * (size_t)(g->noutputs + 1));
-  if (g->noutputs)
-    memcpy(outs, g->outputs, sizeof(Output) * (size_t)g->noutputs);
-  outs[g->noutputs] = (Output){arena_strdup(g->arena, name), n};
-  g->outputs = outs;
-  g->noutputs++;
+  if (g->noutputs == g->capoutputs) { /* the old array stays in the arena: at most as much again */
+    g->capoutputs = g->capoutputs ? 2 * g->capoutputs : 8;
+    Output *outs = arena_alloc(g->arena, sizeof(Output) * (size_t)g->capoutputs);
+    if (g->noutputs)
+      memcpy(outs, g->outputs, sizeof(Output) * (size_t)g->noutputs);
+    g->outputs = outs;
+  }
+  g->outputs[g->noutputs++] = (Output){arena_strdup(g->arena, name), n};
 }
 
 static bool args_const(Node *const *args, int nargs) {
@@ -173,6 +175,28 @@ void ir_replace_uses(Graph *g, Node *from, Node *to) {
   for (int i = 0; i < g->noutputs; i++)
     if (g->outputs[i].node == from)
       g->outputs[i].node = to;
+}
+
+void ir_replace_uses_batch(Graph *g, Node *const *from, Node *const *to, int n) {
+  if (n == 0)
+    return;
+  Node **map = ffn_xcalloc((size_t)g->next_id + 1, sizeof *map);
+  for (int i = 0; i < n; i++)
+    map[from[i]->id] = to[i];
+  for (int i = 0; i < g->nodes.len; i++) {
+    Node *u = GRAPH_NODE(g, i);
+    for (int j = 0; j < u->nargs; j++) {
+      Node *a = u->args[j];
+      while (a->id <= g->next_id && map[a->id])
+        a = map[a->id];
+      if (a != u->args[j])
+        ir_set_arg(u, j, a);
+    }
+  }
+  for (int i = 0; i < g->noutputs; i++)
+    while (map[g->outputs[i].node->id])
+      g->outputs[i].node = map[g->outputs[i].node->id];
+  free(map);
 }
 
 /* ---- shape rules ---- */

@@ -226,6 +226,7 @@ typedef struct Graph {
   PtrVec nodes;       /* Node*, topological (creation) order */
   Output *outputs;
   int noutputs;
+  int capoutputs;     /* outputs grows geometrically (a file may have 40,000 outputs) */
   Precision prec;
   FuseRequest *fuse;
   int nfuse;
@@ -274,6 +275,9 @@ static inline bool ir_is_const(const Node *n) { return n->konst; }
 void ir_set_arg(Node *n, int i, Node *arg);
 /* Every use of `from` (operands and outputs) now uses `to`. */
 void ir_replace_uses(Graph *g, Node *from, Node *to);
+/* ir_replace_uses for n pairs at once, in one walk over the graph (a chain a -> b -> c
+ * ends at c): a pass that replaces a node per layer stays linear in the model. */
+void ir_replace_uses_batch(Graph *g, Node *const *from, Node *const *to, int n);
 
 /* Drop dead nodes (and nodes no output depends on) and renumber nothing: ids stay. */
 void ir_compact(Graph *g);

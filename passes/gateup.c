@@ -21,13 +21,16 @@
 #include <stdlib.h>
 
 /* Does some elementwise node read (directly or through elementwise ops) both a and b? */
-static bool meet(const Graph *g, const Node *a, const Node *b) {
+/* mark[] (next_id + 1 zeros, reused; left zeroed) is scratch. The walk starts at a's
+ * position `from` (nothing before it is reached from a or b) and stops where the two meet,
+ * so a pass over a deep model does not walk the whole graph per candidate pair. */
+static bool meet(const Graph *g, int from, const Node *a, const Node *b, unsigned char *mark) {
   /* mark[id]: 1 reaches from a, 2 from b */
-  unsigned char *mark = ffn_xcalloc((size_t)g->next_id + 1, 1);
   mark[a->id] |= 1;
   mark[b->id] |= 2;
   bool found = false;
-  for (int i = 0; i < g->nodes.len && !found; i++) {
+  int i = from;
+  for (; i < g->nodes.len && !found; i++) {
     Node *n = GRAPH_NODE(g, i);
     if (n->dead || !is_elementwise(n))
       continue;
@@ -35,7 +38,9 @@ static bool meet(const Graph *g, const Node *a, const Node *b) {
       mark[n->id] |= mark[n->args[j]->id];
     found = mark[n->id] == 3;
   }
-  free(mark);
+  mark[a->id] = mark[b->id] = 0;
+  for (int k = from; k < i; k++)
+    mark[GRAPH_NODE(g, k)->id] = 0;
   return found;
 }
 
@@ -97,18 +102,40 @@ static void sink_slices(Compile *c) {
   }
 }
 
+/* next[i]: the position of the next product after i with the same A operand, or -1: the
+ * candidates for pairing with i, found without a scan of the rest of the graph. */
+static int *next_same_a(const Graph *g, int len) {
+  int *next = ffn_xmalloc(sizeof(int) * (size_t)(len + 1)), *last = ffn_xmalloc(sizeof(int) * (size_t)(g->next_id + 1));
+  for (int k = 0; k <= g->next_id; k++)
+    last[k] = -1;
+  for (int i = len - 1; i >= 0; i--) {
+    Node *n = GRAPH_NODE(g, i);
+    next[i] = -1;
+    if (n->op == OP_MATMUL) {
+      next[i] = last[n->args[0]->id];
+      last[n->args[0]->id] = i;
+    }
+  }
+  free(last);
+  return next;
+}
+
 int pass_gateup(Compile *c) {
   Graph *g = c->g;
   int len = g->nodes.len; /* nodes appended below are not candidates */
+  int *next = next_same_a(g, len), nrep = 0;
+  unsigned char *mark = ffn_xcalloc((size_t)g->next_id + 1, 1);
+  Node **from = ffn_xmalloc(sizeof(Node *) * (size_t)(2 * len + 1)), **to = ffn_xmalloc(sizeof(Node *) * (size_t)(2 * len + 1));
+  /* Uses are replaced after the loop, all at once: operands do not change under it. */
   for (int i = 0; i < len; i++) {
     Node *m1 = GRAPH_NODE(g, i);
     if (m1->dead || m1->op != OP_MATMUL || !ir_is_const(m1->args[1]) || ir_is_const(m1->args[0]))
       continue;
-    for (int j = i + 1; j < len; j++) {
+    for (int j = next[i]; j >= 0; j = next[j]) {
       Node *m2 = GRAPH_NODE(g, j);
       if (m2->dead || m2->op != OP_MATMUL || m2->args[0] != m1->args[0] || !ir_is_const(m2->args[1]) ||
           !shape_eq(&m1->args[1]->shape, &m2->args[1]->shape) || m1->args[1]->dtype != m2->args[1]->dtype ||
-          m1->dtype != m2->dtype || !meet(g, m1, m2))
+          m1->dtype != m2->dtype || !meet(g, i, m1, m2, mark))
         continue;
       /* the merged product pays only when the fuse pass can split it into two interleaved
        * streams of FFN_GATEUP_GROUP-column groups */
@@ -129,12 +156,17 @@ int pass_gateup(Compile *c) {
         halves[s]->loc = (s ? m2 : m1)->loc;
         halves[s]->var = (s ? m2 : m1)->var;
       }
-      ir_replace_uses(g, m1, halves[0]);
-      ir_replace_uses(g, m2, halves[1]);
+      from[nrep] = m1, to[nrep++] = halves[0];
+      from[nrep] = m2, to[nrep++] = halves[1];
       m1->dead = m2->dead = true;
       break;
     }
   }
+  ir_replace_uses_batch(g, from, to, nrep);
+  free(next);
+  free(mark);
+  free(from);
+  free(to);
   /* New nodes were appended after their users; restore topological order. */
   ir_compact(g);
   ir_toposort(g);

@@ -12,15 +12,56 @@
  */
 #include "passes.h"
 
-/* One statistics node per (op, x, eps), shared by every product that reads the same rows. */
-static Node *stat(Compile *c, Op op, Node *x, const Node *norm) {
-  Graph *g = c->g;
-  for (int i = 0; i < g->nodes.len; i++) {
-    Node *n = GRAPH_NODE(g, i);
-    if (!n->dead && n->op == op && n->args[0] == x && n->fval == norm->fval)
-      return n;
+#include <stdlib.h>
+
+/* The statistics nodes made so far, by (op, x, eps): open addressing, cap a power of two.
+ * A scan of the whole graph per product made the pass quadratic in the layers (147 s for
+ * 10,000 Llama layers). */
+struct StatTable {
+  Node **slot;
+  int cap, len;
+};
+
+static bool same_stat(const Node *n, Op op, const Node *x, double eps) {
+  return !n->dead && n->op == op && n->args[0] == x && n->fval == eps;
+}
+
+static size_t stat_hash(Op op, const Node *x, int cap) {
+  return ((size_t)x->id * 0x9E3779B1u + (size_t)op) & (size_t)(cap - 1);
+}
+
+static void stat_insert(struct StatTable *t, Node *n) {
+  if (2 * (t->len + 1) > t->cap) {
+    struct StatTable big = {ffn_xcalloc((size_t)(t->cap ? 2 * t->cap : 64), sizeof(Node *)), t->cap ? 2 * t->cap : 64, 0};
+    for (int i = 0; i < t->cap; i++)
+      if (t->slot[i])
+        stat_insert(&big, t->slot[i]);
+    free(t->slot);
+    *t = big;
   }
-  return pass_new(c, op, DT_F32, &x, 1, norm);
+  size_t i = stat_hash(n->op, n->args[0], t->cap);
+  while (t->slot[i])
+    i = (i + 1) & (size_t)(t->cap - 1);
+  t->slot[i] = n;
+  t->len++;
+}
+
+/* One statistics node per (op, x, eps), shared by every product that reads the same rows.
+ * Outside pass_normfold (ffn_fusion, a few calls) there is no table: scan the graph. */
+static Node *stat(Compile *c, Op op, Node *x, const Node *norm) {
+  struct StatTable *t = c->stats;
+  if (t && t->cap) {
+    for (size_t i = stat_hash(op, x, t->cap); t->slot[i]; i = (i + 1) & (size_t)(t->cap - 1))
+      if (same_stat(t->slot[i], op, x, norm->fval))
+        return t->slot[i];
+  }
+  for (int i = 0; !t && i < c->g->nodes.len; i++)
+    if (same_stat(GRAPH_NODE(c->g, i), op, x, norm->fval))
+      return GRAPH_NODE(c->g, i);
+  Node *n = pass_new(c, op, DT_F32, &x, 1, norm);
+  if (t)
+    stat_insert(t, n);
+  return n;
 }
 
 Node *norm_matmul(Compile *c, Node *x, const Node *norm, Node *w_nk, const Node *mm) {
@@ -64,7 +105,15 @@ int pass_normfold(Compile *c) {
   Graph *g = c->g;
   if (g->prec.type[PREC_MATMUL] == DT_F8E4M3 || g->prec.type[PREC_MATMUL] == DT_F8E5M2)
     return 0; /* fp8 quantizes the normalized rows themselves; keep them */
-  int len = g->nodes.len;
+  int len = g->nodes.len, nrep = 0;
+  Node **from = ffn_xmalloc(sizeof(Node *) * (size_t)(len + 1)), **to = ffn_xmalloc(sizeof(Node *) * (size_t)(len + 1));
+  struct StatTable stats = {0};
+  c->stats = &stats;
+  for (int i = 0; i < len; i++) { /* statistics nodes already there (a second run) are shared too */
+    Node *n = GRAPH_NODE(g, i);
+    if (!n->dead && (n->op == OP_RMS_RSTD || n->op == OP_LN_MEAN || n->op == OP_LN_RSTD))
+      stat_insert(&stats, n);
+  }
   for (int i = 0; i < len; i++) {
     Node *mm = GRAPH_NODE(g, i);
     if (mm->dead || mm->op != OP_MATMUL || !ir_is_const(mm->args[1]))
@@ -76,9 +125,14 @@ int pass_normfold(Compile *c) {
     if (!y)
       continue;
     y->var = mm->var;
-    ir_replace_uses(g, mm, y);
+    from[nrep] = mm, to[nrep++] = y; /* replaced all at once below: one walk, not one per product */
     mm->dead = true;
   }
+  ir_replace_uses_batch(g, from, to, nrep);
+  c->stats = NULL;
+  free(stats.slot);
+  free(from);
+  free(to);
   ir_compact(g);
   return ir_toposort(g);
 }

@@ -50,6 +50,7 @@ typedef struct {
   Group **groups;        /* set by fuse, in execution order */
   int ngroups;
   bool broken;           /* a pass built an invalid node (pass_new reported it) */
+  struct StatTable *stats; /* normfold's statistics nodes by (op, x, eps) while it runs, else NULL */
 } Compile;
 
 typedef int (*PassFn)(Compile *c); /* 0, or -1 after reporting into c->diags */

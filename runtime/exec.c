@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "../ir/dims.h"
+#include "../ir/size_limits.h"
 #include "dlpack_dtype.h"
 #include "../passes/memplan.h"
 
@@ -229,6 +230,9 @@ static ffn_status check_tensor(const Plan *p, int t, const DLTensor *d, const ch
       return rt_error(FFN_ERR_TENSOR, "%s '%s': negative dim %d", what, pt->name, i);
     return rt_error(FFN_ERR_TENSOR, "%s '%s': dim %d is %lld, expected %lld", what, pt->name, i,
                     (long long)d->shape[i], (long long)pt->dims[i].size);
+  case DIMS_LIMIT:
+    return rt_error(FFN_ERR_TENSOR, "%s '%s': dim %d is %lld, above the limit of %lld (kernels index with 32-bit int)",
+                    what, pt->name, i, (long long)d->shape[i], (long long)FFN_MAX_DIM);
   case DIMS_CONFLICT:
   case DIMS_UNBOUND:
     return rt_error(FFN_ERR_TENSOR, "%s '%s': dim %s is %lld here but %lld elsewhere", what, pt->name,
@@ -370,6 +374,22 @@ static LaunchChoice choose(const ffn_model *m, const PlanKernel *k, int64_t rows
   return c;
 }
 
+/* Every tensor of the call within size_limits.h once the dims are bound, so that plan_numel and
+ * the sizes below cannot overflow (each dim alone is checked by dims_bind). */
+static ffn_status check_call_limits(const Plan *p, const int64_t *dims) {
+  for (int t = 0; t < p->ntensors; t++) {
+    const PlanTensor *pt = &p->tensors[t];
+    int64_t shape[FFN_MAX_RANK], numel;
+    for (int d = 0; d < pt->rank; d++)
+      shape[d] = pt->dims[d].sym >= 0 ? dims[pt->dims[d].sym] : pt->dims[d].size;
+    ShapeLimit why = shape_check_limits(pt->rank, shape, &numel);
+    if (why != SHAPE_OK)
+      return rt_error(FFN_ERR_TENSOR, "tensor %d (%s) of this call is too large: %s", t,
+                      pt->name ? pt->name : "an intermediate value", shape_limit_words(why));
+  }
+  return FFN_OK;
+}
+
 /* The call's tensors against the plan; binds run->dims from the inputs. */
 static ffn_status check_call(const Plan *p, const DLTensor *inputs, int ninputs, const DLTensor *outputs, int noutputs,
                              ExecRun *run) {
@@ -394,7 +414,7 @@ static ffn_status check_call(const Plan *p, const DLTensor *inputs, int ninputs,
     if (p->tensors[t].kind == PT_OUTPUT &&
         (st = check_tensor(p, t, &outputs[p->tensors[t].index], "output", run->dims, false)))
       return st;
-  return FFN_OK;
+  return check_call_limits(p, run->dims);
 }
 
 /* What the GEMMs of this call need besides the planned buffers, for their chosen variants. */

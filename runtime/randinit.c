@@ -48,8 +48,8 @@ void randinit_weight_scale(const Graph *g, const Node *w, double *mean, double *
 }
 
 void *randinit_tensor(const char *name, uint64_t seed, DType dt, int64_t numel, double mean, double std, size_t *nbytes) {
-  *nbytes = dtype_bytes(dt, (size_t)numel);
-  void *p = malloc(*nbytes ? *nbytes : 1);
+  *nbytes = numel < 0 ? SIZE_MAX : dtype_bytes(dt, (size_t)numel); /* saturated: malloc fails */
+  void *p = *nbytes == SIZE_MAX ? NULL : malloc(*nbytes ? *nbytes : 1);
   if (!p)
     return NULL;
   Rng r = {hash_name(name, seed)};

@@ -2,6 +2,7 @@
  * atomic writer. The rules are listed in safetensors.h; every check below that rejects a
  * file says which rule in its message. */
 #include "safetensors.h"
+#include "outfile.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -719,102 +720,31 @@ int st_writer_to_memory(StWriter *w, void **buf, size_t *len, char *err, size_t 
   return 0;
 }
 
-/* ---- atomic save ------------------------------------------------------ */
+/* ---- save: regular files atomically, devices and pipes in place (outfile.h) ---- */
 
-static int write_all(int fd, const void *buf, size_t n) {
-  const unsigned char *p = buf;
-  while (n > 0) {
-    ssize_t k = write(fd, p, n);
-    if (k < 0 && errno == EINTR)
-      continue;
-    if (k < 0)
-      return -1;
-    if (k == 0) { /* should not happen for regular files; do not spin */
-      errno = EIO;
-      return -1;
-    }
-    p += k;
-    n -= (size_t)k;
-  }
-  return 0;
-}
-
-/* "DIR/.BASE.XXXXXX" for mkstemp: in the same directory, so that rename is atomic. */
-static char *temp_path(const char *path) {
-  const char *slash = strrchr(path, '/');
-  size_t dir_len = slash ? (size_t)(slash - path) + 1 : 0;
-  size_t n = strlen(path) + 16;
-  char *tmp = malloc(n);
-  if (tmp)
-    snprintf(tmp, n, "%.*s.%s.XXXXXX", (int)dir_len, path, path + dir_len);
-  return tmp;
-}
-
-/* mkstemp creates 0600. Keep the mode of the file being replaced; a new file gets the
- * usual 0644 (the umask cannot be read without changing it, which is not thread-safe). */
-static int copy_mode(int fd, const char *path) {
-  struct stat st;
-  mode_t mode = stat(path, &st) == 0 && S_ISREG(st.st_mode) ? st.st_mode & 07777 : 0644;
-  return fchmod(fd, mode);
-}
-
-/* Makes the rename durable. The file at path is complete whether or not this works, so a
- * failure here is not reported as a failed save (some file systems refuse fsync on
- * directories). */
-static void sync_dir(const char *path) {
-  const char *slash = strrchr(path, '/');
-  char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
-  int fd = dir ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
-  if (fd >= 0) {
-    (void)fsync(fd);
-    (void)close(fd);
-  }
-  free(dir);
-}
-
-static bool write_file(const StWriter *w, const Diag *d, int fd, const char *path,
-                       const char *header, size_t header_len) {
+static bool write_file(const StWriter *w, const Diag *d, OutFile *o, const char *header, size_t header_len) {
   unsigned char len_bytes[8];
   put_le64(len_bytes, header_len);
-  if (copy_mode(fd, path) != 0)
-    return fail(d, NULL, "cannot set the mode of the temporary file: %s", strerror(errno));
-  if (write_all(fd, len_bytes, 8) != 0 || write_all(fd, header, header_len) != 0)
-    return fail(d, NULL, "cannot write the header: %s", strerror(errno));
-  for (int i = 0; i < w->entries.len; i++) {
+  char why[512];
+  bool ok = outfile_write(o, len_bytes, 8, why, sizeof why) == 0 &&
+            outfile_write(o, header, header_len, why, sizeof why) == 0;
+  for (int i = 0; ok && i < w->entries.len; i++) {
     const WEntry *e = w->entries.items[i];
-    if (e->nbytes && write_all(fd, e->data, e->nbytes) != 0)
-      return fail(d, NULL, "cannot write tensor data: %s", strerror(errno));
+    ok = !e->nbytes || outfile_write(o, e->data, e->nbytes, why, sizeof why) == 0;
   }
-  if (fsync(fd) != 0)
-    return fail(d, NULL, "cannot sync: %s", strerror(errno));
-  return true;
+  ok = ok && outfile_commit(o, why, sizeof why) == 0;
+  if (!ok)
+    snprintf(d->err, d->errlen, "%s", why); /* names the path already */
+  return ok;
 }
-
 int st_writer_save(StWriter *w, const char *path, char *err, size_t errlen) {
   Diag d = {path, err, errlen};
   size_t header_len;
   char *header = make_header(w, &d, &header_len);
   if (!header)
     return -1;
-  char *tmp = temp_path(path);
-  int fd = tmp ? mkstemp(tmp) : -1;
-  if (fd < 0) {
-    fail(&d, NULL, "cannot create a temporary file next to it: %s",
-         tmp ? strerror(errno) : "out of memory");
-    free(tmp);
-    free(header);
-    return -1;
-  }
-  bool ok = write_file(w, &d, fd, path, header, header_len);
+  OutFile o; /* regular files atomically, devices and pipes in place (outfile.h) */
+  bool ok = outfile_open(&o, path, err, errlen) == 0 && write_file(w, &d, &o, header, header_len);
   free(header);
-  if (close(fd) != 0 && ok)
-    ok = fail(&d, NULL, "cannot close the temporary file: %s", strerror(errno));
-  if (ok && rename(tmp, path) != 0)
-    ok = fail(&d, NULL, "cannot rename the temporary file onto it: %s", strerror(errno));
-  if (!ok)
-    (void)unlink(tmp); /* the message already says what went wrong first */
-  free(tmp);
-  if (ok)
-    sync_dir(path);
   return ok ? 0 : -1;
 }

@@ -22,6 +22,7 @@ add_executable(fe_driver
   ${CMAKE_SOURCE_DIR}/frontend/sema.c
   ${CMAKE_SOURCE_DIR}/ir/arena.c
   ${CMAKE_SOURCE_DIR}/ir/dtype.c
+  ${CMAKE_SOURCE_DIR}/ir/size_limits.c
   ${CMAKE_SOURCE_DIR}/ir/ir.c
   ${BISON_ffn_parser_OUTPUTS}
   ${FLEX_ffn_lexer_OUTPUTS})

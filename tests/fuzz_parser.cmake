@@ -30,6 +30,7 @@ if(FFNC_FUZZ AND CMAKE_C_COMPILER_ID MATCHES "Clang" AND FFNC_HAVE_LIBFUZZER)
     ${CMAKE_SOURCE_DIR}/frontend/sema.c
     ${CMAKE_SOURCE_DIR}/ir/arena.c
     ${CMAKE_SOURCE_DIR}/ir/dtype.c
+    ${CMAKE_SOURCE_DIR}/ir/size_limits.c
     ${CMAKE_SOURCE_DIR}/ir/ir.c
     ${BISON_ffn_parser_OUTPUTS}
     ${FLEX_ffn_lexer_OUTPUTS})

@@ -24,6 +24,7 @@ if(FFNC_FUZZ AND CMAKE_C_COMPILER_ID MATCHES "Clang" AND FFNC_HAVE_LIBFUZZER)
   add_executable(fuzz_safetensors
     ${FFNC_TEST_DIR}/fuzz/fuzz_safetensors.c
     ${CMAKE_SOURCE_DIR}/runtime/safetensors.c
+    ${CMAKE_SOURCE_DIR}/runtime/outfile.c
     ${CMAKE_SOURCE_DIR}/ir/dtype.c
     ${CMAKE_SOURCE_DIR}/ir/arena.c)
   target_include_directories(fuzz_safetensors PRIVATE ${CMAKE_SOURCE_DIR})

@@ -1,18 +1,27 @@
 /* cli.c: option parsing shared by the subcommands. */
 #include "cli.h"
 #include "codegen/driver.h"
+#include "passes/passes.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* Messages echo paths and names from the command line and from files: their control bytes
+ * are shown as \xNN so that they cannot drive the terminal (frontend/diag.c does the same). */
 void cli_error(const char *fmt, ...) {
+  char msg[4096];
   va_list ap;
   va_start(ap, fmt);
-  fputs("ffnc: error: ", stderr);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
+  vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  fputs("ffnc: error: ", stderr);
+  for (const unsigned char *p = (const unsigned char *)msg; *p; p++)
+    if ((*p < 0x20 && *p != '\n' && *p != '\t') || *p == 0x7f) /* logs (NVRTC) keep their lines */
+      fprintf(stderr, "\\x%02X", *p);
+    else
+      fputc(*p, stderr);
+  fputc('\n', stderr);
 }
 
 const char *cli_value(int argc, char **argv, int *i, const char *opt) {
@@ -69,11 +78,23 @@ int cli_compile_option(int argc, char **argv, int *i, CompileArgs *ca) {
     ca->nfuse++;
     return 1;
   }
-  if ((v = cli_value(argc, argv, i, "--arch"))) {
+  if ((v = cli_value(argc, argv, i, "--arch"))) { /* usage errors here (exit 2), not at compile time */
+    int sm;
+    if (parse_arch(v, &sm, err, sizeof err) != 0) {
+      cli_error("%s", err);
+      return -1;
+    }
     ca->arch = v;
     return 1;
   }
   if ((v = cli_value(argc, argv, i, "--dump-ir-after"))) {
+    bool known = strcmp(v, "all") == 0;
+    for (int p = 0; pass_names[p]; p++)
+      known |= strcmp(v, pass_names[p]) == 0;
+    if (!known) {
+      cli_error("--dump-ir-after=%s: no such pass (frontend ffn_fusion canon normfold gateup fuse precision all)", v);
+      return -1;
+    }
     ca->dump_after = v;
     return 1;
   }

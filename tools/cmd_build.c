@@ -3,8 +3,10 @@
  * of the compiler through the internal driver (emit_stage). */
 #include "cli.h"
 #include "codegen/driver.h"
+#include "runtime/outfile.h"
 #include "runtime/rt.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -50,22 +52,16 @@ ffn_status cli_options(const CompileArgs *ca, ffn_options **out) {
   return FFN_OK;
 }
 
+/* -o PATH or -o -: see runtime/outfile.h (regular files atomically, stdout and devices in
+ * place, every write error reported and nothing partial left). */
 static int write_out(const char *path, const void *data, size_t len) {
-  if (strcmp(path, "-") == 0) {
-    fwrite(data, 1, len, stdout);
-    return fflush(stdout) == 0 ? 0 : EXIT_USER;
+  char err[4200];
+  if (fflush(stdout) != 0) { /* what was printed before (--dump-ir-after) goes first */
+    cli_error("cannot write to standard output: %s", strerror(errno));
+    return EXIT_USER;
   }
-  /* atomically: a temporary file next to it, then rename */
-  char tmp[4200];
-  snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path);
-  int fd = mkstemp(tmp);
-  FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
-  bool ok = f && fwrite(data, 1, len, f) == len;
-  ok = f && fclose(f) == 0 && ok;
-  if (!ok || rename(tmp, path) != 0) {
-    cli_error("cannot write %s: %m", path);
-    if (fd >= 0)
-      unlink(tmp);
+  if (outfile_save(path, data, len, err, sizeof err) != 0) {
+    cli_error("%s", err);
     return EXIT_USER;
   }
   return 0;

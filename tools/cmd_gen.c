@@ -6,8 +6,10 @@
  * other vectors (biases) N(0, 0.1^2); inputs N(0, 1).
  */
 #include "cli.h"
+#include "ir/size_limits.h"
 #include "runtime/randinit.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,8 +36,9 @@ static int parse_dim(const char *s, const char **name, int64_t *value) {
   if (!eq || eq == s)
     return -1;
   char *end;
+  errno = 0;
   long long v = strtoll(eq + 1, &end, 10);
-  if (*end || v <= 0)
+  if (*end || errno == ERANGE || v <= 0 || v > FFN_MAX_DIM)
     return -1;
   static char names[16][64];
   static int used;
@@ -71,7 +74,7 @@ int cmd_gen(int argc, char **argv) {
       seed = strtoull(v, NULL, 10);
     else if ((v = cli_value(argc, argv, &i, "--dim"))) {
       if (ndimargs == 16 || parse_dim(v, &dim_names[ndimargs], &dim_values[ndimargs]) != 0) {
-        cli_error("gen: --dim %s: expected NAME=SIZE", v);
+        cli_error("gen: --dim %s: expected NAME=SIZE with 1 <= SIZE <= %lld", v, (long long)FFN_MAX_DIM);
         return EXIT_USAGE;
       }
       ndimargs++;
@@ -113,7 +116,9 @@ int cmd_gen(int argc, char **argv) {
         continue;
       int64_t shape[FFN_MAX_RANK], numel = 1;
       for (int d = 0; d < n->shape.rank; d++)
-        numel *= shape[d] = n->shape.d[d].size;
+        shape[d] = n->shape.d[d].size;
+      if (shape_check_limits(n->shape.rank, shape, &numel) != SHAPE_OK) /* check refuses these */
+        numel = -1;
       double mean, std;
       randinit_weight_scale(g, n, &mean, &std);
       size_t nbytes;
@@ -144,10 +149,16 @@ int cmd_gen(int argc, char **argv) {
           rc = EXIT_USAGE;
           break;
         }
-        numel *= shape[d] = dm.sym >= 0 ? dims[dm.sym] : dm.size;
+        shape[d] = dm.sym >= 0 ? dims[dm.sym] : dm.size;
       }
       if (rc)
         break;
+      ShapeLimit why = shape_check_limits(n->shape.rank, shape, &numel);
+      if (why != SHAPE_OK) {
+        cli_error("gen: input '%s' with these --dim sizes is too large: %s", n->name, shape_limit_words(why));
+        rc = EXIT_USAGE;
+        break;
+      }
       size_t nbytes;
       void *p = fill(&keep, n->name, seed ^ 0x5eed, n->dtype, numel, 0.0, 1.0, &nbytes);
       if (st_writer_add(w, n->name, n->dtype, n->shape.rank, shape, p, nbytes, err, sizeof err) != 0) {

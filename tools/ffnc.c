@@ -2,6 +2,8 @@
 #include "cli.h"
 #include "include/ffn.h"
 
+#include <errno.h>
+#include <stdbool.h>
 #include <string.h>
 
 static const struct {
@@ -25,6 +27,16 @@ static void usage(FILE *out) {
   fprintf(out, "\n  --version   compiler, NVRTC and driver versions\n  --help      this text\n");
 }
 
+/* Whatever a command printed (compare's table, --dump-ir-after, --help) must have reached
+ * standard output: `ffnc compare A B > /dev/full` used to exit 0. */
+static int stdout_checked(int status) {
+  errno = 0;
+  bool failed = fflush(stdout) != 0 || ferror(stdout);
+  if (failed && status == 0) /* a command that failed has said why already */
+    cli_error("cannot write to standard output: %s", errno ? strerror(errno) : "an earlier write failed");
+  return failed && status == 0 ? EXIT_USER : status;
+}
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     usage(stderr);
@@ -42,7 +54,7 @@ int main(int argc, char **argv) {
   }
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     if (strcmp(argv[1], commands[i].name) == 0)
-      return commands[i].fn(argc - 1, argv + 1);
+      return stdout_checked(commands[i].fn(argc - 1, argv + 1));
   cli_error("unknown command '%s'", argv[1]);
   usage(stderr);
   return EXIT_USAGE;

@@ -135,6 +135,38 @@ static void test_dims(void) {
   graph_destroy(g);
 }
 
+/* Issue 11: y = x @ w^T with x : [T, S] given [2^59, 0] and w : [4, S] given [4, 0] (both
+ * zero bytes, so the safetensors sizes agree) once overflowed the output's size and wrote
+ * past a 1-byte buffer. Every bound size is now checked against size_limits.h. */
+static void test_hostile_sizes(void) {
+  Graph *g = graph_create("big", "test.ffn");
+  int t = graph_add_dim(g, "T", here), sd = graph_add_dim(g, "S", here);
+  Shape xs = {2, {dim_dynamic(t), dim_dynamic(sd)}};
+  Node *x = ir_input(g, "x", xs, DT_F32, here);
+  Node *w = ir_input(g, "w", (Shape){2, {dim_static(4), dim_dynamic(sd)}}, DT_F32, here);
+  graph_add_output(g, "y", op2(g, OP_MATMUL, DT_F32, x, op1(g, OP_TRANSPOSE, DT_F32, w)));
+  verify(g);
+  Store ws = {0};
+  RawTensor rx = {DT_F32, 2, {(int64_t)1 << 59, 0}, zeros, 0}, rw = {DT_F32, 2, {4, 0}, zeros, 0};
+  Store in = {{{"x", rx}, {"w", rw}}, 2};
+  expect_error("dim above the limit", g, &ws, &in,
+               "input 'x': dim 0 is 576460752303423488, above the limit of 2147483647 (kernels index with 32-bit int)");
+  /* each dim within the limit, the rows of y above it: [2^31 - 1, 0] @ [0, 4] -> [2^31 - 1, 4] is fine,
+   * but a rank-3 x whose leading dims multiply past 2^31 is not */
+  graph_destroy(g);
+  g = graph_create("big3", "test.ffn");
+  t = graph_add_dim(g, "T", here);
+  Shape x3 = {3, {dim_dynamic(t), dim_dynamic(t), dim_static(2)}};
+  graph_add_output(g, "y", op1(g, OP_RELU, DT_F32, ir_input(g, "x", x3, DT_F32, here)));
+  verify(g);
+  RawTensor r3 = {DT_F32, 3, {1 << 20, 1 << 20, 2}, zeros, 0};
+  Store in3 = {{{"x", r3}}, 1};
+  expect_error("rows above the limit", g, &ws, &in3,
+               "input 'x': shape [1048576, 1048576, 2] is too large: its rows (all dims but the last) number more "
+               "than 2147483647, the limit of a matrix product's M");
+  graph_destroy(g);
+}
+
 static void test_invalid_graph(void) {
   Graph *g = graph_create("bad", "test.ffn");
   Node *x = ir_input(g, "x", SHAPE(2, 3), DT_F32, here);
@@ -152,6 +184,7 @@ int main(void) {
   test_weights();
   test_inputs();
   test_dims();
+  test_hostile_sizes();
   test_invalid_graph();
   return finish("interp_errors_test");
 }
