@@ -86,13 +86,19 @@ static int prep_step(Gen *G, Node *n) {
   }
   if (n->op == OP_MATMUL && (n->args[0]->shape.rank > 2))
     return fail(G, n, "a load-time matrix product of rank > 2 is not supported%s", "");
-  if (n->op == OP_MATMUL && G->g->prec.type[PREC_WEIGHTS] != DT_NONE) /* the prep kernel does not quantize */
-    return fail(G, n, "a load-time matrix product under `precision weights %s` is not supported",
-                dtype_name(G->g->prec.type[PREC_WEIGHTS]));
+
   /* the prep kernels compute in double and store f32/f16/bf16; slices and concatenations are
    * byte copies of any type */
   if (!tname(n->dtype) && n->op != OP_SLICE && n->op != OP_CONCAT)
     return fail(G, n, "computing %s values at load time is not supported", dtype_name(n->dtype));
+  if (n->op == OP_MATMUL && G->g->prec.type[PREC_WEIGHTS] != DT_NONE) {
+    /* a folded bias b @ W^T: the reference quantizes W here too; ffn_prep_matmul does, given
+     * the bits and the group in ival */
+    DType wq = G->g->prec.type[PREC_WEIGHTS];
+    Node q = *n;
+    q.ival[0] = wq == DT_I8 ? 8 : 4, q.ival[1] = wq == DT_I4 ? G->g->prec.group : 0;
+    return add_prep(G, &q, args);
+  }
   return add_prep(G, n, args);
 }
 

@@ -157,13 +157,28 @@ extern "C" __global__ void ffn_prep_rowsum(const ffn::PrepArgs a) {
 }
 
 // out [M, N] = a [M, K] @ b [K, N]; a thread per output, double accumulation (small, once).
+// Under weight-only quantization (a.streams = bits 8 or 4, a.group = i4 group) b's column n is
+// quantized group by group first, as the reference's matmul does (kernels/quant.cuh).
 extern "C" __global__ void ffn_prep_matmul(const ffn::PrepArgs a) {
-  const long long M = a.rows, N = a.cols, K = a.inner;
+  const long long M = a.rows, N = a.cols, K = a.inner, bits = a.streams;
+  const long long G = bits == 4 ? wq_group_len(K, a.group) : wq_group_len(K, 0);
+  const int qmax = bits == 8 ? 127 : 7;
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < M * N; i += (long long)gridDim.x * blockDim.x) {
     long long m = i / N, n = i % N;
     double s = 0;
-    for (long long k = 0; k < K; k++)
-      s += ffn::prep_load(a.a, a.dta, m * K + k) * ffn::prep_load(a.b, a.dtb, k * N + n);
+    for (long long k0 = 0; k0 < K; k0 += G) {
+      long long k1 = k0 + G < K ? k0 + G : K;
+      double amax = 0;
+      for (long long k = k0; bits && k < k1; k++)
+        amax = fmax(amax, fabs(ffn::prep_load(a.b, a.dtb, k * N + n)));
+      const float sc = wq_scale(amax, qmax);
+      for (long long k = k0; k < k1; k++) {
+        double w = ffn::prep_load(a.b, a.dtb, k * N + n);
+        if (bits)
+          w = (float)(wq_level(w, sc, qmax) * (double)sc);
+        s += ffn::prep_load(a.a, a.dta, m * K + k) * w;
+      }
+    }
     ffn::prep_store(a.out, a.dto, i, s);
   }
 }

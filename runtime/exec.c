@@ -169,6 +169,9 @@ static ffn_status prep_kernel(ffn_model *m, const PrepStep *s, CUdeviceptr out) 
       return launch1d(m, m->prep_wq_scale, a.n * 32, &a);
     return launch1d(m, m->prep_wq_pack, a.n, &a);
   case OP_MATMUL:
+    if (s->ival[0] != 0 && s->ival[0] != 8 && s->ival[0] != 4)
+      break;
+    a.streams = s->ival[0], a.group = s->ival[1]; /* weight-only quantization of b, if bits */
     a.inner = tb->dims[0].size, a.cols = tb->dims[1].size;
     a.rows = a.inner ? plan_numel(p, s->args[0], NULL) / a.inner : 0;
     return launch1d(m, m->prep_matmul, a.n, &a);
