@@ -9,6 +9,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
 "$ffnc" bench "$here/suite/llama3_8b_layer.ffn" "$here/suite/llama3_70b_layer.ffn" \
   "$here/suite/gpt_gelu_4096.ffn" "$here/suite/llama3_8b_4layers.ffn" "$here/suite/llama3_8b_4layers_fused.ffn" \
+  "$here/suite/llama3_8b_layer_i4g128.ffn" "$here/suite/llama3_8b_layer_i8.ffn" \
+  "$here/suite/llama3_70b_layer_i4g128.ffn" "$here/suite/llama3_70b_layer_i8.ffn" \
   --tokens "$tokens" --json "$out/bench.json" --plot "$out/bench" | tee "$out/bench.txt"
 # The error FFN Fusion introduces into the fused model above, on 64 calibration rows (random
 # weights: real checkpoints have far weaker dependence between sublayers than random ones).

@@ -334,7 +334,12 @@ static void gen_epilogue(Kgen *k, Buf *out) {
 
 void emit_gemm_functor(Kgen *k, Buf *body) {
   slot(k, gen_tensor_for(k->G, k->gr->a));
-  slot(k, gen_tensor_for(k->G, k->gr->b_nk));
+  if (k->wq_bits) { /* gemm_wq reads the codes as B and the scales from slot 2 */
+    slot(k, k->wq_codes);
+    slot(k, k->wq_scales);
+  } else {
+    slot(k, gen_tensor_for(k->G, k->gr->b_nk));
+  }
   buf_printf(body, "struct Epi_@ {\n  const ffn::KArgs *a;\n");
   gen_epilogue(k, body);
   buf_puts(body, "};\n");
@@ -353,6 +358,7 @@ void emit_gemm_entry(Kgen *k, const ffn_gemm_config *c, bool ext, Buf *body) {
   int64_t K = gr->a->shape.d[gr->a->shape.rank - 1].size;
   const char *tmpl = c->kind == FFN_GEMM_SM80   ? "gemm_sm80"
                      : c->kind == FFN_GEMM_SM90 ? "gemm_sm90"
+                     : c->kind == FFN_GEMM_WQ   ? "gemm_wq"
                                                 : "gemm_simt";
   char params[160];
   gemm_template_args(k, c, ext ? 0 : gr->stats, params, sizeof params);
@@ -361,6 +367,9 @@ void emit_gemm_entry(Kgen *k, const ffn_gemm_config *c, bool ext, Buf *body) {
     snprintf(epi, sizeof epi, "ffn::WithRowStats<Epi_@, %d>{epi, a.rowstats}", gr->streams);
   else
     snprintf(epi, sizeof epi, "epi");
+  char extra[64] = ""; /* gemm_wq: the scales (slot 2) and the i4 group length */
+  if (c->kind == FFN_GEMM_WQ)
+    snprintf(extra, sizeof extra, "(const float *)a.p[2], %d, ", k->wq_group);
   buf_printf(body,
              "extern \"C\" __global__ void __launch_bounds__(%d, %d) @_%s(const __grid_constant__ ffn::KArgs a) {\n"
              "  extern __shared__ __align__(128) char smem[];\n"
@@ -368,8 +377,8 @@ void emit_gemm_entry(Kgen *k, const ffn_gemm_config *c, bool ext, Buf *body) {
              "  g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = %lld; g.K = %lld;\n"
              "  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters;\n"
              "  const Epi_@ epi{&a};\n"
-             "  ffn::%s<%s>(g, %s, smem);\n}\n",
-             c->threads, c->min_blocks, c->name, (long long)k->ncols, (long long)K, tmpl, params, epi);
+             "  ffn::%s<%s>(g, %s%s, smem);\n}\n",
+             c->threads, c->min_blocks, c->name, (long long)k->ncols, (long long)K, tmpl, params, extra, epi);
 }
 
 /* body with every '@' replaced by the kernel's name. */
@@ -387,7 +396,8 @@ void emit_gemm_text(Kgen *k, const char *name, bool tc, const char *body) {
   Gen *G = k->G;
   long long K = (long long)gr->a->shape.d[gr->a->shape.rank - 1].size;
   buf_printf(&G->src, "\n// kernel %s: GEMM, %d stream%s of %lld columns, K = %lld, %s; from %s:%d\n", name,
-             gr->streams, gr->streams > 1 ? "s" : "", (long long)k->ncols, K, tc ? "tensor cores" : "FMA",
+             gr->streams, gr->streams > 1 ? "s" : "", (long long)k->ncols, K,
+             k->wq_bits == 8 ? "i8 weights" : k->wq_bits == 4 ? "i4 weights" : tc ? "tensor cores" : "FMA",
              G->g->file ? G->g->file : "?", gr->mm->loc.line);
   put_named(&G->src, name, body);
 }
@@ -536,5 +546,7 @@ void emit_prelude(Gen *G) {
   buf_puts(&G->src, "#include \"ewise.cuh\"\n#include \"gemm_sm80.cuh\"\n#include \"gemm_simt.cuh\"\n#include \"prep.cuh\"\n");
   if (G->c->arch == 90)
     buf_puts(&G->src, "#include \"gemm_sm90.cuh\"\n");
+  if (G->g->prec.type[PREC_WEIGHTS] != DT_NONE)
+    buf_puts(&G->src, "#include \"gemm_wq.cuh\"\n");
 }
 

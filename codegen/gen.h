@@ -60,6 +60,9 @@ typedef struct {
   int nvars;           /* generated variables so far (their names' numbers) */
   Shape full;          /* the group's element shape */
   int64_t ncols;       /* its last dim */
+  int wq_bits;         /* 8 or 4: B is weight-only quantized (gemm_wq.cuh); 0: not */
+  int wq_group;        /* i4 group length along K (0: one group) */
+  int wq_codes, wq_scales; /* the packed B and its scales (plan tensors), when wq_bits */
 } Kgen;
 
 /* Reports an error at n (without a location if n has none) and fails the generation. */

@@ -1,7 +1,8 @@
 /* lower.c: kernel groups -> the Plan that runs them.
  *
  * Each group becomes one kernel (its text from emit_cuda.c):
- *   GEMM groups: the matrix-product template (gemm_sm80.cuh for f16/bf16 with K % 8 == 0,
+ *   GEMM groups: the matrix-product template (gemm_wq.cuh for weight-only quantized B, whose
+ *     codes and scales load-time steps pack; gemm_sm80.cuh for f16/bf16 with K % 8 == 0,
  *     gemm_sm90.cuh above 64 rows on sm_90, gemm_simt.cuh otherwise), one variant per tile
  *     configuration (decode / small / prefill), chosen by the runtime from M;
  *   rowwise groups: a per-row loop.
@@ -27,6 +28,16 @@ static int new_tensor(Gen *G, PlanTensorKind kind, const Node *n) {
 }
 
 static int prep_step(Gen *G, Node *n);
+
+/* A load-time step computing n's value from the tensors args[n->nargs]; returns its tensor. */
+static int add_prep(Gen *G, const Node *n, const int *args) {
+  int t = new_tensor(G, PT_DERIVED, n);
+  GROW(G->prep, G->nprep, G->capprep);
+  PrepStep *s = &G->prep[G->nprep++];
+  *s = (PrepStep){.op = n->op, .out = t, .nargs = n->nargs, .ival = {n->ival[0], n->ival[1]}, .fval = n->fval};
+  memcpy(s->args, args, sizeof(int) * (size_t)n->nargs);
+  return t;
+}
 
 int gen_tensor_for(Gen *G, Node *n) {
   if (G->tensor_of[n->id] >= 0)
@@ -76,16 +87,39 @@ static int prep_step(Gen *G, Node *n) {
   }
   if (n->op == OP_MATMUL && (n->args[0]->shape.rank > 2))
     return fail(G, n, "a load-time matrix product of rank > 2 is not supported");
+
   /* the prep kernels compute in double and store f32/f16/bf16; slices and concatenations are
    * byte copies of any type */
   if (!tname(n->dtype) && n->op != OP_SLICE && n->op != OP_CONCAT)
     return fail(G, n, "computing %s values at load time is not supported", dtype_name(n->dtype));
-  int t = new_tensor(G, PT_DERIVED, n);
-  GROW(G->prep, G->nprep, G->capprep);
-  PrepStep *s = &G->prep[G->nprep++];
-  *s = (PrepStep){.op = n->op, .out = t, .nargs = n->nargs, .ival = {n->ival[0], n->ival[1]}, .fval = n->fval};
-  memcpy(s->args, args, sizeof(int) * (size_t)n->nargs);
-  return t;
+  if (n->op == OP_MATMUL && G->g->prec.type[PREC_WEIGHTS] != DT_NONE) {
+    /* a folded bias b @ W^T: the reference quantizes W here too; ffn_prep_matmul does, given
+     * the bits and the group in ival */
+    DType wq = G->g->prec.type[PREC_WEIGHTS];
+    Node q = *n;
+    q.ival[0] = wq == DT_I8 ? 8 : 4, q.ival[1] = wq == DT_I4 ? G->g->prec.group : 0;
+    return add_prep(G, &q, args);
+  }
+  return add_prep(G, n, args);
+}
+
+/* The load-time steps that quantize and pack B of GEMM k under `precision weights i8|i4`
+ * (rule and layout: kernels/quant.cuh); sets k->wq_codes and k->wq_scales. */
+static int wq_prep(Gen *G, Kgen *k, int bits, int group) {
+  Node *b = k->gr->b_nk;
+  int args[2] = {gen_tensor_for(G, b), -1};
+  if (args[0] < 0)
+    return -1;
+  Node sc = {.op = OP_WQ_SCALE, .dtype = DT_F32, .nargs = 1, .ival = {bits, group}}, pk = sc;
+  pk.op = OP_WQ_PACK, pk.dtype = DT_U8, pk.nargs = 2;
+  Node *nodes[2] = {b, &sc};
+  char why[256];
+  if (!ir_infer_shape(G->g, OP_WQ_SCALE, nodes, 1, &sc, &sc.shape, why, sizeof why) ||
+      !ir_infer_shape(G->g, OP_WQ_PACK, nodes, 2, &pk, &pk.shape, why, sizeof why))
+    return fail(G, k->gr->mm, "%s", why);
+  args[1] = k->wq_scales = add_prep(G, &sc, args);
+  k->wq_codes = add_prep(G, &pk, args);
+  return 0;
 }
 
 /* ---- kernels and dedup ---- */
@@ -120,8 +154,12 @@ static void add_step(Gen *G, int kernel, Kgen *k, const Shape *rows_of) {
  * 16-byte rows, f32 (and odd K) on the FMA path. On sm_90 the wgmma kernels take M > 64; at
  * decode sizes the mma.sync ones are as fast or faster (kernels/NOTES.md), so both kinds are
  * compiled and the runtime picks by M. */
-static bool config_used(const ffn_gemm_config *c, bool tc, bool hopper) {
+static bool config_used(const ffn_gemm_config *c, bool tc, bool hopper, int wq_bits) {
   bool small = c->max_m > 0 && c->max_m <= 64;
+  if (wq_bits) /* quantized B: gemm_wq on every arch, its chunk depth by the code width */
+    return c->kind == FFN_GEMM_WQ && c->bk == (wq_bits == 8 ? 512 : 1024);
+  if (c->kind == FFN_GEMM_WQ)
+    return false;
   if (!tc)
     return c->kind == FFN_GEMM_SIMT;
   if (hopper)
@@ -135,16 +173,18 @@ static PlanKernel gemm_kernel(Kgen *k, Buf *body) {
   Group *gr = k->gr;
   DType t = gr->a->dtype;
   int64_t K = gr->a->shape.d[gr->a->shape.rank - 1].size;
-  bool tc = (t == DT_BF16 || t == DT_F16) && K % 8 == 0;
-  PlanKernel pk = {.kind = KK_GEMM, .n = k->ncols, .k = K, .streams = gr->streams, .splittable = tc, .op = OP_COUNT};
-  if (gr->nodes.len == 1 && gr->stores.len == 1 && gr->stores.items[0] == gr->mm)
+  bool tc = (t == DT_BF16 || t == DT_F16) && K % 8 == 0 && !k->wq_bits;
+  PlanKernel pk = {.kind = KK_GEMM, .n = k->ncols, .k = K, .streams = gr->streams, .splittable = tc || k->wq_bits,
+                   .op = OP_COUNT};
+  if (gr->nodes.len == 1 && gr->stores.len == 1 && gr->stores.items[0] == gr->mm && !k->wq_bits)
     pk.op = OP_MATMUL; /* slots: A, B, the product */
   emit_gemm_functor(k, body);
   int ncfg;
   const ffn_gemm_config *table = ffn_gemm_configs(&ncfg);
   for (int i = 0; i < ncfg && pk.nvariants < 6; i++) {
     const ffn_gemm_config *c = &table[i];
-    if (!config_used(c, tc, k->G->c->arch == 90) || !ffn_gemm_config_fits(c, (long long)gr->streams * k->ncols))
+    if (!config_used(c, tc, k->G->c->arch == 90, k->wq_bits) ||
+        !ffn_gemm_config_fits(c, (long long)gr->streams * k->ncols))
       continue;
     /* for the largest M every column of tiles would recompute A's row statistics (about 10% of
      * the GEMM, kernels/NOTES.md): ffn_row_stats computes them once, just before. Up to 512
@@ -162,10 +202,17 @@ static void lower_gemm(Gen *G, Group *gr) {
   k.ncols = gr->shape.d[gr->shape.rank - 1].size;
   int64_t K = gr->a->shape.d[gr->a->shape.rank - 1].size;
   if (k.ncols > FFN_MAX_DIM || K > FFN_MAX_DIM) { /* each is within it, a concatenation may not be */
-    char sizes[64];
-    snprintf(sizes, sizeof sizes, "N = %lld, K = %lld", (long long)k.ncols, (long long)K);
-    fail(G, gr->mm, "a matrix product with %s is above the kernels' 32-bit limit of 2147483647", sizes);
+    fail(G, gr->mm, "a matrix product with N = %lld, K = %lld is above the kernels' 32-bit limit of 2147483647",
+         (long long)k.ncols, (long long)K);
     return;
+  }
+  /* weight-only quantization applies where the reference applies it: a constant B */
+  DType wq = G->g->prec.type[PREC_WEIGHTS];
+  if (wq != DT_NONE && ir_is_const(gr->mm->args[1])) {
+    k.wq_bits = wq == DT_I8 ? 8 : 4;
+    k.wq_group = wq == DT_I4 ? G->g->prec.group : 0;
+    if (wq_prep(G, &k, k.wq_bits, k.wq_group) != 0)
+      return;
   }
   Buf body = {0};
   PlanKernel pk = gemm_kernel(&k, &body);

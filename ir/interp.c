@@ -275,6 +275,7 @@ static int load_leaf(Ctx *c, const Node *n, RefTensor *out) {
 /* The scalar math of the elementwise ops, shared with the generated kernels (ops.def). */
 #define OPMATH_FLOAT 0
 #include "kernels/opmath.cuh"
+#include "kernels/quant.cuh"
 
 typedef double (*UnaryFn)(double);
 typedef double (*BinaryFn)(double, double);
@@ -367,22 +368,20 @@ static void eval_norm(const Node *n, const RefTensor *x, const RefTensor *gain, 
 
 /* ---- matrix products ---- */
 
-/* Replaces b [K, N] by its weight-quantized value (the contract at the top of the file). */
+/* Replaces b [K, N] by its weight-quantized value (the contract at the top of the file; the
+ * scale and level functions are kernels/quant.cuh's, which the GPU's load-time packing calls
+ * too). */
 static void quantize_weights(float *b, int64_t K, int64_t N, int qmax, int64_t group) {
-  if (group <= 0 || group > K)
-    group = K;
+  group = wq_group_len(K, group);
   for (int64_t k0 = 0; k0 < K; k0 += group) {
     int64_t k1 = k0 + group < K ? k0 + group : K;
     for (int64_t col = 0; col < N; col++) {
       double amax = 0;
       for (int64_t k = k0; k < k1; k++)
         amax = fmax(amax, fabs(b[k * N + col]));
-      float s = amax > 0 ? (float)(amax / qmax) : 1.0f;
-      for (int64_t k = k0; k < k1; k++) {
-        double q = round_to_dtype(b[k * N + col] / (double)s, DT_I32);
-        q = q < -qmax ? -qmax : q > qmax ? qmax : q;
-        b[k * N + col] = (float)(q * s);
-      }
+      float s = wq_scale(amax, qmax);
+      for (int64_t k = k0; k < k1; k++)
+        b[k * N + col] = (float)(wq_level(b[k * N + col], s, qmax) * (double)s);
     }
   }
 }
@@ -706,6 +705,9 @@ static int eval_node(Ctx *c, const Node *n, RefTensor *const *args, RefTensor *o
   case OP_INTERLEAVE:
     eval_interleave(n, args, out);
     break;
+  case OP_WQ_SCALE:
+  case OP_WQ_PACK: /* the verifier keeps them out of graphs */
+    return fail(c->err, c->errlen, "%%%d: %s is a GPU packing step, not a graph op", n->id, op_info[n->op].name);
   }
   /* data movement: the values are already rounded to their operands' types */
   for (int i = 0; i < n->nargs; i++)

@@ -3,6 +3,9 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
+
+#include "kernels/quant.cuh"
 
 const OpInfo op_info[OP_COUNT] = {
 #define OP(e, name, mn, mx, cls) [OP_##e] = {name, mn, mx, OPC_##cls},
@@ -357,6 +360,22 @@ bool ir_infer_shape(const Graph *g, Op op, Node *const *args, int nargs, const N
     *out = *a;
     out->rank--;
     return true;
+  case OP_WQ_SCALE:
+  case OP_WQ_PACK: {
+    int64_t bits = proto ? proto->ival[0] : 0, group = proto ? proto->ival[1] : -1;
+    if (a->rank != 2 || !shape_is_static(a))
+      FAIL("weight quantization needs a static [R, K] operand, got %s", shape_str(g, a, sa, sizeof sa));
+    if ((bits != 8 && bits != 4) || group < 0)
+      FAIL("weight quantization to %lld bits with group %lld is not defined", (long long)bits, (long long)group);
+    int64_t R = a->d[0].size, K = a->d[1].size, ng = bits == 8 ? 1 : wq_ngroups(K, group);
+    if (op == OP_WQ_PACK) {
+      const Shape *s = &args[1]->shape;
+      if (s->rank != 2 || !shape_is_static(s) || s->d[0].size != R || s->d[1].size != ng)
+        FAIL("weight codes of %s need scales [%lld, %lld]", shape_str(g, a, sa, sizeof sa), (long long)R, (long long)ng);
+    }
+    *out = (Shape){2, {dim_static(R), dim_static(op == OP_WQ_SCALE ? ng : wq_row_bytes(K, (int)bits))}};
+    return true;
+  }
   }
   FAIL("no shape rule for %s", op_info[op].name);
 }
@@ -414,6 +433,10 @@ void ir_print(const Graph *g, FILE *out) {
     case OP_RMS_RSTD:
     case OP_LN_RSTD:
       fprintf(out, " eps=%.9g", n->fval);
+      break;
+    case OP_WQ_SCALE:
+    case OP_WQ_PACK:
+      fprintf(out, " bits=%lld group=%lld", (long long)n->ival[0], (long long)n->ival[1]);
       break;
     case OP_MATMUL: /* no parameters; an OTHER op must say here which it prints */
     case OP_TRANSPOSE:
@@ -495,6 +518,7 @@ int ir_verify(const Graph *g, char *err, size_t errlen) {
     }
     if (n->op == OP_CONCAT || n->op == OP_INTERLEAVE || n->op == OP_ROWSUM)
       CHECK(n->konst, "load-time op applied to a run-time value");
+    CHECK(n->op != OP_WQ_SCALE && n->op != OP_WQ_PACK, "weight packing for the GPU appears in a graph");
     pos[n->id] = i + 1;
 #undef CHECK
   }

@@ -64,7 +64,8 @@ typedef struct PrepArgs {
   long long rows, cols; /* transpose, rowsum: a is [rows, cols]; interleave: [rows, cols = K];
                            matmul: out [rows = M, cols = N] */
   long long inner;     /* matmul: the shared dim K */
-  long long group, streams; /* interleave: rows per group (FFN_GATEUP_GROUP), number of blocks */
+  long long group, streams; /* interleave: rows per group (FFN_GATEUP_GROUP), number of blocks;
+                               matmul: i4 group, bits of b's weight-only quantization (0: none) */
   double value;        /* fill */
   PrepIndex ix;        /* ewise */
 } PrepArgs;

@@ -7,6 +7,7 @@
 // kernels serves every program.
 #pragma once
 #include "abi.cuh"
+#include "quant.cuh"
 
 namespace ffn {
 
@@ -156,13 +157,67 @@ extern "C" __global__ void ffn_prep_rowsum(const ffn::PrepArgs a) {
 }
 
 // out [M, N] = a [M, K] @ b [K, N]; a thread per output, double accumulation (small, once).
+// Under weight-only quantization (a.streams = bits 8 or 4, a.group = i4 group) b's column n is
+// quantized group by group first, as the reference's matmul does (kernels/quant.cuh).
 extern "C" __global__ void ffn_prep_matmul(const ffn::PrepArgs a) {
-  const long long M = a.rows, N = a.cols, K = a.inner;
+  const long long M = a.rows, N = a.cols, K = a.inner, bits = a.streams;
+  const long long G = bits == 4 ? wq_group_len(K, a.group) : wq_group_len(K, 0);
+  const int qmax = bits == 8 ? 127 : 7;
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < M * N; i += (long long)gridDim.x * blockDim.x) {
     long long m = i / N, n = i % N;
     double s = 0;
-    for (long long k = 0; k < K; k++)
-      s += ffn::prep_load(a.a, a.dta, m * K + k) * ffn::prep_load(a.b, a.dtb, k * N + n);
+    for (long long k0 = 0; k0 < K; k0 += G) {
+      long long k1 = k0 + G < K ? k0 + G : K;
+      double amax = 0;
+      for (long long k = k0; bits && k < k1; k++)
+        amax = fmax(amax, fabs(ffn::prep_load(a.b, a.dtb, k * N + n)));
+      const float sc = wq_scale(amax, qmax);
+      for (long long k = k0; k < k1; k++) {
+        double w = ffn::prep_load(a.b, a.dtb, k * N + n);
+        if (bits)
+          w = (float)(wq_level(w, sc, qmax) * (double)sc);
+        s += ffn::prep_load(a.a, a.dta, m * K + k) * w;
+      }
+    }
     ffn::prep_store(a.out, a.dto, i, s);
+  }
+}
+
+// Weight-only quantization of b [R, K] (kernels/quant.cuh: the rule and the packed layout).
+// a.rows = R, a.cols = K, a.group = G (0: one group), a.inner = bits.
+
+// out f32 [R, ngroups]: one warp per (row, group), the largest magnitude in double.
+extern "C" __global__ void ffn_prep_wq_scale(const ffn::PrepArgs a) {
+  const long long R = a.rows, K = a.cols, bits = a.inner;
+  const long long G = bits == 8 ? wq_group_len(K, 0) : wq_group_len(K, a.group), ng = (K + G - 1) / G;
+  const int qmax = bits == 8 ? 127 : 7, lane = threadIdx.x & 31;
+  long long warp = (blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5;
+  for (long long w = warp; w < R * ng; w += ((long long)gridDim.x * blockDim.x) >> 5) {
+    long long r = w / ng, k0 = (w % ng) * G, k1 = k0 + G < K ? k0 + G : K;
+    double amax = 0;
+    for (long long k = k0 + lane; k < k1; k += 32)
+      amax = fmax(amax, fabs(ffn::prep_load(a.a, a.dta, r * K + k)));
+    for (int o = 16; o > 0; o >>= 1)
+      amax = fmax(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    if (lane == 0)
+      ((float *)a.out)[w] = wq_scale(amax, qmax);
+  }
+}
+
+// out u8 [R, wq_row_bytes(K, bits)]: a thread per byte; a.b: the scales above.
+extern "C" __global__ void ffn_prep_wq_pack(const ffn::PrepArgs a) {
+  const long long R = a.rows, K = a.cols, bits = a.inner, rb = wq_row_bytes(K, (int)bits);
+  const long long G = bits == 8 ? wq_group_len(K, 0) : wq_group_len(K, a.group), ng = (K + G - 1) / G;
+  const int qmax = bits == 8 ? 127 : 7, per = bits == 8 ? 1 : 2;
+  const float *scale = (const float *)a.b;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < R * rb; i += (long long)gridDim.x * blockDim.x) {
+    long long r = i / rb, j = i % rb;
+    unsigned byte = 0;
+    for (int h = 0; h < per; h++) {
+      long long k = j * per + h;
+      int q = k < K ? wq_level(ffn::prep_load(a.a, a.dta, r * K + k), scale[r * ng + k / G], qmax) : 0;
+      byte |= wq_code(q, (int)bits) << (4 * h);
+    }
+    ((unsigned char *)a.out)[i] = (unsigned char)byte;
   }
 }

@@ -30,9 +30,21 @@ static int check_policy(Compile *c) {
   if (is_f8(mm))
     return refuse(c, PREC_MATMUL, "%s matrix products are not supported by the GPU code generator yet%s",
                   dtype_name(mm), "");
-  if (w != DT_NONE)
+  /* weight-only i8 / i4 run in gemm_wq.cuh, which dequantizes exactly the reference's values in
+   * f32; it takes one scale per 16-byte word of codes (32 k), and does not round the dequantized
+   * weights to a `precision matmul` type as the reference would */
+  if (w != DT_NONE && w != DT_I8 && w != DT_I4)
     return refuse(c, PREC_WEIGHTS, "%s weight-only quantization is not supported by the GPU code generator yet%s",
                   dtype_name(w), "");
+  if (w == DT_I4 && g->prec.group % 32 != 0) {
+    char group[32];
+    snprintf(group, sizeof group, "%d", g->prec.group);
+    return refuse(c, PREC_WEIGHTS, "i4 groups of %s are not supported by the GPU code generator (0 or a multiple of "
+                  "32%s)", group, ")");
+  }
+  if (w != DT_NONE && mm != DT_NONE)
+    return refuse(c, PREC_MATMUL, "`precision matmul %s` together with `precision weights` is not supported by the GPU "
+                  "code generator yet%s", dtype_name(mm), "");
   return 0;
 }
 

@@ -161,7 +161,18 @@ static ffn_status prep_kernel(ffn_model *m, const PrepStep *s, CUdeviceptr out) 
     a.cols = ta->rank ? ta->dims[ta->rank - 1].size : 1;
     a.rows = a.cols ? plan_numel(p, s->args[0], NULL) / a.cols : 0;
     return launch1d(m, m->prep_rowsum, a.rows * 32, &a); /* a warp per row */
+  case OP_WQ_SCALE:
+  case OP_WQ_PACK:
+    if (o->dtype != (s->op == OP_WQ_SCALE ? DT_F32 : DT_U8) || (s->op == OP_WQ_PACK && tb->dtype != DT_F32))
+      break;
+    a.rows = ta->dims[0].size, a.cols = ta->dims[1].size, a.inner = s->ival[0], a.group = s->ival[1];
+    if (s->op == OP_WQ_SCALE) /* a warp per (row, group) */
+      return launch1d(m, m->prep_wq_scale, a.n * 32, &a);
+    return launch1d(m, m->prep_wq_pack, a.n, &a);
   case OP_MATMUL:
+    if (s->ival[0] != 0 && s->ival[0] != 8 && s->ival[0] != 4)
+      break;
+    a.streams = s->ival[0], a.group = s->ival[1]; /* weight-only quantization of b, if bits */
     a.inner = tb->dims[0].size, a.cols = tb->dims[1].size;
     a.rows = a.inner ? plan_numel(p, s->args[0], NULL) / a.inner : 0;
     return launch1d(m, m->prep_matmul, a.n, &a);

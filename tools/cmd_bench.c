@@ -33,6 +33,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kernels/quant.cuh" /* after <math.h> */
+
 #ifndef FFNC_GIT_COMMIT
 #define FFNC_GIT_COMMIT "unknown"
 #endif
@@ -481,6 +483,16 @@ static void setup_model(Model *md) {
   md->act[V_CUBLASLT] = plan_actions(md->prog[V_CUBLASLT]->plan, true);
 }
 
+/* The bytes a weight occupies on the device: under `precision weights i8|i4` a matrix is held
+ * as its codes and f32 scales (kernels/quant.cuh; norm gains and biases stay as they are). */
+static double weight_bytes(const Graph *g, const Node *n, int64_t numel) {
+  DType w = g->prec.type[PREC_WEIGHTS];
+  if (n->shape.rank != 2 || (w != DT_I8 && w != DT_I4))
+    return (double)dtype_bytes(n->dtype, (size_t)numel);
+  int64_t K = n->shape.d[1].size, R = numel / (K ? K : 1), bits = w == DT_I8 ? 8 : 4;
+  return (double)R * (double)wq_row_bytes(K, (int)bits) + 4.0 * (double)R * (double)(bits == 8 ? 1 : wq_ngroups(K, g->prec.group));
+}
+
 /* FLOPs of the source's matrix products, and the fewest bytes a call must move (every
  * weight, input and output once), for `tokens` in every dynamic dim. */
 static void work(const Graph *g, int64_t tokens, double *flops, double *bytes) {
@@ -491,7 +503,7 @@ static void work(const Graph *g, int64_t tokens, double *flops, double *bytes) {
     for (int d = 0; d < n->shape.rank; d++)
       numel *= n->shape.d[d].sym >= 0 ? tokens : n->shape.d[d].size;
     if (n->op == OP_WEIGHT || n->op == OP_INPUT)
-      *bytes += (double)dtype_bytes(n->dtype, (size_t)numel);
+      *bytes += n->op == OP_WEIGHT ? weight_bytes(g, n, numel) : (double)dtype_bytes(n->dtype, (size_t)numel);
     if (n->op == OP_MATMUL && !ir_is_const(n)) {
       int64_t k = n->args[1]->shape.d[0].size;
       *flops += 2.0 * (double)numel * (double)k;
@@ -715,6 +727,9 @@ static int bench_tokens(Model *md, int64_t tokens, const Ceilings *ceil, int rep
 
 static void print_results(const Model *md, const Result *r, int n) {
   printf("\n%s (%s)\n", md->file, dtype_name(md->type));
+  if (md->g->prec.type[PREC_WEIGHTS] != DT_NONE) /* cuBLASLt has no weight-only i8/i4 path here */
+    printf("(precision weights %s: eager and cublaslt run ffnc's quantized GEMMs, only their other ops differ; the "
+           "floor counts the packed weights)\n", dtype_name(md->g->prec.type[PREC_WEIGHTS]));
   printf("%7s  %-9s %-5s %10s %8s %8s %10s %6s %8s %8s  %s\n", "tokens", "variant", "graph", "time_us", "TFLOP/s",
          "GB/s", "floor_us", "%floor", "vs_eager", "vs_lt", "check");
   for (int i = 0; i < n; i++)

@@ -233,6 +233,7 @@ static void build_kernel_list(void) {
   // (gate/up: S=2 with fused RMSNorm statistics; down: S=1, no statistics).
   for (int i = 0; i < n; i++) {
     const ffn_gemm_config *c = &rec[i];
+    if (c->kind == FFN_GEMM_WQ) continue; // quantized B: timed through ffnc bench, not here
     for (int S = 1; S <= 2; S++)
       for (int st = 0; st <= 2; st++) {
         if (c->kind != FFN_GEMM_SIMT) {

@@ -48,6 +48,24 @@ static inline Tolerance tolerance_for(DType t, bool source) {
   return source ? (Tolerance){1.5e-2, 1e-1, 5e-2} : (Tolerance){1e-2, 5e-2, 2e-2}; /* bf16 */
 }
 
+/* The tolerance for g's outputs. Under `precision weights i8|i4` the program's reference and
+ * the GPU see the same quantized weights (kernels/quant.cuh), so what remains is f32 against f64
+ * accumulation and output rounding, as without quantization: the same tolerance. The source's
+ * reference quantizes other weights: the front end's W instead of the norm gain folded into it
+ * (W * g, quantized per column and group: other levels), so it differs by a quantization error
+ * of its own, measured on the CPU (passes_semantics_test, these test models): rel_l2 7e-3 (f16)
+ * to 1.2e-2 (bf16) for i8, 0.09-0.15 for i4 (15 levels). The source comparison then only
+ * catches gross errors: rel_l2 3e-2 (i8) and 0.3 (i4), elements within 0.3 / 1.0 rms. */
+static inline Tolerance tolerance_of(const Graph *g, DType narrow, bool source) {
+  Tolerance t = tolerance_for(narrow, source);
+  DType w = g->prec.type[PREC_WEIGHTS];
+  if (source && w == DT_I8)
+    t = (Tolerance){3e-2, 0.3, 0.3};
+  if (source && w == DT_I4)
+    t = (Tolerance){0.3, 1.0, 1.0};
+  return t;
+}
+
 /* The narrowest floating type any value of g has (scalars aside). */
 static inline DType narrowest_type(const Graph *g) {
   DType t = DT_F32;
@@ -245,9 +263,9 @@ static inline int run_and_compare(const char *label, ffn_model *m, const Graph *
   }
   DType narrow = narrowest_type(g);
   for (int i = 0; i < nout && rc == 0; i++) {
-    rc |= compare_one(label, "program", g->outputs[i].name, tolerance_for(narrow, false), ref_src[i].dtype, bufs[i],
+    rc |= compare_one(label, "program", g->outputs[i].name, tolerance_of(g, narrow, false), ref_src[i].dtype, bufs[i],
                       &ref_prog[i]);
-    rc |= compare_one(label, "source", g->outputs[i].name, tolerance_for(narrow, true), ref_src[i].dtype, bufs[i],
+    rc |= compare_one(label, "source", g->outputs[i].name, tolerance_of(g, narrow, true), ref_src[i].dtype, bufs[i],
                       &ref_src[i]);
   }
   for (int i = 0; i < nout; i++)

@@ -12,9 +12,10 @@
  */
 #include "gpu/gpu_util.h"
 
-static int compare(const char *label, const RefTensor *a, const RefTensor *b, const char *name, DType narrow) {
+static int compare(const char *label, const RefTensor *a, const RefTensor *b, const char *name, const Graph *g,
+                   DType narrow) {
   /* the optimized graph against the source: the source reference's tolerance */
-  Tolerance tol = tolerance_for(narrow, true);
+  Tolerance tol = tolerance_of(g, narrow, true);
   int64_t n = ref_numel(a);
   if (n != ref_numel(b) || a->dtype != b->dtype) {
     printf("FAIL %s %s: shapes or types differ\n", label, name);
@@ -65,7 +66,7 @@ int main(int argc, char **argv) {
       char label[64];
       snprintf(label, sizeof label, "%s T=%lld", argv[1], (long long)tokens[k]);
       for (int i = 0; i < g0->noutputs; i++)
-        failed += compare(label, &r0[i], &r1[i], g0->outputs[i].name, narrowest_type(g0)) != 0;
+        failed += compare(label, &r0[i], &r1[i], g0->outputs[i].name, g0, narrowest_type(g0)) != 0;
     }
     for (int i = 0; i < g0->noutputs; i++) {
       ref_free(&r0[i]);
