@@ -104,7 +104,8 @@ static inline const ffn_gemm_config *ffn_gemm_configs(int *count) {
   return table;
 }
 
-/* Where two configurations of one kind share a regime (max_m), a GEMM compiles the one that wastes
+/* Where two configurations of one kind share a regime (max_m), row tile and k step, differing only in
+ * their width, a GEMM compiles the one that wastes
  * less of the last wave at one row of tiles (M = 128 for the mid regime): time ~ waves x tile width.
  * The Llama-3-8B gate/up product (28672 merged columns) makes 224 tiles of 128 columns (1.7 waves on
  * FFN_GEMM_TUNED_SMS SMs) but 128 tiles of 224 (one wave); a 4096-column down product keeps 128.
@@ -120,7 +121,8 @@ static inline int ffn_gemm_config_fits(const ffn_gemm_config *c, long long cols)
   int n;
   const ffn_gemm_config *t = ffn_gemm_configs(&n);
   for (int i = 0; i < n; i++) {
-    if (&t[i] == c || t[i].kind != c->kind || t[i].max_m != c->max_m)
+    /* alternatives: the same kind, regime, row tile and k step, another width */
+    if (&t[i] == c || t[i].kind != c->kind || t[i].max_m != c->max_m || t[i].bm != c->bm || t[i].bk != c->bk)
       continue;
     long long other = ffn_gemm_row_cost(&t[i], cols), mine = ffn_gemm_row_cost(c, cols);
     if (other < mine || (other == mine && &t[i] < c))
