@@ -44,6 +44,14 @@
 extern "C" {
 #endif
 
+/* The library is compiled with hidden visibility: what is marked FFN_API is all libffn.so
+ * exports. */
+#if defined(__GNUC__)
+#define FFN_API __attribute__((visibility("default")))
+#else
+#define FFN_API
+#endif
+
 typedef enum {
   FFN_OK = 0,
   FFN_ERR_INVALID_ARGUMENT, /* a bad argument to an API call (NULL, wrong count...) */
@@ -58,25 +66,25 @@ typedef enum {
   FFN_ERR_OUT_OF_MEMORY,    /* device or host memory */
 } ffn_status;
 
-const char *ffn_status_string(ffn_status s);
+FFN_API const char *ffn_status_string(ffn_status s);
 /* The message of the last failed call on this thread ("" if none). */
-const char *ffn_last_error(void);
+FFN_API const char *ffn_last_error(void);
 
 /* ---- compile options ---- */
 
 typedef struct ffn_options ffn_options;
 
-ffn_status ffn_options_create(ffn_options **out);
-void ffn_options_destroy(ffn_options *o);
+FFN_API ffn_status ffn_options_create(ffn_options **out);
+FFN_API void ffn_options_destroy(ffn_options *o);
 /* "sm_90", "sm_80"...; default: the arch of device 0, or sm_90 where there is no device. */
-ffn_status ffn_options_set_arch(ffn_options *o, const char *arch);
+FFN_API ffn_status ffn_options_set_arch(ffn_options *o, const char *arch);
 /* A precision setting that overrides the file's: key is default, accumulate, norm, matmul
  * or weights; value a type name ("f8e4m3", "i4,group=128"). */
-ffn_status ffn_options_set_precision(ffn_options *o, const char *key, const char *value);
+FFN_API ffn_status ffn_options_set_precision(ffn_options *o, const char *key, const char *value);
 /* FFN Fusion of sublayers [first, last) (in addition to the file's `fuse ffn`). */
-ffn_status ffn_options_add_ffn_fusion(ffn_options *o, int first, int last);
+FFN_API ffn_status ffn_options_add_ffn_fusion(ffn_options *o, int first, int last);
 /* 0: no fusion (one kernel per op, for debugging); 1..3: full (default 3). */
-ffn_status ffn_options_set_opt_level(ffn_options *o, int level);
+FFN_API ffn_status ffn_options_set_opt_level(ffn_options *o, int level);
 
 /* ---- programs ---- */
 
@@ -85,21 +93,21 @@ typedef struct ffn_program ffn_program;
 /* Parse, check, optimize and generate code, then compile it with NVRTC (through the on-disk
  * kernel cache: $FFNC_CACHE_DIR, else $XDG_CACHE_HOME/ffnc, else ~/.cache/ffnc;
  * FFNC_NO_CACHE=1 bypasses it). opt may be NULL. */
-ffn_status ffn_program_compile(const char *source, size_t len, const char *filename, const ffn_options *opt,
+FFN_API ffn_status ffn_program_compile(const char *source, size_t len, const char *filename, const ffn_options *opt,
                                ffn_program **out);
-ffn_status ffn_program_compile_file(const char *path, const ffn_options *opt, ffn_program **out);
+FFN_API ffn_status ffn_program_compile_file(const char *path, const ffn_options *opt, ffn_program **out);
 /* Ahead-of-time output (`ffnc build -o`): write, and load without NVRTC. */
-ffn_status ffn_program_save(const ffn_program *p, const char *path);
-ffn_status ffn_program_load(const char *path, ffn_program **out);
-void ffn_program_destroy(ffn_program *p);
+FFN_API ffn_status ffn_program_save(const ffn_program *p, const char *path);
+FFN_API ffn_status ffn_program_load(const char *path, ffn_program **out);
+FFN_API void ffn_program_destroy(ffn_program *p);
 
-const char *ffn_program_arch(const ffn_program *p);
-int ffn_program_num_kernels(const ffn_program *p);
+FFN_API const char *ffn_program_arch(const ffn_program *p);
+FFN_API int ffn_program_num_kernels(const ffn_program *p);
 /* The model's interface, in declaration order. */
-int ffn_program_num_inputs(const ffn_program *p);
-int ffn_program_num_outputs(const ffn_program *p);
-const char *ffn_program_input_name(const ffn_program *p, int i);
-const char *ffn_program_output_name(const ffn_program *p, int i);
+FFN_API int ffn_program_num_inputs(const ffn_program *p);
+FFN_API int ffn_program_num_outputs(const ffn_program *p);
+FFN_API const char *ffn_program_input_name(const ffn_program *p, int i);
+FFN_API const char *ffn_program_output_name(const ffn_program *p, int i);
 /* Name, element type and shape of input or output i; dynamic dims are -1 in shape (and
  * named in dim_names[d], NULL for static dims). */
 typedef struct {
@@ -109,50 +117,52 @@ typedef struct {
   int64_t shape[8];
   const char *dim_names[8];
 } ffn_tensor_info;
-ffn_status ffn_program_input_info(const ffn_program *p, int i, ffn_tensor_info *out);
-ffn_status ffn_program_output_info(const ffn_program *p, int i, ffn_tensor_info *out);
+FFN_API ffn_status ffn_program_input_info(const ffn_program *p, int i, ffn_tensor_info *out);
+FFN_API ffn_status ffn_program_output_info(const ffn_program *p, int i, ffn_tensor_info *out);
 /* Weights the program reads (tensor names as in the weights file). */
-int ffn_program_num_weights(const ffn_program *p);
-const char *ffn_program_weight_name(const ffn_program *p, int i);
+FFN_API int ffn_program_num_weights(const ffn_program *p);
+FFN_API const char *ffn_program_weight_name(const ffn_program *p, int i);
 
 /* ---- models: a program loaded on a device, with weights ---- */
 
 typedef struct ffn_model ffn_model;
 struct CUstream_st; /* CUstream and cudaStream_t are both `struct CUstream_st *` */
 
-ffn_status ffn_model_create(const ffn_program *p, int device, ffn_model **out);
-void ffn_model_destroy(ffn_model *m);
+FFN_API ffn_status ffn_model_create(const ffn_program *p, int device, ffn_model **out);
+FFN_API void ffn_model_destroy(ffn_model *m);
 /* Every weight the program needs, from a safetensors file (copied to the device). */
-ffn_status ffn_model_bind_weights_file(ffn_model *m, const char *path);
+FFN_API ffn_status ffn_model_bind_weights_file(ffn_model *m, const char *path);
 /* One weight by name, from host memory (kDLCPU, copied) or device memory (kDLCUDA, used in
  * place: it must stay valid while the model lives). Contiguous row-major only. */
-ffn_status ffn_model_bind_weight(ffn_model *m, const char *name, const DLTensor *t);
+FFN_API ffn_status ffn_model_bind_weight(ffn_model *m, const char *name, const DLTensor *t);
 /* Checks every weight is bound, then runs the load-time transforms (gain folding,
  * concatenation, interleaving...). Call once after binding, before running. */
-ffn_status ffn_model_prepare(ffn_model *m);
+FFN_API ffn_status ffn_model_prepare(ffn_model *m);
 /* Runs the model on `stream` (NULL: the default stream). inputs and outputs are device
  * tensors (kDLCUDA), in the program's declaration order, contiguous row-major, with the
  * declared dtypes (bf16 is kDLBfloat 16; f8 types are passed as kDLUInt 8); dynamic dims
  * are bound from the input shapes and every output shape must match. Asynchronous: returns
  * once the work is enqueued. */
-ffn_status ffn_model_run(ffn_model *m, struct CUstream_st *stream, const DLTensor *inputs, int ninputs,
+FFN_API ffn_status ffn_model_run(ffn_model *m, struct CUstream_st *stream, const DLTensor *inputs, int ninputs,
                          const DLTensor *outputs, int noutputs);
 
 /* Shape of output i for the given inputs (their shapes bind the dynamic dims). */
-ffn_status ffn_model_output_shape(const ffn_model *m, int i, const DLTensor *inputs, int ninputs, int64_t *shape,
+FFN_API ffn_status ffn_model_output_shape(const ffn_model *m, int i, const DLTensor *inputs, int ninputs, int64_t *shape,
                                   int *ndim);
 /* Convenience for tools and tests: inputs and outputs in host memory (kDLCPU, outputs
  * allocated by the caller with ffn_model_output_shape). Copies in, runs, copies out, waits. */
-ffn_status ffn_model_run_host(ffn_model *m, const DLTensor *inputs, int ninputs, const DLTensor *outputs, int noutputs);
+FFN_API ffn_status ffn_model_run_host(ffn_model *m, const DLTensor *inputs, int ninputs, const DLTensor *outputs, int noutputs);
 
 /* ---- devices and versions ---- */
 
 /* Number of usable CUDA devices; 0 with the reason in why (no driver, no device...). */
-int ffn_device_count(char *why, size_t why_len);
+FFN_API int ffn_device_count(char *why, size_t why_len);
 
-const char *ffn_version(void); /* "0.1.0" */
+FFN_API const char *ffn_version(void); /* "0.1.0" */
+/* One line for bug reports: the version and the git commit built ("0.1.0 (git 1a2b3c4d5e6f)"). */
+FFN_API const char *ffn_build_info(void);
 /* NVRTC and driver versions as "13.0", or a reason they are unavailable. */
-void ffn_runtime_versions(char *nvrtc, size_t nvrtc_len, char *driver, size_t driver_len);
+FFN_API void ffn_runtime_versions(char *nvrtc, size_t nvrtc_len, char *driver, size_t driver_len);
 
 #ifdef __cplusplus
 }

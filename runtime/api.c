@@ -705,6 +705,11 @@ ffn_status ffn_model_run_host(ffn_model *m, const DLTensor *inputs, int ninputs,
 
 const char *ffn_version(void) { return FFNC_VERSION; }
 
+#ifndef FFNC_GIT_COMMIT /* set by CMakeLists.txt on this file */
+#define FFNC_GIT_COMMIT "unknown"
+#endif
+const char *ffn_build_info(void) { return FFNC_VERSION " (git " FFNC_GIT_COMMIT ")"; }
+
 void ffn_runtime_versions(char *nvrtc, size_t nvrtc_len, char *driver, size_t driver_len) {
   nvrtc_version(nvrtc, nvrtc_len);
   char why[512];

@@ -38,6 +38,12 @@ static void load(void) {
   }
   void *lib = NULL;
   char errs[400] = "";
+  /* a libnvrtc the loader does not know, e.g. pip's nvidia-cuda-nvrtc (python/ffnc sets it) */
+  const char *path = getenv("FFNC_NVRTC_LIBRARY");
+  if (path && *path && !(lib = dlopen(path, RTLD_NOW | RTLD_LOCAL))) {
+    snprintf(nv_why, sizeof nv_why, "NVRTC is not available: cannot load FFNC_NVRTC_LIBRARY=%s (%s)", path, dlerror());
+    return;
+  }
   for (size_t i = 0; i < sizeof names / sizeof names[0] && !lib; i++) {
     lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
     if (!lib && i == 0)

@@ -1,8 +1,9 @@
 #!/bin/sh
 # scripts/deps.sh: installs what the build needs where it is missing (Debian/Ubuntu, as root or
 # with sudo): flex, bison, jansson, dlpack headers, cmake, ninja, clang (for the libFuzzer
-# targets). The CUDA Toolkit (headers and NVRTC, no GPU needed) must already be installed;
-# we look for it in /usr/local/cuda.
+# targets), pkg-config and python3 (tests of the installed library and of python/ffnc). The
+# CUDA Toolkit (headers and NVRTC, no GPU needed) must already be installed; we look for it in
+# /usr/local/cuda.
 set -eu
 need=""
 command -v flex >/dev/null 2>&1 || need="$need flex"
@@ -11,6 +12,8 @@ command -v cmake >/dev/null 2>&1 || need="$need cmake"
 command -v ninja >/dev/null 2>&1 || need="$need ninja-build"
 command -v clang >/dev/null 2>&1 || need="$need clang"
 command -v pkg-config >/dev/null 2>&1 || need="$need pkg-config"
+command -v python3 >/dev/null 2>&1 || need="$need python3"  # tests of python/ffnc (standard library only)
+command -v readelf >/dev/null 2>&1 || need="$need binutils"  # the install test reads the exports
 [ -f /usr/include/jansson.h ] || need="$need libjansson-dev"
 [ -f /usr/include/dlpack/dlpack.h ] || need="$need libdlpack-dev"
 if command -v clang >/dev/null 2>&1; then

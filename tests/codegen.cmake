@@ -6,14 +6,14 @@ ffn_c_test(plan_structure_test SOURCES codegen/plan_structure_test.c LABELS code
 set(CG_DIR ${FFNC_TEST_DIR}/codegen)
 foreach(model examples/llama3_tiny examples/gpt2_tiny examples/phi3_tiny tests/gpu/models/unmerged_gate)
   get_filename_component(name ${model} NAME)
-  ffn_golden_test(cg_ir_${name} EXPECT ${CG_DIR}/${name}.ir WORKDIR ${CMAKE_SOURCE_DIR}
+  ffn_golden_test(cg_ir_${name} EXPECT ${CG_DIR}/${name}.ir WORKDIR ${PROJECT_SOURCE_DIR}
     COMMAND $<TARGET_FILE:ffnc> build ${model}.ffn --emit ir --arch sm_90 -o -)
-  ffn_golden_test(cg_plan_${name} EXPECT ${CG_DIR}/${name}.plan WORKDIR ${CMAKE_SOURCE_DIR}
+  ffn_golden_test(cg_plan_${name} EXPECT ${CG_DIR}/${name}.plan WORKDIR ${PROJECT_SOURCE_DIR}
     COMMAND $<TARGET_FILE:ffnc> build ${model}.ffn --emit plan --arch sm_90 -o -)
 endforeach()
 foreach(model examples/llama3_tiny tests/gpu/models/rowwise_ops examples/gpt2_tiny)
   get_filename_component(name ${model} NAME)
-  ffn_golden_test(cg_cuda_${name} EXPECT ${CG_DIR}/${name}.cu WORKDIR ${CMAKE_SOURCE_DIR}
+  ffn_golden_test(cg_cuda_${name} EXPECT ${CG_DIR}/${name}.cu WORKDIR ${PROJECT_SOURCE_DIR}
     COMMAND $<TARGET_FILE:ffnc> build ${model}.ffn --emit cuda --arch sm_90 -o -)
 endforeach()
 ffn_c_test(plan_json_test SOURCES codegen/plan_json_test.c LABELS codegen)

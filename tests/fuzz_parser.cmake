@@ -24,18 +24,18 @@ if(FFNC_FUZZ AND CMAKE_C_COMPILER_ID MATCHES "Clang" AND FFNC_HAVE_LIBFUZZER)
   set(FUZZ_FE_FLAGS -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined)
   add_executable(fuzz_parser
     ${FFNC_TEST_DIR}/fuzz/fuzz_parser.c
-    ${CMAKE_SOURCE_DIR}/frontend/ast.c
-    ${CMAKE_SOURCE_DIR}/frontend/diag.c
-    ${CMAKE_SOURCE_DIR}/frontend/precision_policy.c
-    ${CMAKE_SOURCE_DIR}/frontend/sema.c
-    ${CMAKE_SOURCE_DIR}/ir/arena.c
-    ${CMAKE_SOURCE_DIR}/ir/dtype.c
-    ${CMAKE_SOURCE_DIR}/ir/size_limits.c
-    ${CMAKE_SOURCE_DIR}/ir/ir.c
+    ${PROJECT_SOURCE_DIR}/frontend/ast.c
+    ${PROJECT_SOURCE_DIR}/frontend/diag.c
+    ${PROJECT_SOURCE_DIR}/frontend/precision_policy.c
+    ${PROJECT_SOURCE_DIR}/frontend/sema.c
+    ${PROJECT_SOURCE_DIR}/ir/arena.c
+    ${PROJECT_SOURCE_DIR}/ir/dtype.c
+    ${PROJECT_SOURCE_DIR}/ir/size_limits.c
+    ${PROJECT_SOURCE_DIR}/ir/ir.c
     ${BISON_ffn_parser_OUTPUTS}
     ${FLEX_ffn_lexer_OUTPUTS})
-  target_include_directories(fuzz_parser PRIVATE ${CMAKE_SOURCE_DIR} ${CMAKE_SOURCE_DIR}/frontend
-                             ${CMAKE_BINARY_DIR}/gen)
+  target_include_directories(fuzz_parser PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/frontend
+                             ${PROJECT_BINARY_DIR}/gen)
   target_compile_options(fuzz_parser PRIVATE ${FUZZ_FE_FLAGS} -g -O1)
   target_link_options(fuzz_parser PRIVATE ${FUZZ_FE_FLAGS})
   target_link_libraries(fuzz_parser PRIVATE m)
@@ -43,8 +43,8 @@ if(FFNC_FUZZ AND CMAKE_C_COMPILER_ID MATCHES "Clang" AND FFNC_HAVE_LIBFUZZER)
   # The words of the language, so the fuzzer builds statements rather than noise. The builtin
   # functions of the op table (ir/ops.def rows marked BUILTIN) are read from it.
   set(FUZZ_FE_DICT ${CMAKE_CURRENT_BINARY_DIR}/fuzz_parser.dict)
-  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/ir/ops.def)
-  file(STRINGS ${CMAKE_SOURCE_DIR}/ir/ops.def op_rows REGEX "^UNARY_OP\\([A-Z_0-9]+, *[a-z_0-9]+, *BUILTIN\\)")
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/ir/ops.def)
+  file(STRINGS ${PROJECT_SOURCE_DIR}/ir/ops.def op_rows REGEX "^UNARY_OP\\([A-Z_0-9]+, *[a-z_0-9]+, *BUILTIN\\)")
   set(op_builtins "")
   foreach(row ${op_rows})
     string(REGEX REPLACE "^UNARY_OP\\([A-Z_0-9]+, *([a-z_0-9]+),.*" "\\1" name "${row}")

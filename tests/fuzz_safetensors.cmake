@@ -23,11 +23,11 @@ if(FFNC_FUZZ AND CMAKE_C_COMPILER_ID MATCHES "Clang" AND FFNC_HAVE_LIBFUZZER)
   set(FUZZ_ST_FLAGS -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined)
   add_executable(fuzz_safetensors
     ${FFNC_TEST_DIR}/fuzz/fuzz_safetensors.c
-    ${CMAKE_SOURCE_DIR}/runtime/safetensors.c
-    ${CMAKE_SOURCE_DIR}/runtime/outfile.c
-    ${CMAKE_SOURCE_DIR}/ir/dtype.c
-    ${CMAKE_SOURCE_DIR}/ir/arena.c)
-  target_include_directories(fuzz_safetensors PRIVATE ${CMAKE_SOURCE_DIR})
+    ${PROJECT_SOURCE_DIR}/runtime/safetensors.c
+    ${PROJECT_SOURCE_DIR}/runtime/outfile.c
+    ${PROJECT_SOURCE_DIR}/ir/dtype.c
+    ${PROJECT_SOURCE_DIR}/ir/arena.c)
+  target_include_directories(fuzz_safetensors PRIVATE ${PROJECT_SOURCE_DIR})
   target_compile_options(fuzz_safetensors PRIVATE ${FUZZ_ST_FLAGS} -g -O1)
   target_link_options(fuzz_safetensors PRIVATE ${FUZZ_ST_FLAGS})
   target_link_libraries(fuzz_safetensors PRIVATE PkgConfig::JANSSON)

@@ -3,10 +3,10 @@
 # sm_90 (label nvrtc) needs no GPU and runs everywhere.
 
 add_executable(gpu_model_test gpu/gpu_model_test.c)
-target_include_directories(gpu_model_test PRIVATE ${CMAKE_SOURCE_DIR} ${FFNC_TEST_DIR})
+target_include_directories(gpu_model_test PRIVATE ${PROJECT_SOURCE_DIR} ${FFNC_TEST_DIR})
 target_link_libraries(gpu_model_test PRIVATE ffn)
 
-set(FFNC_GPU_ENV "FFNC_SOURCE_DIR=${CMAKE_SOURCE_DIR};FFNC_CACHE_DIR=${CMAKE_BINARY_DIR}/test-kernel-cache")
+set(FFNC_GPU_ENV "FFNC_SOURCE_DIR=${PROJECT_SOURCE_DIR};FFNC_CACHE_DIR=${PROJECT_BINARY_DIR}/test-kernel-cache")
 
 function(ffn_gpu_model_test name model)
   add_test(NAME ${name} COMMAND gpu_model_test ${model} ${ARGN})
@@ -23,19 +23,19 @@ ffn_gpu_model_test(gpu_wq_llama_i4g32_aot tests/gpu/models/wq_llama_i4g32_bf16.f
 file(GLOB GPU_TEST_MODELS CONFIGURE_DEPENDS ${FFNC_TEST_DIR}/gpu/models/*.ffn)
 foreach(m ${GPU_TEST_MODELS})
   get_filename_component(base ${m} NAME_WE)
-  file(RELATIVE_PATH rel ${CMAKE_SOURCE_DIR} ${m})
+  file(RELATIVE_PATH rel ${PROJECT_SOURCE_DIR} ${m})
   ffn_gpu_model_test(gpu_${base} ${rel})
 endforeach()
 
 # NVRTC compiles every example's generated source for sm_80 and sm_90 (no GPU needed).
-file(GLOB FFNC_EXAMPLE_MODELS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/examples/*.ffn)
+file(GLOB FFNC_EXAMPLE_MODELS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/examples/*.ffn)
 foreach(m ${FFNC_EXAMPLE_MODELS} ${GPU_TEST_MODELS})
   get_filename_component(base ${m} NAME_WE)
   foreach(arch sm_80 sm_90)
     add_test(NAME nvrtc_${base}_${arch}
       COMMAND ffnc build ${m} --emit cubin --arch ${arch} -o ${CMAKE_CURRENT_BINARY_DIR}/${base}_${arch}.cubin)
     set_tests_properties(nvrtc_${base}_${arch} PROPERTIES LABELS nvrtc
-      ENVIRONMENT "FFNC_CACHE_DIR=${CMAKE_BINARY_DIR}/test-kernel-cache")
+      ENVIRONMENT "FFNC_CACHE_DIR=${PROJECT_BINARY_DIR}/test-kernel-cache")
   endforeach()
 endforeach()
 
@@ -43,7 +43,7 @@ endforeach()
 # reference: ewise_ops_model writes the model from the table and checks with the front end
 # that it holds every such op (CPU); NVRTC compiles it (no GPU needed); gpu_ewise_ops_* run it.
 add_executable(ewise_ops_model gpu/ewise_ops_model.c)
-target_include_directories(ewise_ops_model PRIVATE ${CMAKE_SOURCE_DIR} ${FFNC_TEST_DIR})
+target_include_directories(ewise_ops_model PRIVATE ${PROJECT_SOURCE_DIR} ${FFNC_TEST_DIR})
 target_link_libraries(ewise_ops_model PRIVATE ffn)
 foreach(type f32 bf16)
   set(model ${CMAKE_CURRENT_BINARY_DIR}/ewise_ops_${type}.ffn)
@@ -52,7 +52,7 @@ foreach(type f32 bf16)
   add_test(NAME nvrtc_ewise_ops_${type}_sm_90
     COMMAND ffnc build ${model} --emit cubin --arch sm_90 -o ${CMAKE_CURRENT_BINARY_DIR}/ewise_ops_${type}_sm_90.cubin)
   set_tests_properties(nvrtc_ewise_ops_${type}_sm_90 PROPERTIES LABELS nvrtc FIXTURES_REQUIRED ewise_ops_${type}
-    ENVIRONMENT "FFNC_CACHE_DIR=${CMAKE_BINARY_DIR}/test-kernel-cache")
+    ENVIRONMENT "FFNC_CACHE_DIR=${PROJECT_BINARY_DIR}/test-kernel-cache")
   add_test(NAME gpu_ewise_ops_${type} COMMAND gpu_model_test ${model})
   set_tests_properties(gpu_ewise_ops_${type} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 ENVIRONMENT "${FFNC_GPU_ENV}"
     FIXTURES_REQUIRED ewise_ops_${type})
@@ -61,17 +61,17 @@ endforeach()
 # The host programs of examples/host: JIT and AOT (without NVRTC) agree.
 add_test(NAME gpu_host_examples
   COMMAND sh ${FFNC_TEST_DIR}/gpu/host_examples_test.sh $<TARGET_FILE:ffnc> $<TARGET_FILE:jit_run>
-          $<TARGET_FILE:aot_run> ${CMAKE_SOURCE_DIR}/examples/llama3_tiny.ffn ${CMAKE_CURRENT_BINARY_DIR}/host_examples)
+          $<TARGET_FILE:aot_run> ${PROJECT_SOURCE_DIR}/examples/llama3_tiny.ffn ${CMAKE_CURRENT_BINARY_DIR}/host_examples)
 set_tests_properties(gpu_host_examples PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 ENVIRONMENT "${FFNC_GPU_ENV}")
 
 # One model, several host threads and streams at once.
 add_executable(gpu_threads_test gpu/gpu_threads_test.c)
-target_include_directories(gpu_threads_test PRIVATE ${CMAKE_SOURCE_DIR} ${FFNC_TEST_DIR})
+target_include_directories(gpu_threads_test PRIVATE ${PROJECT_SOURCE_DIR} ${FFNC_TEST_DIR})
 target_link_libraries(gpu_threads_test PRIVATE ffn)
 add_test(NAME gpu_threads COMMAND gpu_threads_test)
 set_tests_properties(gpu_threads PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 ENVIRONMENT "${FFNC_GPU_ENV}")
 
 # The command line's GPU path against its CPU path.
 add_test(NAME gpu_cli_run COMMAND sh ${FFNC_TEST_DIR}/gpu/cli_run_test.sh $<TARGET_FILE:ffnc>
-         ${CMAKE_SOURCE_DIR}/examples/phi3_tiny.ffn ${CMAKE_CURRENT_BINARY_DIR}/cli_run)
+         ${PROJECT_SOURCE_DIR}/examples/phi3_tiny.ffn ${CMAKE_CURRENT_BINARY_DIR}/cli_run)
 set_tests_properties(gpu_cli_run PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 ENVIRONMENT "${FFNC_GPU_ENV}")

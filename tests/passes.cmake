@@ -1,20 +1,20 @@
 # The passes preserve meaning: the reference interpreter on the optimized IR agrees with it on
 # the front end's IR, for every example and GPU test model (no GPU needed).
 add_executable(passes_semantics_test passes/passes_semantics_test.c)
-target_include_directories(passes_semantics_test PRIVATE ${CMAKE_SOURCE_DIR} ${FFNC_TEST_DIR})
+target_include_directories(passes_semantics_test PRIVATE ${PROJECT_SOURCE_DIR} ${FFNC_TEST_DIR})
 target_link_libraries(passes_semantics_test PRIVATE ffn)
-file(GLOB PASS_TEST_MODELS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/examples/*_tiny.ffn ${FFNC_TEST_DIR}/gpu/models/*.ffn)
+file(GLOB PASS_TEST_MODELS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/examples/*_tiny.ffn ${FFNC_TEST_DIR}/gpu/models/*.ffn)
 foreach(m ${PASS_TEST_MODELS})
   get_filename_component(base ${m} NAME_WE)
-  file(RELATIVE_PATH rel ${CMAKE_SOURCE_DIR} ${m})
+  file(RELATIVE_PATH rel ${PROJECT_SOURCE_DIR} ${m})
   add_test(NAME passes_${base} COMMAND passes_semantics_test ${rel})
-  set_tests_properties(passes_${base} PROPERTIES LABELS passes ENVIRONMENT "FFNC_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+  set_tests_properties(passes_${base} PROPERTIES LABELS passes ENVIRONMENT "FFNC_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
 endforeach()
 
 # FFN Fusion: the fused form against its definition written out (tests/passes/fusion/NAME.ffn
 # and NAME.sum.ffn), and the kernel launches of the compiled fused program.
 add_executable(ffn_fusion_test passes/ffn_fusion_test.c)
-target_include_directories(ffn_fusion_test PRIVATE ${CMAKE_SOURCE_DIR} ${FFNC_TEST_DIR})
+target_include_directories(ffn_fusion_test PRIVATE ${PROJECT_SOURCE_DIR} ${FFNC_TEST_DIR})
 target_link_libraries(ffn_fusion_test PRIVATE ffn)
 foreach(pair "llama 2" "gpt 4" "mixed 4")
   separate_arguments(pair)
@@ -22,19 +22,19 @@ foreach(pair "llama 2" "gpt 4" "mixed 4")
   list(GET pair 1 launches)
   add_test(NAME ffn_fusion_${name}
            COMMAND ffn_fusion_test tests/passes/fusion/${name}.ffn tests/passes/fusion/${name}.sum.ffn ${launches})
-  set_tests_properties(ffn_fusion_${name} PROPERTIES LABELS passes ENVIRONMENT "FFNC_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+  set_tests_properties(ffn_fusion_${name} PROPERTIES LABELS passes ENVIRONMENT "FFNC_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
 endforeach()
 
 # ffnc analyze on models whose answer is known (independent and dependent sublayers), on the
 # CPU reference and, where there is a GPU, on the compiled kernels.
 add_executable(analyze_test passes/analyze_test.c)
-target_include_directories(analyze_test PRIVATE ${CMAKE_SOURCE_DIR} ${FFNC_TEST_DIR})
+target_include_directories(analyze_test PRIVATE ${PROJECT_SOURCE_DIR} ${FFNC_TEST_DIR})
 target_link_libraries(analyze_test PRIVATE ffn)
 add_test(NAME analyze_cpu COMMAND analyze_test $<TARGET_FILE:ffnc> cpu ${CMAKE_CURRENT_BINARY_DIR}/analyze_cpu)
-set_tests_properties(analyze_cpu PROPERTIES LABELS passes ENVIRONMENT "FFNC_SOURCE_DIR=${CMAKE_SOURCE_DIR}")
+set_tests_properties(analyze_cpu PROPERTIES LABELS passes ENVIRONMENT "FFNC_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
 add_test(NAME gpu_analyze COMMAND analyze_test $<TARGET_FILE:ffnc> gpu ${CMAKE_CURRENT_BINARY_DIR}/analyze_gpu)
 set_tests_properties(gpu_analyze PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
-                     ENVIRONMENT "FFNC_SOURCE_DIR=${CMAKE_SOURCE_DIR};FFNC_CACHE_DIR=${CMAKE_BINARY_DIR}/test-kernel-cache")
+                     ENVIRONMENT "FFNC_SOURCE_DIR=${PROJECT_SOURCE_DIR};FFNC_CACHE_DIR=${PROJECT_BINARY_DIR}/test-kernel-cache")
 
 # The IR before and after the FFN Fusion pass (and the rest of the -O0 pipeline) for the fused
 # Llama and mixed-width models: tests/passes/fusion/NAME.passes.ir.

@@ -2,7 +2,7 @@
 # where there is no GPU.
 ffn_c_test(cache_test SOURCES runtime/cache_test.c LABELS nvrtc)
 add_test(NAME no_gpu COMMAND sh ${FFNC_TEST_DIR}/runtime/no_gpu_test.sh $<TARGET_FILE:ffnc>
-         ${CMAKE_SOURCE_DIR}/examples/llama3_tiny.ffn ${CMAKE_CURRENT_BINARY_DIR}/no_gpu)
+         ${PROJECT_SOURCE_DIR}/examples/llama3_tiny.ffn ${CMAKE_CURRENT_BINARY_DIR}/no_gpu)
 set_tests_properties(no_gpu PROPERTIES SKIP_RETURN_CODE 77 LABELS runtime)
 # ffn_program_load of good, damaged and stale AOT files (no GPU, no NVRTC needed)
 ffn_c_test(aot_load_test SOURCES runtime/aot_load_test.c LABELS runtime)

@@ -7,5 +7,5 @@ ffn_c_test(safetensors_save SOURCES ${ST_TESTS}/test_save.c LABELS safetensors)
 # Writes the fuzzer's seed corpus (tests/fuzz/corpus_safetensors); not built by default:
 #   cmake --build build --target st_gen_corpus && build/tests/st_gen_corpus tests/fuzz/corpus_safetensors
 add_executable(st_gen_corpus EXCLUDE_FROM_ALL ${ST_TESTS}/gen_corpus.c)
-target_include_directories(st_gen_corpus PRIVATE ${CMAKE_SOURCE_DIR} ${FFNC_TEST_DIR})
+target_include_directories(st_gen_corpus PRIVATE ${PROJECT_SOURCE_DIR} ${FFNC_TEST_DIR})
 target_link_libraries(st_gen_corpus PRIVATE ffn)

@@ -49,7 +49,7 @@ int main(int argc, char **argv) {
   if (strcmp(argv[1], "--version") == 0) {
     char nvrtc[128], driver[128];
     ffn_runtime_versions(nvrtc, sizeof nvrtc, driver, sizeof driver);
-    printf("ffnc %s\nnvrtc: %s\ncuda driver: %s\n", ffn_version(), nvrtc, driver);
+    printf("ffnc %s\nnvrtc: %s\ncuda driver: %s\n", ffn_build_info(), nvrtc, driver);
     return 0;
   }
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
