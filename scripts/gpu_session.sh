@@ -13,6 +13,8 @@ mkdir -p /work "$out"
 # the build travels stripped in .devcarry (the device tool's size limit), with libjansson
 if [ ! -e "$here/build" ] && [ -d "$here/.devcarry/build" ]; then ln -sfn "$here/.devcarry/build" "$here/build"; fi
 [ -d "$here/.devcarry/lib" ] && export LD_LIBRARY_PATH="$here/.devcarry/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# the kernel cache travels compressed (cubins shrink about 15x)
+[ -f "$here/.devcarry/cache.tar.xz" ] && tar xJf "$here/.devcarry/cache.tar.xz" -C "$here/.devcarry/build"
 [ "$here" = /work/main ] || ln -sfn "$here" /work/main
 cd /work/main/build || exit 1
 export FFNC_CACHE_DIR=/work/main/build/test-kernel-cache FFNC_SOURCE_DIR=/work/main
