@@ -6,5 +6,6 @@ set(FFNC_PYTHON_ENV "PYTHONPATH=${PROJECT_SOURCE_DIR}/python;PYTHONDONTWRITEBYTE
     "FFNC_CACHE_DIR=${PROJECT_BINARY_DIR}/test-kernel-cache")
 add_test(NAME python_api COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/python/tests/test_api.py)
 set_tests_properties(python_api PROPERTIES LABELS python ENVIRONMENT "${FFNC_PYTHON_ENV}")
-add_test(NAME gpu_python_torch COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/python/tests/test_gpu.py)
+# the GPU machine's python3 (the one with torch), found on PATH when the test runs
+add_test(NAME gpu_python_torch COMMAND /usr/bin/env python3 ${PROJECT_SOURCE_DIR}/python/tests/test_gpu.py)
 set_tests_properties(gpu_python_torch PROPERTIES LABELS "gpu;python" SKIP_RETURN_CODE 77 ENVIRONMENT "${FFNC_PYTHON_ENV}")
