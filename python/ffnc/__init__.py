@@ -9,7 +9,9 @@ A thin ctypes layer over libffn.so (found next to this package, through FFNC_LIB
 system path); needs only the standard library. Torch is optional: without it, pass outputs
 (any objects that speak __dlpack__) with out= and a stream handle with stream=.
 """
+import atexit
 import ctypes
+import weakref
 
 from . import _dlpack, _lib
 from ._safetensors import SafetensorsFile, checkpoint_files
@@ -20,6 +22,20 @@ __all__ = ["compile", "compile_file", "load", "Program", "Model", "FFNCError", "
 _STATUS = ["ok", "invalid_argument", "source", "tensor", "io", "unsupported", "no_compiler",
            "compile", "no_device", "cuda", "out_of_memory"]
 _lib_handle = _lib.load()
+
+# Objects holding library handles, released in order (models, then programs) when the
+# interpreter exits, while the CUDA driver and torch are still whole: __del__ at shutdown runs
+# in no defined order, after other modules may have torn their state down.
+_live_models = weakref.WeakSet()
+_live_programs = weakref.WeakSet()
+
+
+@atexit.register
+def _release_all():
+    for m in list(_live_models):
+        m.close()
+    for p in list(_live_programs):
+        p.close()
 
 
 class FFNCError(RuntimeError):
@@ -136,11 +152,15 @@ class Program:
 
     def __init__(self, handle):
         self._handle = handle
+        _live_programs.add(self)
 
-    def __del__(self):
+    def close(self):
+        """Release the compiled code now (models made from it must be closed first)."""
         if getattr(self, "_handle", None):
             _lib_handle.ffn_program_destroy(self._handle)
             self._handle = None
+
+    __del__ = close
 
     def _info(self, fn, count):
         infos = []

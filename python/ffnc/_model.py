@@ -1,8 +1,9 @@
 """Model: a program on a CUDA device, with its weights; called like a torch module."""
 import ctypes
+import sys
 
 from . import _dlpack
-from . import FFNCError, _check, _lib_handle, _parse_device, checkpoint_files, SafetensorsFile
+from . import FFNCError, _check, _lib_handle, _live_models, _parse_device, checkpoint_files, SafetensorsFile
 
 _torch = None
 
@@ -33,11 +34,18 @@ class Model:
         self._prepared = False
         self._outputs = program.outputs
         self._num_inputs = len(program.inputs)
+        _live_models.add(self)
 
-    def __del__(self):
+    def close(self):
+        """Release the model's device memory now; it cannot run afterwards."""
         if getattr(self, "_handle", None):
+            torch = sys.modules.get("torch")  # never imported from a destructor
+            if torch is not None and torch.cuda.is_initialized():
+                torch.cuda.synchronize(self.device)  # captured graphs and pending runs use its memory
             _lib_handle.ffn_model_destroy(self._handle)
             self._handle = None
+
+    __del__ = close
 
     def _check_device(self, obj, what, allow_host):
         kind, index = _dlpack.device_of(obj)
