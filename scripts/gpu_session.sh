@@ -77,8 +77,14 @@ for part in "$@"; do
     # mid-size calls (the 128 x 224 tile): ffnc alone, the torch numbers come from a torch run
     timeout 200 ./ffnc bench /work/main/bench/suite/llama3_8b_layer.ffn /work/main/bench/suite/llama3_70b_layer.ffn \
       /work/main/bench/suite/llama3_8b_4layers.ffn /work/main/bench/suite/gpt_gelu_4096.ffn --tokens 128,256,512 \
-      >"$out/mid.txt" 2>&1
+      --json "$out/mid.json" >"$out/mid.txt" 2>&1
     echo "mid bench: exit $?"; grep -E "suite|  ffnc" "$out/mid.txt"
+    ;;
+  torchmid)
+    # torch at the mid sizes, beside the mid part's ffnc numbers (run mid first, same call)
+    PYTHONUNBUFFERED=1 timeout 200 python3 /work/main/bench/torch_peer.py --ffnc "$out/mid.json" --tokens 128,256,512 \
+      --models llama3_8b_layer,llama3_70b_layer,llama3_8b_4layers.ffn,gpt_gelu >"$out/torchmid.txt" 2>&1
+    echo "torch mid: exit $?"; grep -E "T=|^\|" "$out/torchmid.txt"
     ;;
   bench)
     timeout 420 sh /work/main/bench/run_suite.sh /work/main/build/ffnc "$out" >"$out/bench.log" 2>&1
