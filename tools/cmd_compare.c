@@ -7,23 +7,26 @@
 #include <stdlib.h>
 #include <string.h>
 
+static const char usage[] =
+    "usage: ffnc compare A.safetensors B.safetensors [--tol X]\n"
+    "Every tensor of A is in B with the same dtype and shape, and ||a - b|| / ||b|| <= X (default 1e-2).\n";
+
 int cmd_compare(int argc, char **argv) {
+  static const CliOpt opts[] = {CLI_OPT("--tol", "X", 'T'), {0}};
   const char *paths[2] = {NULL, NULL}, *v;
   double tol = 1e-2;
   int n = 0;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--help") == 0) {
-      printf("usage: ffnc compare A.safetensors B.safetensors [--tol X]\n"
-             "Every tensor of A is in B with the same dtype and shape, and ||a - b|| / ||b|| <= X (default 1e-2).\n");
-      return 0;
-    }
-    if ((v = cli_value(argc, argv, &i, "--tol")))
-      tol = atof(v);
-    else if (argv[i][0] == '-' || n == 2) {
-      cli_error("compare: unexpected argument '%s'", argv[i]);
+  CliParser p;
+  cli_parser_init(&p, "compare", opts, argc, argv);
+  for (int id; (id = cli_next(&p, &v)) != CLI_END;) {
+    if (id == CLI_HELP)
+      return fputs(usage, stdout), 0;
+    if (id == CLI_BAD || (id == 'T' && cli_double("compare", "--tol", v, 0, INFINITY, &tol) != 0))
       return EXIT_USAGE;
-    } else
-      paths[n++] = argv[i];
+    if (id == CLI_ARG && n == 2)
+      return cli_error("compare: unexpected argument '%s' (two files)", v), EXIT_USAGE;
+    if (id == CLI_ARG)
+      paths[n++] = v;
   }
   if (n != 2) {
     cli_error("compare: usage: ffnc compare A.safetensors B.safetensors [--tol X]");
