@@ -157,9 +157,9 @@ static const char usage[] =
     "                  [--precision KEY=TYPE]... [--ffn-fusion A..B]... [--dump-ir-after=PASS]\n"
     "Compiles FILE ahead of time. Without --emit, OUT is what a host program needs to run the model with\n"
     "no compiler at run time (the launch plan and a cubin for the arch), loaded by\n"
-    "ffn_program_load(). --emit writes one stage instead: ir (the IR after the passes of this -O level;\n"
-    "-O0 prints the front end's IR), cuda (generated source), plan (launch plan, text), ptx or cubin.\n"
-    "`-o -` writes to standard output.\n"
+    "ffn_program_load(); it is binary, so it goes to a file, not standard output. --emit writes one stage\n"
+    "instead: ir (the IR after the passes of this -O level; -O0 prints the front end's IR), cuda\n"
+    "(generated source), plan (launch plan, text), ptx or cubin; `-o -` writes it to standard output.\n"
     "--arch defaults to the GPU's, or sm_90 without one.\n"
     "PASS is one of frontend ffn_fusion canon normfold gateup fuse precision all.\n";
 
@@ -196,6 +196,10 @@ static int parse_build_args(int argc, char **argv, CompileArgs *ca, const char *
   }
   if (!ca->file || !*out) {
     cli_error("build: usage: ffnc build FILE.ffn -o OUT [--emit ir|cuda|plan|ptx|cubin]");
+    return EXIT_USAGE;
+  }
+  if (!*emit && strcmp(*out, "-") == 0) { /* a binary package on a terminal or in a pipe helps nobody */
+    cli_error("build: -o -: the AOT package is binary; write it to a file (standard output takes --emit stages)");
     return EXIT_USAGE;
   }
   return -1;
