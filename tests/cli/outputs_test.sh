@@ -2,7 +2,7 @@
 # outputs_test.sh FFNC MODEL WORKDIR: what ffnc writes and how it words shape mistakes.
 #   - a new output gets 0666 less the umask (it was 0600 from mkstemp, then a fixed 0644);
 #   - an input whose static dim is wrong is refused (exit 1) with a message that names the
-#     input, the dim and both sizes, and still shows both shapes.
+#     input, the dim and both sizes, and still shows both shapes; compare says the same.
 set -u
 ffnc=$1 model=$2 dir=$3
 mkdir -p "$dir" && cd "$dir" || exit 1
@@ -25,4 +25,10 @@ rc=$?
 grep -q "input 'x': dim 1: expected 256, got 128 (declared \[T, 256\], got \[5, 128\])" err.txt ||
   fail "unclear shape message: $(cat err.txt)"
 [ ! -e out.st ] || fail "an output was written"
+"$ffnc" gen "$model" --inputs right.st --dim T=5 || fail "gen --inputs right.st"
+"$ffnc" compare in.st right.st >cmp.txt
+rc=$?
+[ $rc -eq 1 ] || fail "compare of two shapes: exit $rc, expected 1"
+grep -q "FAIL x: dim 1 is 128 here, 256 in right.st (\[5, 128\] vs \[5, 256\])" cmp.txt ||
+  fail "compare's shape message: $(cat cmp.txt)"
 echo "PASSED: $(cat err.txt)"
