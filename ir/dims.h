@@ -23,4 +23,13 @@ typedef enum {
 DimsResult dims_bind(const Dim *decl, int decl_rank, int rank, const int64_t *size, int64_t *bound, bool bind,
                      int *axis);
 
+/* One line for a failed dims_bind (r, axis as it returned), naming the axis, the dim's name
+ * if it is dynamic (dim_names, by symbol), both sizes, then both whole shapes, e.g.
+ *   "dim 1: expected 128, got 256 (declared [T, 128], got [64, 256])"
+ *   "dim T (axis 0): 9 here but 7 in an earlier tensor (declared [T, 128], got [9, 128])"
+ *   "expected rank 2 [T, 128], got rank 1 [8]"
+ * The caller prefixes what the tensor is ("input 'x': "). */
+void dims_mismatch_str(DimsResult r, int axis, const Dim *decl, int decl_rank, const char *const *dim_names,
+                       int rank, const int64_t *size, const int64_t *bound, char *buf, size_t len);
+
 #endif

@@ -110,8 +110,14 @@ static int check_nbytes(const char *kind, const char *name, const RawTensor *t, 
 
 int interp_bind_dims(const Graph *g, const InterpSources *src, int64_t *dims, char *err, size_t errlen) {
   const Node **bound_by = calloc((size_t)g->ndims + 1, sizeof *bound_by);
-  if (!bound_by)
+  const char **dim_names = calloc((size_t)g->ndims + 1, sizeof *dim_names);
+  if (!bound_by || !dim_names) {
+    free(bound_by);
+    free(dim_names);
     return fail(err, errlen, "out of host memory");
+  }
+  for (int i = 0; i < g->ndims; i++)
+    dim_names[i] = g->dims[i].name;
   for (int i = 0; i < g->ndims; i++)
     dims[i] = -1;
   int rc = -1;
@@ -133,8 +139,9 @@ int interp_bind_dims(const Graph *g, const InterpSources *src, int64_t *dims, ch
     int axis;
     DimsResult bound = dims_bind(n->shape.d, n->shape.rank, t.rank, t.shape, dims, true, &axis);
     if (bound == DIMS_RANK || bound == DIMS_SIZE) {
-      fail(err, errlen, "input '%s': expected rank %d %s, got %s", n->name, n->shape.rank,
-           shape_str(g, &n->shape, want, sizeof want), raw_shape_str(t.rank, t.shape, got, sizeof got));
+      char why[600];
+      dims_mismatch_str(bound, axis, n->shape.d, n->shape.rank, dim_names, t.rank, t.shape, dims, why, sizeof why);
+      fail(err, errlen, "input '%s': %s", n->name, why);
       goto out;
     }
     if (t.dtype != n->dtype) {
@@ -169,6 +176,7 @@ int interp_bind_dims(const Graph *g, const InterpSources *src, int64_t *dims, ch
   rc = 0;
 out:
   free(bound_by);
+  free(dim_names);
   return rc;
 }
 

@@ -50,7 +50,7 @@ typedef struct {
  * has). Checks each input's rank, static dims and dtype against its declaration, and that
  * every dynamic dim gets one consistent size. On error writes one line naming the input,
  * e.g. "input 'x': dim T is 7 here but 9 in input 'y'",
- *      "input 'x': expected rank 2 [T, 4096], got [7, 4095]". */
+ *      "input 'x': dim 1: expected 4096, got 4095 (declared [T, 4096], got [7, 4095])". */
 int interp_bind_dims(const Graph *g, const InterpSources *src, int64_t *dims, char *err, size_t errlen);
 
 /* Checks that a weight exists (t == NULL: it does not) with the declared dtype and shape,

@@ -602,11 +602,15 @@ static ffn_status bind_dims(const Plan *p, const DLTensor *inputs, int ninputs, 
     DimsResult r = pt->index < ninputs ? dims_bind(pt->dims, pt->rank, inputs[pt->index].ndim, inputs[pt->index].shape,
                                                    dims, true, &axis)
                                        : DIMS_RANK;
-    if (r == DIMS_RANK)
-      return rt_error(FFN_ERR_TENSOR, "input '%s': expected rank %d", pt->name, pt->rank);
-    if (r != DIMS_OK)
-      return rt_error(FFN_ERR_TENSOR, "input '%s': dim %d does not match the program or the other inputs", pt->name,
-                      axis);
+    if (r != DIMS_OK) {
+      char why[600];
+      if (pt->index < ninputs)
+        dims_mismatch_str(r, axis, pt->dims, pt->rank, p->dim_names, inputs[pt->index].ndim, inputs[pt->index].shape,
+                          dims, why, sizeof why);
+      else
+        snprintf(why, sizeof why, "not given (%d inputs passed)", ninputs);
+      return rt_error(FFN_ERR_TENSOR, "input '%s': %s", pt->name, why);
+    }
   }
   for (int i = 0; i < p->ndims; i++)
     if (dims[i] < 0)

@@ -232,22 +232,11 @@ static ffn_status check_tensor(const Plan *p, int t, const DLTensor *d, const ch
     return rt_error(FFN_ERR_TENSOR, "%s '%s': expected %s, got DLPack code %d bits %d lanes %d", what, pt->name,
                     dtype_name(pt->dtype), d->dtype.code, d->dtype.bits, d->dtype.lanes);
   int i;
-  switch (dims_bind(pt->dims, pt->rank, d->ndim, d->shape, dims, bind, &i)) {
-  case DIMS_OK: break;
-  case DIMS_RANK:
-    return rt_error(FFN_ERR_TENSOR, "%s '%s': expected rank %d, got %d", what, pt->name, pt->rank, d->ndim);
-  case DIMS_SIZE:
-    if (d->shape[i] < 0)
-      return rt_error(FFN_ERR_TENSOR, "%s '%s': negative dim %d", what, pt->name, i);
-    return rt_error(FFN_ERR_TENSOR, "%s '%s': dim %d is %lld, expected %lld", what, pt->name, i,
-                    (long long)d->shape[i], (long long)pt->dims[i].size);
-  case DIMS_LIMIT:
-    return rt_error(FFN_ERR_TENSOR, "%s '%s': dim %d is %lld, above the limit of %lld (kernels index with 32-bit int)",
-                    what, pt->name, i, (long long)d->shape[i], (long long)FFN_MAX_DIM);
-  case DIMS_CONFLICT:
-  case DIMS_UNBOUND:
-    return rt_error(FFN_ERR_TENSOR, "%s '%s': dim %s is %lld here but %lld elsewhere", what, pt->name,
-                    p->dim_names[pt->dims[i].sym], (long long)d->shape[i], (long long)dims[pt->dims[i].sym]);
+  DimsResult r = dims_bind(pt->dims, pt->rank, d->ndim, d->shape, dims, bind, &i);
+  if (r != DIMS_OK) {
+    char why[600];
+    dims_mismatch_str(r, i, pt->dims, pt->rank, p->dim_names, d->ndim, d->shape, dims, why, sizeof why);
+    return rt_error(FFN_ERR_TENSOR, "%s '%s': %s", what, pt->name, why);
   }
   int64_t expect = 1;
   for (i = pt->rank - 1; i >= 0; i--) {

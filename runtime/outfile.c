@@ -7,8 +7,10 @@
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static int fail(OutFile *o, char *err, size_t errlen, const char *what) {
@@ -17,7 +19,7 @@ static int fail(OutFile *o, char *err, size_t errlen, const char *what) {
   return -1;
 }
 
-/* "DIR/.BASE.XXXXXX" for mkstemp: in the target's directory, so that rename is atomic. */
+/* "DIR/.BASE.XXXXXX" for create_temp: in the target's directory, so that rename is atomic. */
 static char *temp_path(const char *path) {
   const char *slash = strrchr(path, '/');
   size_t dir_len = slash ? (size_t)(slash - path) + 1 : 0;
@@ -26,6 +28,28 @@ static char *temp_path(const char *path) {
   if (tmp)
     snprintf(tmp, n, "%.*s.%s.XXXXXX", (int)dir_len, path, path + dir_len);
   return tmp;
+}
+
+/* mkstemp, but created with mode 0666 so that the kernel applies the umask, as for any file
+ * a program creates: mkstemp's 0600 made every new output private, and the umask cannot be
+ * read without setting it (not thread-safe). Replaces the X's of tmp; -1 with errno set. */
+static int create_temp(char *tmp) {
+  static const char letters[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  char *x = tmp + strlen(tmp) - 6;
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  uint64_t r = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid() << 32 ^ (uintptr_t)tmp;
+  for (int attempt = 0; attempt < 1000; attempt++) {
+    r = r * 6364136223846793005ull + 1442695040888963407ull; /* a collision only costs a retry */
+    uint64_t bits = r >> 16;
+    for (int i = 0; i < 6; i++, bits /= 62)
+      x[i] = letters[bits % 62];
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOCTTY, 0666);
+    if (fd >= 0 || errno != EEXIST)
+      return fd;
+  }
+  errno = EEXIST;
+  return -1;
 }
 
 /* Opens a node that must be written in place (device, FIFO). */
@@ -61,15 +85,14 @@ int outfile_open(OutFile *o, const char *path, char *err, size_t errlen) {
   o->tmp = o->target ? temp_path(o->target) : NULL;
   if (!o->tmp)
     return fail(o, err, errlen, "cannot resolve the path");
-  o->fd = mkstemp(o->tmp);
+  o->fd = create_temp(o->tmp);
   if (o->fd < 0) {
     free(o->tmp);
     o->tmp = NULL;
     return fail(o, err, errlen, "cannot create a temporary file next to it");
   }
-  /* mkstemp creates 0600: keep the mode of the file replaced; a new one gets 0644 (the
-   * umask cannot be read without changing it, which is not thread-safe). */
-  if (fchmod(o->fd, exists ? st.st_mode & 07777 : 0644) != 0)
+  /* a file replaced keeps its mode; a new one has 0666 less the umask from create_temp */
+  if (exists && fchmod(o->fd, st.st_mode & 07777) != 0)
     return fail(o, err, errlen, "cannot set the mode of the temporary file");
   return 0;
 }

@@ -3,6 +3,9 @@
 #include "codegen/driver.h"
 #include "passes/passes.h"
 
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,19 +27,132 @@ void cli_error(const char *fmt, ...) {
   fputc('\n', stderr);
 }
 
-const char *cli_value(int argc, char **argv, int *i, const char *opt) {
-  size_t n = strlen(opt);
-  if (strncmp(argv[*i], opt, n) != 0)
-    return NULL;
-  if (argv[*i][n] == '=')
-    return argv[*i] + n + 1;
-  if (argv[*i][n] != 0)
-    return NULL;
-  if (*i + 1 >= argc) {
-    cli_error("%s needs a value", opt);
-    exit(EXIT_USAGE);
+void cli_parser_init(CliParser *p, const char *cmd, const CliOpt *opts, int argc, char **argv) {
+  *p = (CliParser){.cmd = cmd, .opts = opts, .argc = argc, .argv = argv, .next = 1};
+}
+
+/* The table entry arg names, with its value (NULL for a flag) in *value; NULL and a message
+ * if it names none or its value is missing or misplaced. */
+static const CliOpt *match_option(CliParser *p, const char *arg, const char **value) {
+  for (const CliOpt *o = p->opts; o->name; o++) {
+    size_t n = strlen(o->name);
+    if (strncmp(arg, o->name, n) != 0)
+      continue;
+    if (o->attached) {
+      if (!arg[n])
+        return cli_error("%s: %s needs its value attached: %s%s", p->cmd, o->name, o->name, o->value), NULL;
+      *value = arg + n;
+      return o;
+    }
+    if (arg[n] == '=') {
+      if (!o->value)
+        return cli_error("%s: %s takes no value", p->cmd, o->name), NULL;
+      *value = arg + n + 1;
+      return o;
+    }
+    if (arg[n])
+      continue; /* a longer name: --input vs --inputs */
+    *value = NULL;
+    if (!o->value)
+      return o;
+    const char *next = p->next < p->argc ? p->argv[p->next] : NULL;
+    if (!next || strncmp(next, "--", 2) == 0)
+      return cli_error("%s: %s needs a value (%s %s)%s%s%s", p->cmd, o->name, o->name, o->value,
+                       next ? "; a value that starts with -- is written " : "", next ? o->name : "",
+                       next ? "=VALUE" : ""),
+             NULL;
+    *value = p->argv[p->next++];
+    return o;
   }
-  return argv[++*i];
+  return cli_error("%s: unknown option '%s' (ffnc %s --help lists them)", p->cmd, arg, p->cmd), NULL;
+}
+
+int cli_next(CliParser *p, const char **value) {
+  if (p->next >= p->argc)
+    return CLI_END;
+  const char *arg = p->argv[p->next++];
+  if (!p->only_args && strcmp(arg, "--") == 0) {
+    p->only_args = true;
+    return cli_next(p, value);
+  }
+  /* "-" alone is an argument (standard output or input where a command allows it) */
+  if (p->only_args || arg[0] != '-' || !arg[1]) {
+    *value = arg;
+    return CLI_ARG;
+  }
+  if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0)
+    return CLI_HELP;
+  const CliOpt *o = match_option(p, arg, value);
+  if (!o)
+    return CLI_BAD;
+  if (o->value && !**value) {
+    cli_error("%s: %s: the value is empty", p->cmd, o->name);
+    return CLI_BAD;
+  }
+  size_t k = (size_t)(o - p->opts);
+  if (k < sizeof p->seen && p->seen[k]++ && !o->repeat) {
+    cli_error("%s: %s given more than once", p->cmd, o->name);
+    return CLI_BAD;
+  }
+  return o->id;
+}
+
+int cli_parse_int(const char *text, long long lo, long long hi, long long *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(text, &end, 10);
+  /* strtoll skips leading blanks and takes a prefix: neither is a number here */
+  if (end == text || *end || isspace((unsigned char)text[0]) || errno == ERANGE || v < lo || v > hi)
+    return -1;
+  *out = v;
+  return 0;
+}
+
+int cli_int(const char *cmd, const char *opt, const char *text, long long lo, long long hi, long long *out) {
+  if (cli_parse_int(text, lo, hi, out) == 0)
+    return 0;
+  cli_error("%s: %s %s: expected an integer from %lld to %lld", cmd, opt, text, lo, hi);
+  return -1;
+}
+
+int cli_double(const char *cmd, const char *opt, const char *text, double lo, double hi, double *out) {
+  char *end;
+  double v = strtod(text, &end);
+  if (end == text || *end || isspace((unsigned char)text[0]) || !isfinite(v) || v < lo || v > hi) {
+    if (isinf(hi))
+      cli_error("%s: %s %s: expected a finite number >= %g", cmd, opt, text, lo);
+    else
+      cli_error("%s: %s %s: expected a number from %g to %g", cmd, opt, text, lo, hi);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+int cli_int_list(const char *cmd, const char *opt, const char *text, long long lo, long long hi, int64_t *out,
+                 int max, int *n) {
+  char item[32];
+  *n = 0;
+  for (const char *p = text;; p++) {
+    size_t len = strcspn(p, ",");
+    if (*n == max) {
+      cli_error("%s: %s %s: at most %d values", cmd, opt, text, max);
+      return -1;
+    }
+    if (len == 0 || len >= sizeof item) { /* "1,,2", a trailing comma, or no number at all */
+      cli_error("%s: %s %s: expected integers from %lld to %lld separated by commas", cmd, opt, text, lo, hi);
+      return -1;
+    }
+    memcpy(item, p, len);
+    item[len] = 0;
+    long long v;
+    if (cli_int(cmd, opt, item, lo, hi, &v) != 0)
+      return -1;
+    out[(*n)++] = v;
+    p += len;
+    if (!*p)
+      return 0;
+  }
 }
 
 static int parse_range(const char *s, int *a, int *b) {
@@ -53,57 +169,48 @@ static int parse_range(const char *s, int *a, int *b) {
   return 0;
 }
 
-int cli_compile_option(int argc, char **argv, int *i, CompileArgs *ca) {
-  const char *v;
+int cli_compile_option(const char *cmd, int id, const char *v, CompileArgs *ca) {
   char err[256];
-  if ((v = cli_value(argc, argv, i, "--precision"))) {
-    if (ca->nprec == (int)(sizeof ca->prec / sizeof ca->prec[0])) {
-      cli_error("too many --precision options");
-      return -1;
-    }
-    if (parse_precision_override(v, &ca->prec[ca->nprec], err, sizeof err) != 0) {
-      cli_error("--precision %s: %s", v, err);
-      return -1;
-    }
+  switch (id) {
+  case CO_PRECISION:
+    if (ca->nprec == (int)(sizeof ca->prec / sizeof ca->prec[0]))
+      return cli_error("%s: too many --precision options", cmd), -1;
+    if (parse_precision_override(v, &ca->prec[ca->nprec], err, sizeof err) != 0)
+      return cli_error("%s: --precision %s: %s", cmd, v, err), -1;
     ca->nprec++;
     return 1;
-  }
-  if ((v = cli_value(argc, argv, i, "--ffn-fusion"))) {
+  case CO_FFN_FUSION: {
     FuseRequest *f = &ca->fuse[ca->nfuse];
-    if (ca->nfuse == (int)(sizeof ca->fuse / sizeof ca->fuse[0]) || parse_range(v, &f->first, &f->last) != 0) {
-      cli_error("--ffn-fusion %s: expected A..B with A < B-1 (at least two sublayers)", v);
-      return -1;
-    }
+    if (ca->nfuse == (int)(sizeof ca->fuse / sizeof ca->fuse[0]) || parse_range(v, &f->first, &f->last) != 0)
+      return cli_error("%s: --ffn-fusion %s: expected A..B with A < B-1 (at least two sublayers)", cmd, v), -1;
     f->loc = (SrcLoc){0};
     ca->nfuse++;
     return 1;
   }
-  if ((v = cli_value(argc, argv, i, "--arch"))) { /* usage errors here (exit 2), not at compile time */
+  case CO_ARCH: { /* usage errors here (exit 2), not at compile time */
     int sm;
-    if (parse_arch(v, &sm, err, sizeof err) != 0) {
-      cli_error("%s", err);
-      return -1;
-    }
+    if (parse_arch(v, &sm, err, sizeof err) != 0)
+      return cli_error("%s: %s", cmd, err), -1;
     ca->arch = v;
     return 1;
   }
-  if ((v = cli_value(argc, argv, i, "--dump-ir-after"))) {
+  case CO_OPT_LEVEL:
+    if (!(v[0] >= '0' && v[0] <= '3' && !v[1]))
+      return cli_error("%s: -O%s: expected -O0, -O1, -O2 or -O3", cmd, v), -1;
+    ca->opt_level = v[0] - '0';
+    return 1;
+  case CO_DUMP_AFTER: {
     bool known = strcmp(v, "all") == 0;
     for (int p = 0; pass_names[p]; p++)
       known |= strcmp(v, pass_names[p]) == 0;
-    if (!known) {
-      cli_error("--dump-ir-after=%s: no such pass (frontend ffn_fusion canon normfold gateup fuse precision all)", v);
-      return -1;
-    }
+    if (!known)
+      return cli_error("%s: --dump-ir-after=%s: no such pass (frontend ffn_fusion canon normfold gateup fuse "
+                       "precision all)", cmd, v), -1;
     ca->dump_after = v;
     return 1;
   }
-  const char *a = argv[*i];
-  if (a[0] == '-' && a[1] == 'O' && a[2] >= '0' && a[2] <= '3' && !a[3]) {
-    ca->opt_level = a[2] - '0';
-    return 1;
+  default: return 0;
   }
-  return 0;
 }
 
 Graph *cli_frontend(const CompileArgs *ca, int *status) {

@@ -10,7 +10,62 @@
 /* Exit statuses (cli.md): problems in the user's files, bad usage, device or driver. */
 enum { EXIT_USER = 1, EXIT_USAGE = 2, EXIT_DEVICE = 3 };
 
-/* Options common to the commands that compile. */
+/* ---- the option parser ----
+ *
+ * Each command describes its options in a table and loops over cli_next:
+ *
+ *   static const CliOpt opts[] = {CLI_OPT("--weights", "W", O_WEIGHTS), CLI_PASS_OPTIONS, {0}};
+ *   CliParser p;
+ *   cli_parser_init(&p, "run", opts, argc, argv);
+ *   for (int id; (id = cli_next(&p, &v)) != CLI_END;)
+ *     switch (id) { case CLI_HELP: ...; case CLI_BAD: return EXIT_USAGE; case CLI_ARG: ...; }
+ *
+ * `--opt VALUE` and `--opt=VALUE` are the same; an option with `attached` takes its value
+ * glued on (-O3). `-h` and `--help` are CLI_HELP everywhere; `--` ends the options. A value
+ * given as the next argument may not start with "--" (a forgotten value would swallow the
+ * next option; `--opt=--x` says it on purpose). An option without `repeat` given twice is an
+ * error: a second --weights silently replacing the first hid mistakes. */
+typedef struct {
+  const char *name;  /* "--weights", "-o" */
+  const char *value; /* what the value is, for messages ("W.safetensors"); NULL: a flag */
+  int id;            /* what cli_next returns for it (>= 0) */
+  bool repeat;       /* may be given more than once (documented in the command's --help) */
+  bool attached;     /* the value is glued to the name: -O3 */
+} CliOpt;
+
+/* Table entries: an option given at most once, one that may repeat, one with its value glued on. */
+#define CLI_OPT(name, value, id) {(name), (value), (id), false, false}
+#define CLI_MANY(name, value, id) {(name), (value), (id), true, false}
+#define CLI_GLUED(name, value, id) {(name), (value), (id), false, true}
+
+enum { CLI_END = -1, CLI_ARG = -2, CLI_HELP = -3, CLI_BAD = -4 };
+
+typedef struct {
+  const char *cmd; /* for messages: "build: ..." */
+  const CliOpt *opts; /* ends with an entry whose name is NULL */
+  int argc;
+  char **argv;
+  int next;        /* argv index */
+  bool only_args;  /* after "--" */
+  unsigned char seen[64]; /* by table index: given once already */
+} CliParser;
+
+void cli_parser_init(CliParser *p, const char *cmd, const CliOpt *opts, int argc, char **argv);
+/* The next option's id (its value, or NULL for a flag, in *value), CLI_ARG (the argument in
+ * *value), CLI_HELP, CLI_END, or CLI_BAD (message printed; exit EXIT_USAGE). */
+int cli_next(CliParser *p, const char **value);
+
+/* Numbers in option values: the whole text must be one number in [lo, hi]. Return 0, or -1
+ * after a message naming the command, the option and what was expected. */
+int cli_parse_int(const char *text, long long lo, long long hi, long long *out); /* no message */
+int cli_int(const char *cmd, const char *opt, const char *text, long long lo, long long hi, long long *out);
+int cli_double(const char *cmd, const char *opt, const char *text, double lo, double hi, double *out);
+/* A comma-separated list of integers in [lo, hi] ("1,16,128"): at most max, at least one. */
+int cli_int_list(const char *cmd, const char *opt, const char *text, long long lo, long long hi, int64_t *out,
+                 int max, int *n);
+
+/* ---- options common to the commands that compile ---- */
+
 typedef struct {
   const char *file;
   PrecOverride prec[PREC_COUNT * 2];
@@ -22,15 +77,22 @@ typedef struct {
   const char *dump_after;
 } CompileArgs;
 
-/* Parses one compile option at argv[*i] (advancing *i past its value). Returns 1 if it was
- * one, 0 if not, -1 on a bad value (message printed). */
-int cli_compile_option(int argc, char **argv, int *i, CompileArgs *ca);
+/* Ids from 1000 up, so that a command's own ids (small) never meet them. */
+enum { CO_PRECISION = 1000, CO_FFN_FUSION, CO_ARCH, CO_OPT_LEVEL, CO_DUMP_AFTER };
+/* The options that change the passes (repeatable: each adds one override or one run)... */
+#define CLI_PASS_OPTIONS \
+  CLI_MANY("--precision", "KEY=TYPE", CO_PRECISION), CLI_MANY("--ffn-fusion", "A..B", CO_FFN_FUSION)
+/* ...and those that choose the target. */
+#define CLI_TARGET_OPTIONS CLI_OPT("--arch", "sm_XX", CO_ARCH), CLI_GLUED("-O", "0..3", CO_OPT_LEVEL)
+#define CLI_DUMP_OPTION CLI_OPT("--dump-ir-after", "PASS", CO_DUMP_AFTER)
+
+/* Applies the compile option id with its value. Returns 1 if id was one, 0 if not, -1 on a
+ * bad value (message printed). */
+int cli_compile_option(const char *cmd, int id, const char *value, CompileArgs *ca);
 Graph *cli_frontend(const CompileArgs *ca, int *status);
 
 /* Prints "ffnc: error: ..." to stderr. */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* Value of `--opt VALUE` or `--opt=VALUE` at argv[*i] for option name opt, else NULL. */
-const char *cli_value(int argc, char **argv, int *i, const char *opt);
 
 /* cmd_build.c: the exit status for an API status (cli.md: 1 files, 2 usage, 3 device), and
  * the API options for the compile arguments. */

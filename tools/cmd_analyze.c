@@ -499,33 +499,34 @@ typedef struct {
   double max_error;
 } AnalyzeArgs;
 
+enum { O_WEIGHTS, O_INPUT, O_DEVICE, O_JSON, O_PLOT, O_MAX_ERROR };
+
+/* 0 to go on, 1 after --help, -1 on bad usage (message printed). */
 static int parse_args(int argc, char **argv, AnalyzeArgs *o) {
+  static const CliOpt opts[] = {CLI_OPT("--weights", "W.safetensors", O_WEIGHTS),
+                                CLI_OPT("--input", "CALIB.safetensors", O_INPUT),
+                                CLI_OPT("--device", "gpu|cpu", O_DEVICE),
+                                CLI_OPT("--json", "OUT.json", O_JSON),
+                                CLI_OPT("--plot", "PREFIX", O_PLOT),
+                                CLI_OPT("--max-error", "X", O_MAX_ERROR),
+                                {0}};
   const char *v;
+  const char **paths[] = {[O_WEIGHTS] = &o->wpath, [O_INPUT] = &o->ipath, [O_DEVICE] = &o->device,
+                          [O_JSON] = &o->json, [O_PLOT] = &o->plot};
   *o = (AnalyzeArgs){.max_error = 0.01};
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-      fputs(usage, stdout);
-      exit(0);
-    }
-    if ((v = cli_value(argc, argv, &i, "--weights")))
-      o->wpath = v;
-    else if ((v = cli_value(argc, argv, &i, "--input")))
-      o->ipath = v;
-    else if ((v = cli_value(argc, argv, &i, "--device")))
-      o->device = v;
-    else if ((v = cli_value(argc, argv, &i, "--json")))
-      o->json = v;
-    else if ((v = cli_value(argc, argv, &i, "--plot")))
-      o->plot = v;
-    else if ((v = cli_value(argc, argv, &i, "--max-error"))) {
-      char *end;
-      o->max_error = strtod(v, &end);
-      if (end == v || *end || !(o->max_error >= 0) || isinf(o->max_error))
-        return cli_error("analyze: --max-error %s: expected a number >= 0", v), -1;
-    } else if (argv[i][0] == '-' || o->file)
-      return cli_error("analyze: unexpected argument '%s'", argv[i]), -1;
-    else
-      o->file = argv[i];
+  CliParser p;
+  cli_parser_init(&p, "analyze", opts, argc, argv);
+  for (int id; (id = cli_next(&p, &v)) != CLI_END;) {
+    if (id == CLI_HELP)
+      return fputs(usage, stdout), 1;
+    if (id == CLI_BAD || (id == O_MAX_ERROR && cli_double("analyze", "--max-error", v, 0, INFINITY, &o->max_error)))
+      return -1;
+    if (id == CLI_ARG && o->file)
+      return cli_error("analyze: unexpected argument '%s' (one FILE.ffn)", v), -1;
+    if (id == CLI_ARG)
+      o->file = v;
+    else if (id != O_MAX_ERROR)
+      *paths[id] = v;
   }
   if (!o->file || !o->wpath || !o->ipath)
     return cli_error("analyze: usage: ffnc analyze FILE.ffn --weights W.safetensors --input CALIB.safetensors"), -1;
@@ -683,8 +684,9 @@ static void device_name(bool gpu, char *buf, size_t len) {
 
 int cmd_analyze(int argc, char **argv) {
   AnalyzeArgs o;
-  if (parse_args(argc, argv, &o) != 0)
-    return EXIT_USAGE;
+  int parsed = parse_args(argc, argv, &o);
+  if (parsed != 0)
+    return parsed > 0 ? 0 : EXIT_USAGE;
   char why[256] = "";
   bool have_gpu = ffn_device_count(why, sizeof why) > 0;
   if (!o.device && !have_gpu)

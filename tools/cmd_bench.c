@@ -22,6 +22,7 @@
 #include "cli.h"
 #include "codegen/driver.h"
 #include "cublaslt.h"
+#include "ir/size_limits.h"
 #include "runtime/randinit.h"
 #include "runtime/dlpack_dtype.h"
 #include "runtime/rt.h"
@@ -819,62 +820,65 @@ typedef struct {
   bool compile_only, graphs, ceilings;
 } BenchArgs;
 
-static void bench_usage(void) {
-  printf("usage: ffnc bench FILE.ffn... --tokens N[,N...] [--json OUT.json] [--plot PREFIX] [--reps N]\n"
-         "                  [--no-graphs] [--no-ceilings] [--compile-only] [--arch sm_XX] [-O0..-O3] [--precision KEY=TYPE]...\n"
-         "Times each model against an eager cuBLASLt baseline and cuBLASLt with its fused epilogues, after\n"
-         "measuring the card's copy bandwidth and cuBLASLt bf16/fp8 GEMM rate; prints a table, writes JSON\n"
-         "(--json) and PREFIX.dat/.gp for gnuplot (--plot; PREFIX.png too where gnuplot is installed).\n"
-         "--compile-only compiles every variant into the kernel cache and needs no GPU.\n");
-}
+static const char usage[] =
+    "usage: ffnc bench FILE.ffn... --tokens N[,N...] [--json OUT.json] [--plot PREFIX] [--reps N]\n"
+    "                  [--no-graphs] [--no-ceilings] [--compile-only] [--arch sm_XX] [-O0..-O3]\n"
+    "                  [--precision KEY=TYPE]... [--ffn-fusion A..B]...\n"
+    "Times each model (up to 32) against an eager cuBLASLt baseline and cuBLASLt with its fused epilogues,\n"
+    "after measuring the card's copy bandwidth and cuBLASLt bf16/fp8 GEMM rate; prints a table, writes JSON\n"
+    "(--json) and PREFIX.dat/.gp for gnuplot (--plot; PREFIX.png too where gnuplot is installed).\n"
+    "--tokens: up to 32 token counts; --reps: timed runs per variant (median; default 30).\n"
+    "--compile-only compiles every variant into the kernel cache and needs no GPU.\n";
 
-static int parse_tokens(const char *v, BenchArgs *b) {
-  for (const char *p = v; *p && b->ntokens < 32;) {
-    char *end;
-    long long t = strtoll(p, &end, 10);
-    if (end == p || t <= 0) {
-      cli_error("bench: --tokens %s: expected positive integers separated by commas", v);
+enum { O_TOKENS, O_JSON, O_PLOT, O_REPS, O_NO_GRAPHS, O_NO_CEILINGS, O_COMPILE_ONLY };
+
+static const CliOpt bench_opts[] = {CLI_OPT("--tokens", "N[,N...]", O_TOKENS),
+                                    CLI_OPT("--json", "OUT.json", O_JSON),
+                                    CLI_OPT("--plot", "PREFIX", O_PLOT),
+                                    CLI_OPT("--reps", "N", O_REPS),
+                                    CLI_OPT("--no-graphs", NULL, O_NO_GRAPHS),
+                                    /* for runs under compute-sanitizer: fractions of the floor are then meaningless */
+                                    CLI_OPT("--no-ceilings", NULL, O_NO_CEILINGS),
+                                    CLI_OPT("--compile-only", NULL, O_COMPILE_ONLY),
+                                    CLI_PASS_OPTIONS,
+                                    CLI_TARGET_OPTIONS,
+                                    {0}};
+
+/* One option of bench's own; 0, or -1 after a message. */
+static int bench_option(int id, const char *v, BenchArgs *b) {
+  long long reps;
+  switch (id) {
+  case O_TOKENS: return cli_int_list("bench", "--tokens", v, 1, FFN_MAX_DIM, b->tokens, 32, &b->ntokens);
+  case O_JSON: b->json = v; return 0;
+  case O_PLOT: b->plot = v; return 0;
+  case O_REPS:
+    if (cli_int("bench", "--reps", v, 1, 100000, &reps) != 0)
       return -1;
-    }
-    b->tokens[b->ntokens++] = t;
-    p = *end == ',' ? end + 1 : end;
+    b->reps = (int)reps;
+    return 0;
+  case O_NO_GRAPHS: b->graphs = false; return 0;
+  case O_NO_CEILINGS: b->ceilings = false; return 0;
+  case O_COMPILE_ONLY: b->compile_only = true; return 0;
+  default: return cli_compile_option("bench", id, v, &b->ca) < 0 ? -1 : 0;
   }
-  return 0;
 }
 
 /* Parses the command line; returns -1 to go on, else the exit status. */
 static int parse_bench_args(int argc, char **argv, BenchArgs *b) {
   const char *v;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--help") == 0) {
-      bench_usage();
-      return 0;
-    }
-    int r = cli_compile_option(argc, argv, &i, &b->ca);
-    if (r < 0)
+  CliParser p;
+  cli_parser_init(&p, "bench", bench_opts, argc, argv);
+  for (int id; (id = cli_next(&p, &v)) != CLI_END;) {
+    if (id == CLI_HELP)
+      return fputs(usage, stdout), 0;
+    if (id == CLI_BAD)
       return EXIT_USAGE;
-    if (r)
-      continue;
-    if ((v = cli_value(argc, argv, &i, "--tokens"))) {
-      if (parse_tokens(v, b) != 0)
-        return EXIT_USAGE;
-    } else if ((v = cli_value(argc, argv, &i, "--json")))
-      b->json = v;
-    else if ((v = cli_value(argc, argv, &i, "--plot")))
-      b->plot = v;
-    else if ((v = cli_value(argc, argv, &i, "--reps")))
-      b->reps = atoi(v) > 0 ? atoi(v) : 30;
-    else if (strcmp(argv[i], "--no-graphs") == 0)
-      b->graphs = false;
-    else if (strcmp(argv[i], "--no-ceilings") == 0)
-      b->ceilings = false; /* for runs under compute-sanitizer: fractions of the floor are then meaningless */
-    else if (strcmp(argv[i], "--compile-only") == 0)
-      b->compile_only = true;
-    else if (argv[i][0] == '-' || b->nfiles == 32) {
-      cli_error("bench: unexpected argument '%s'", argv[i]);
+    if (id == CLI_ARG && b->nfiles == 32)
+      return cli_error("bench: more than 32 models"), EXIT_USAGE;
+    if (id == CLI_ARG)
+      b->files[b->nfiles++] = v;
+    else if (bench_option(id, v, b) != 0)
       return EXIT_USAGE;
-    } else
-      b->files[b->nfiles++] = argv[i];
   }
   if (!b->nfiles || (!b->ntokens && !b->compile_only)) {
     cli_error("bench: usage: ffnc bench FILE.ffn... --tokens N[,N...]");

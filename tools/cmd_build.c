@@ -152,39 +152,39 @@ static int emit_stage(const CompileArgs *ca, const char *emit, int sm, const cha
   return rc;
 }
 
-static void build_usage(void) {
-  printf("usage: ffnc build FILE.ffn -o OUT [--arch sm_XX] [--emit ir|cuda|plan|ptx|cubin] [-O0..-O3]\n"
-         "                  [--precision KEY=TYPE]... [--ffn-fusion A..B] [--dump-ir-after=PASS]\n"
-         "Compiles FILE ahead of time. Without --emit, OUT is what a host program needs to run the model with\n"
-         "no compiler at run time (the launch plan and a cubin for the arch), loaded by\n"
-         "ffn_program_load(). --emit writes one stage instead: ir (the IR after the passes of this -O level;\n"
-         "-O0 prints the front end's IR), cuda (generated source), plan (launch plan, text), ptx or cubin.\n"
-         "`-o -` writes to standard output. --arch defaults to the GPU's, or sm_90 without one.\n"
-         "PASS is one of frontend canon normfold gateup fuse precision all.\n");
-}
+static const char usage[] =
+    "usage: ffnc build FILE.ffn -o OUT [--arch sm_XX] [--emit ir|cuda|plan|ptx|cubin] [-O0..-O3]\n"
+    "                  [--precision KEY=TYPE]... [--ffn-fusion A..B]... [--dump-ir-after=PASS]\n"
+    "Compiles FILE ahead of time. Without --emit, OUT is what a host program needs to run the model with\n"
+    "no compiler at run time (the launch plan and a cubin for the arch), loaded by\n"
+    "ffn_program_load(); it is binary, so it goes to a file, not standard output. --emit writes one stage\n"
+    "instead: ir (the IR after the passes of this -O level; -O0 prints the front end's IR), cuda\n"
+    "(generated source), plan (launch plan, text), ptx or cubin; `-o -` writes it to standard output.\n"
+    "--arch defaults to the GPU's, or sm_90 without one.\n"
+    "PASS is one of frontend ffn_fusion canon normfold gateup fuse precision all.\n";
+
+enum { O_OUT, O_EMIT };
 
 /* Parses the command line; returns -1 to go on, else the exit status. */
 static int parse_build_args(int argc, char **argv, CompileArgs *ca, const char **out, const char **emit) {
+  static const CliOpt opts[] = {CLI_OPT("-o", "OUT", O_OUT), CLI_OPT("--emit", "STAGE", O_EMIT), CLI_PASS_OPTIONS,
+                                CLI_TARGET_OPTIONS, CLI_DUMP_OPTION, {0}};
   const char *v;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--help") == 0) {
-      build_usage();
-      return 0;
-    }
-    int r = cli_compile_option(argc, argv, &i, ca);
-    if (r < 0)
+  CliParser p;
+  cli_parser_init(&p, "build", opts, argc, argv);
+  for (int id; (id = cli_next(&p, &v)) != CLI_END;) {
+    if (id == CLI_HELP)
+      return fputs(usage, stdout), 0;
+    if (id == CLI_BAD || cli_compile_option("build", id, v, ca) < 0)
       return EXIT_USAGE;
-    if (r)
-      continue;
-    if ((v = cli_value(argc, argv, &i, "-o")))
+    if (id == O_OUT)
       *out = v;
-    else if ((v = cli_value(argc, argv, &i, "--emit")))
+    else if (id == O_EMIT)
       *emit = v;
-    else if (argv[i][0] == '-' || ca->file) {
-      cli_error("build: unexpected argument '%s'", argv[i]);
-      return EXIT_USAGE;
-    } else
-      ca->file = argv[i];
+    else if (id == CLI_ARG && ca->file)
+      return cli_error("build: unexpected argument '%s' (one FILE.ffn)", v), EXIT_USAGE;
+    else if (id == CLI_ARG)
+      ca->file = v;
   }
   const char *emits[] = {"ir", "cuda", "plan", "ptx", "cubin"};
   bool known = !*emit;
@@ -196,6 +196,10 @@ static int parse_build_args(int argc, char **argv, CompileArgs *ca, const char *
   }
   if (!ca->file || !*out) {
     cli_error("build: usage: ffnc build FILE.ffn -o OUT [--emit ir|cuda|plan|ptx|cubin]");
+    return EXIT_USAGE;
+  }
+  if (!*emit && strcmp(*out, "-") == 0) { /* a binary package on a terminal or in a pipe helps nobody */
+    cli_error("build: -o -: the AOT package is binary; write it to a file (standard output takes --emit stages)");
     return EXIT_USAGE;
   }
   return -1;

@@ -7,23 +7,57 @@
 #include <stdlib.h>
 #include <string.h>
 
+static const char *shape_text(const StTensor *t, char *buf, size_t len) {
+  size_t used = (size_t)snprintf(buf, len, "[");
+  for (int d = 0; d < t->rank && used < len; d++)
+    used += (size_t)snprintf(buf + used, len - used, "%s%lld", d ? ", " : "", (long long)t->shape[d]);
+  if (used < len)
+    snprintf(buf + used, len - used, "]");
+  return buf;
+}
+
+/* Why y (in B) cannot be compared with x: missing, another dtype, or another shape (the first
+ * differing dim, both sizes, both shapes). 0 if it can. */
+static int mismatch(const StTensor *x, const StTensor *y, const char *bpath) {
+  char sx[200], sy[200];
+  int d = 0;
+  if (!y)
+    return printf("FAIL %s: missing in %s\n", x->name, bpath), 1;
+  if (y->dtype != x->dtype)
+    return printf("FAIL %s: %s here, %s in %s\n", x->name, dtype_name(x->dtype), dtype_name(y->dtype), bpath), 1;
+  while (d < x->rank && d < y->rank && x->shape[d] == y->shape[d])
+    d++;
+  if (x->rank == y->rank && d == x->rank)
+    return 0;
+  if (x->rank != y->rank)
+    printf("FAIL %s: rank %d %s here, rank %d %s in %s\n", x->name, x->rank, shape_text(x, sx, sizeof sx), y->rank,
+           shape_text(y, sy, sizeof sy), bpath);
+  else
+    printf("FAIL %s: dim %d is %lld here, %lld in %s (%s vs %s)\n", x->name, d, (long long)x->shape[d],
+           (long long)y->shape[d], bpath, shape_text(x, sx, sizeof sx), shape_text(y, sy, sizeof sy));
+  return 1;
+}
+
+static const char usage[] =
+    "usage: ffnc compare A.safetensors B.safetensors [--tol X]\n"
+    "Every tensor of A is in B with the same dtype and shape, and ||a - b|| / ||b|| <= X (default 1e-2).\n";
+
 int cmd_compare(int argc, char **argv) {
+  static const CliOpt opts[] = {CLI_OPT("--tol", "X", 'T'), {0}};
   const char *paths[2] = {NULL, NULL}, *v;
   double tol = 1e-2;
   int n = 0;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--help") == 0) {
-      printf("usage: ffnc compare A.safetensors B.safetensors [--tol X]\n"
-             "Every tensor of A is in B with the same dtype and shape, and ||a - b|| / ||b|| <= X (default 1e-2).\n");
-      return 0;
-    }
-    if ((v = cli_value(argc, argv, &i, "--tol")))
-      tol = atof(v);
-    else if (argv[i][0] == '-' || n == 2) {
-      cli_error("compare: unexpected argument '%s'", argv[i]);
+  CliParser p;
+  cli_parser_init(&p, "compare", opts, argc, argv);
+  for (int id; (id = cli_next(&p, &v)) != CLI_END;) {
+    if (id == CLI_HELP)
+      return fputs(usage, stdout), 0;
+    if (id == CLI_BAD || (id == 'T' && cli_double("compare", "--tol", v, 0, INFINITY, &tol) != 0))
       return EXIT_USAGE;
-    } else
-      paths[n++] = argv[i];
+    if (id == CLI_ARG && n == 2)
+      return cli_error("compare: unexpected argument '%s' (two files)", v), EXIT_USAGE;
+    if (id == CLI_ARG)
+      paths[n++] = v;
   }
   if (n != 2) {
     cli_error("compare: usage: ffnc compare A.safetensors B.safetensors [--tol X]");
@@ -39,8 +73,7 @@ int cmd_compare(int argc, char **argv) {
   int rc = 0;
   for (int i = 0; i < st_count(a); i++) {
     const StTensor *x = st_get(a, i), *y = st_find(b, x->name);
-    if (!y || y->dtype != x->dtype || y->rank != x->rank || memcmp(x->shape, y->shape, sizeof(int64_t) * (size_t)x->rank)) {
-      printf("%s: missing or different dtype/shape in %s\n", x->name, paths[1]);
+    if (mismatch(x, y, paths[1])) {
       rc = EXIT_USER;
       continue;
     }

@@ -1,4 +1,4 @@
-/* cmd_gen.c: `ffnc gen FILE.ffn --weights W.safetensors [--inputs IN.safetensors --dim T=N]`.
+/* cmd_gen.c: `ffnc gen FILE.ffn --weights W.safetensors [--inputs IN.safetensors --dim T=N] [--seed S]`.
  *
  * Random weights of the right names, shapes and types for any model, so nobody needs a
  * download to try ffnc. Values are scaled so activations stay O(1) through deep stacks:
@@ -9,7 +9,6 @@
 #include "ir/size_limits.h"
 #include "runtime/randinit.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,58 +30,69 @@ static void *fill(Bufs *keep, const char *name, uint64_t seed, DType dt, int64_t
   return p;
 }
 
-static int parse_dim(const char *s, const char **name, int64_t *value) {
+typedef struct {
+  char name[64];
+  int64_t size;
+} DimArg;
+
+/* --dim NAME=SIZE; each dim once. */
+static int parse_dim(const char *s, DimArg *dims, int *n) {
   const char *eq = strchr(s, '=');
-  if (!eq || eq == s)
+  long long size;
+  if (!eq || eq == s || (size_t)(eq - s) >= sizeof dims[0].name || cli_parse_int(eq + 1, 1, FFN_MAX_DIM, &size)) {
+    cli_error("gen: --dim %s: expected NAME=SIZE with 1 <= SIZE <= %lld", s, (long long)FFN_MAX_DIM);
     return -1;
-  char *end;
-  errno = 0;
-  long long v = strtoll(eq + 1, &end, 10);
-  if (*end || errno == ERANGE || v <= 0 || v > FFN_MAX_DIM)
+  }
+  for (int j = 0; j < *n; j++)
+    if (strlen(dims[j].name) == (size_t)(eq - s) && strncmp(dims[j].name, s, (size_t)(eq - s)) == 0) {
+      cli_error("gen: --dim %s: dim %s given more than once", s, dims[j].name);
+      return -1;
+    }
+  if (*n == 16) {
+    cli_error("gen: at most 16 --dim options");
     return -1;
-  static char names[16][64];
-  static int used;
-  if (used == 16 || (size_t)(eq - s) >= sizeof names[0])
-    return -1;
-  memcpy(names[used], s, (size_t)(eq - s));
-  names[used][eq - s] = 0;
-  *name = names[used++];
-  *value = v;
+  }
+  snprintf(dims[*n].name, sizeof dims[*n].name, "%.*s", (int)(eq - s), s);
+  dims[(*n)++].size = size;
   return 0;
 }
 
+static const char usage[] =
+    "usage: ffnc gen FILE.ffn [--weights W.safetensors] [--inputs IN.safetensors --dim T=N...] [--seed S]\n"
+    "Writes random weights (and inputs, with every dynamic dim given by a --dim, one per dim) of the\n"
+    "names, shapes and types FILE declares. Matrices ~ N(0, 1/K), norm gains ~ 1 + N(0, 0.01),\n"
+    "biases ~ N(0, 0.01), inputs ~ N(0, 1). The same seed (an integer >= 0, default 1) gives the same\n"
+    "tensors.\n";
+
+enum { O_WEIGHTS, O_INPUTS, O_SEED, O_DIM };
+
 int cmd_gen(int argc, char **argv) {
+  static const CliOpt opts[] = {CLI_OPT("--weights", "W.safetensors", O_WEIGHTS),
+                                CLI_OPT("--inputs", "IN.safetensors", O_INPUTS),
+                                CLI_OPT("--seed", "S", O_SEED),
+                                CLI_MANY("--dim", "NAME=SIZE", O_DIM),
+                                {0}};
   CompileArgs ca = {.opt_level = 3};
   const char *wpath = NULL, *ipath = NULL, *v;
-  const char *dim_names[16];
-  int64_t dim_values[16];
+  DimArg dimargs[16];
   int ndimargs = 0;
-  uint64_t seed = 1;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--help") == 0) {
-      printf("usage: ffnc gen FILE.ffn [--weights W.safetensors] [--inputs IN.safetensors --dim T=N ...] [--seed S]\n"
-             "Writes random weights (and inputs, with every dynamic dim given by --dim) of the names, shapes\n"
-             "and types FILE declares. Matrices ~ N(0, 1/K), norm gains ~ 1 + N(0, 0.01), biases ~ N(0, 0.01),\n"
-             "inputs ~ N(0, 1). The same seed gives the same tensors.\n");
-      return 0;
-    }
-    if ((v = cli_value(argc, argv, &i, "--weights")))
-      wpath = v;
-    else if ((v = cli_value(argc, argv, &i, "--inputs")))
-      ipath = v;
-    else if ((v = cli_value(argc, argv, &i, "--seed")))
-      seed = strtoull(v, NULL, 10);
-    else if ((v = cli_value(argc, argv, &i, "--dim"))) {
-      if (ndimargs == 16 || parse_dim(v, &dim_names[ndimargs], &dim_values[ndimargs]) != 0) {
-        cli_error("gen: --dim %s: expected NAME=SIZE with 1 <= SIZE <= %lld", v, (long long)FFN_MAX_DIM);
-        return EXIT_USAGE;
-      }
-      ndimargs++;
-    } else if (argv[i][0] == '-' || ca.file) {
-      cli_error("gen: unexpected argument '%s'", argv[i]);
+  long long seed = 1;
+  CliParser p;
+  cli_parser_init(&p, "gen", opts, argc, argv);
+  for (int id; (id = cli_next(&p, &v)) != CLI_END;) {
+    if (id == CLI_HELP)
+      return fputs(usage, stdout), 0;
+    if (id == CLI_BAD || (id == O_SEED && cli_int("gen", "--seed", v, 0, INT64_MAX, &seed) != 0) ||
+        (id == O_DIM && parse_dim(v, dimargs, &ndimargs) != 0))
       return EXIT_USAGE;
-    } else
-      ca.file = argv[i];
+    if (id == O_WEIGHTS)
+      wpath = v;
+    else if (id == O_INPUTS)
+      ipath = v;
+    else if (id == CLI_ARG && ca.file)
+      return cli_error("gen: unexpected argument '%s' (one FILE.ffn)", v), EXIT_USAGE;
+    else if (id == CLI_ARG)
+      ca.file = v;
   }
   if (!ca.file || (!wpath && !ipath)) {
     cli_error("gen: usage: ffnc gen FILE.ffn [--weights W.safetensors] [--inputs IN.safetensors --dim T=N]");
@@ -96,12 +106,12 @@ int cmd_gen(int argc, char **argv) {
   for (int d = 0; d < g->ndims && d < 64; d++) {
     dims[d] = -1;
     for (int j = 0; j < ndimargs; j++)
-      if (strcmp(dim_names[j], g->dims[d].name) == 0)
-        dims[d] = dim_values[j];
+      if (strcmp(dimargs[j].name, g->dims[d].name) == 0)
+        dims[d] = dimargs[j].size;
   }
   for (int j = 0; j < ndimargs; j++)
-    if (graph_find_dim(g, dim_names[j]) < 0) {
-      cli_error("gen: --dim %s: the model has no dynamic dim '%s'", dim_names[j], dim_names[j]);
+    if (graph_find_dim(g, dimargs[j].name) < 0) {
+      cli_error("gen: --dim %s: the model has no dynamic dim '%s'", dimargs[j].name, dimargs[j].name);
       graph_destroy(g);
       return EXIT_USAGE;
     }
@@ -122,7 +132,7 @@ int cmd_gen(int argc, char **argv) {
       double mean, std;
       randinit_weight_scale(g, n, &mean, &std);
       size_t nbytes;
-      void *p = fill(&keep, n->name, seed, n->dtype, numel, mean, std, &nbytes);
+      void *p = fill(&keep, n->name, (uint64_t)seed, n->dtype, numel, mean, std, &nbytes);
       if (st_writer_add(w, n->name, n->dtype, n->shape.rank, shape, p, nbytes, err, sizeof err) != 0) {
         cli_error("gen: %s", err);
         rc = EXIT_USER;
@@ -160,7 +170,7 @@ int cmd_gen(int argc, char **argv) {
         break;
       }
       size_t nbytes;
-      void *p = fill(&keep, n->name, seed ^ 0x5eed, n->dtype, numel, 0.0, 1.0, &nbytes);
+      void *p = fill(&keep, n->name, (uint64_t)seed ^ 0x5eed, n->dtype, numel, 0.0, 1.0, &nbytes);
       if (st_writer_add(w, n->name, n->dtype, n->shape.rank, shape, p, nbytes, err, sizeof err) != 0) {
         cli_error("gen: %s", err);
         rc = EXIT_USER;

@@ -57,36 +57,44 @@ static int run_cpu(Graph *g, StFile *wf, StFile *inf, const char *out_path) {
 }
 
 
+static const char usage[] =
+    "usage: ffnc run FILE.ffn --weights W.safetensors --input IN.safetensors --output OUT.safetensors\n"
+    "                [--device gpu|cpu] [--arch sm_XX] [-O0..-O3] [--precision KEY=TYPE]... [--ffn-fusion A..B]...\n"
+    "Compiles FILE (JIT) and runs it once. Inputs are read by their `input` names, outputs written by\n"
+    "their `output` names; dynamic dims are bound from the input shapes. --device cpu runs the reference\n"
+    "interpreter and needs no GPU; the default is gpu where one is present, else cpu.\n";
+
+enum { O_WEIGHTS, O_INPUT, O_OUTPUT, O_DEVICE };
+
 int cmd_run(int argc, char **argv) {
+  static const CliOpt opts[] = {CLI_OPT("--weights", "W.safetensors", O_WEIGHTS),
+                                CLI_OPT("--input", "IN.safetensors", O_INPUT),
+                                CLI_OPT("--output", "OUT.safetensors", O_OUTPUT),
+                                CLI_OPT("--device", "gpu|cpu", O_DEVICE),
+                                CLI_PASS_OPTIONS,
+                                CLI_TARGET_OPTIONS,
+                                {0}};
   CompileArgs ca = {.opt_level = 3};
   const char *wpath = NULL, *ipath = NULL, *opath = NULL, *device = NULL, *v;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--help") == 0) {
-      printf("usage: ffnc run FILE.ffn --weights W.safetensors --input IN.safetensors --output OUT.safetensors\n"
-             "                [--device gpu|cpu] [--arch sm_XX] [-O0..-O3] [--precision KEY=TYPE]... [--ffn-fusion A..B]\n"
-             "Compiles FILE (JIT) and runs it once. Inputs are read by their `input` names, outputs written by\n"
-             "their `output` names; dynamic dims are bound from the input shapes. --device cpu runs the reference\n"
-             "interpreter and needs no GPU; the default is gpu where one is present, else cpu.\n");
-      return 0;
-    }
-    int r = cli_compile_option(argc, argv, &i, &ca);
-    if (r < 0)
+  CliParser p;
+  cli_parser_init(&p, "run", opts, argc, argv);
+  for (int id; (id = cli_next(&p, &v)) != CLI_END;) {
+    if (id == CLI_HELP)
+      return fputs(usage, stdout), 0;
+    if (id == CLI_BAD || cli_compile_option("run", id, v, &ca) < 0)
       return EXIT_USAGE;
-    if (r)
-      continue;
-    if ((v = cli_value(argc, argv, &i, "--weights")))
+    if (id == O_WEIGHTS)
       wpath = v;
-    else if ((v = cli_value(argc, argv, &i, "--input")))
+    else if (id == O_INPUT)
       ipath = v;
-    else if ((v = cli_value(argc, argv, &i, "--output")))
+    else if (id == O_OUTPUT)
       opath = v;
-    else if ((v = cli_value(argc, argv, &i, "--device")))
+    else if (id == O_DEVICE)
       device = v;
-    else if (argv[i][0] == '-' || ca.file) {
-      cli_error("run: unexpected argument '%s'", argv[i]);
-      return EXIT_USAGE;
-    } else
-      ca.file = argv[i];
+    else if (id == CLI_ARG && ca.file)
+      return cli_error("run: unexpected argument '%s' (one FILE.ffn)", v), EXIT_USAGE;
+    else if (id == CLI_ARG)
+      ca.file = v;
   }
   if (!ca.file || !ipath || !opath) {
     cli_error("run: usage: ffnc run FILE.ffn --weights W.safetensors --input IN.safetensors --output OUT.safetensors");

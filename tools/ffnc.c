@@ -15,16 +15,34 @@ static const struct {
     {"build", cmd_build, "compile ahead of time, or emit IR / CUDA / PTX / cubin"},
     {"run", cmd_run, "compile (JIT) and run once on safetensors inputs"},
     {"bench", cmd_bench, "time the model against cuBLASLt and the device's limits"},
-    {"analyze", cmd_analyze, "FFN Fusion analysis (not implemented yet)"},
+    {"analyze", cmd_analyze, "what precision and FFN Fusion cost on calibration data"},
     {"gen", cmd_gen, "write random weights and inputs of the right names and shapes"},
     {"compare", cmd_compare, "compare the tensors of two safetensors files"},
 };
 
-static void usage(FILE *out) {
+static const char environment[] =
+    "environment:\n"
+    "  FFNC_CACHE_DIR=DIR        the kernel cache (default $XDG_CACHE_HOME/ffnc or ~/.cache/ffnc)\n"
+    "  FFNC_NO_CACHE=1           bypass the kernel cache\n"
+    "  FFNC_NVRTC_LIBRARY=PATH   the libnvrtc to load, before the usual search\n"
+    "  FFNC_DISABLE_NVRTC=1      behave as if NVRTC were missing (AOT packages need none)\n"
+    "  FFNC_GEMM_VARIANT=CONFIG  force a GEMM tile configuration (kernels/gemm_host.h; tuning)\n"
+    "  FFNC_INTERP_THREADS=N     threads of the CPU reference interpreter (--device cpu)\n"
+    "  FFNC_LIBRARY=PATH         the libffn.so the Python package loads (not ffnc itself)\n"
+    "\n"
+    "exit status:\n"
+    "  0  success\n"
+    "  1  a problem in your files (source, weights, inputs, shapes) or in writing an output\n"
+    "  2  bad usage (unknown option, bad value, missing argument)\n"
+    "  3  a device, driver or compiler problem (no GPU, out of memory, NVRTC, a kernel fault)\n";
+
+static void usage(FILE *out, bool full) {
   fprintf(out, "usage: ffnc COMMAND [ARGS]   (ffnc COMMAND --help for each)\n\ncommands:\n");
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
     fprintf(out, "  %-8s %s\n", commands[i].name, commands[i].summary);
   fprintf(out, "\n  --version   compiler, NVRTC and driver versions\n  --help      this text\n");
+  if (full) /* a usage error gets the commands only; --help gets everything */
+    fprintf(out, "\n%s", environment);
 }
 
 /* Whatever a command printed (compare's table, --dump-ir-after, --help) must have reached
@@ -39,11 +57,11 @@ static int stdout_checked(int status) {
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    usage(stderr);
+    usage(stderr, false);
     return EXIT_USAGE;
   }
   if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
-    usage(stdout);
+    usage(stdout, true);
     return 0;
   }
   if (strcmp(argv[1], "--version") == 0) {
@@ -56,6 +74,6 @@ int main(int argc, char **argv) {
     if (strcmp(argv[1], commands[i].name) == 0)
       return stdout_checked(commands[i].fn(argc - 1, argv + 1));
   cli_error("unknown command '%s'", argv[1]);
-  usage(stderr);
+  usage(stderr, false);
   return EXIT_USAGE;
 }

@@ -82,6 +82,21 @@ int main(void) {
   read_back(target, "two");
   CHECK(count_entries() == 3, "aborted write left files: %d entries", count_entries());
 
-  unlink(target), unlink(link), unlink(dangling), rmdir(dir);
+  /* modes: a new file gets 0666 less the umask, like any file a program creates (the
+   * temporary file's 0600 from mkstemp used to stay); a replaced file keeps its mode */
+  char fresh[128];
+  snprintf(fresh, sizeof fresh, "%s/fresh.bin", dir);
+  mode_t old_mask = umask(027);
+  CHECK(outfile_save(fresh, "new", 3, err, sizeof err) == 0, "fresh: %s", err);
+  CHECK(stat(fresh, &st) == 0 && (st.st_mode & 07777) == 0640, "new file under umask 027: mode %o, expected 640",
+        (unsigned)(st.st_mode & 07777));
+  umask(022);
+  CHECK(chmod(target, 0604) == 0, "chmod: %s", strerror(errno));
+  CHECK(outfile_save(target, "three", 5, err, sizeof err) == 0, "replace: %s", err);
+  CHECK(stat(target, &st) == 0 && (st.st_mode & 07777) == 0604, "replaced file: mode %o, expected 604",
+        (unsigned)(st.st_mode & 07777));
+  umask(old_mask);
+
+  unlink(fresh), unlink(target), unlink(link), unlink(dangling), rmdir(dir);
   return check_result("outfile_test");
 }

@@ -1,6 +1,7 @@
 /* interp_errors_test.c: every way the interpreter refuses to run names the tensor in one
  * line, and leaves no outputs behind. */
 #include "util.h"
+#include "ir/dims.h"
 
 /* y = x @ w^T + 0 with x : [T, 4] bf16 and w : [3, 4] bf16 (named `wname`). */
 static Graph *model(const char *wname) {
@@ -81,10 +82,10 @@ static void test_inputs(void) {
   expect_error("input dtype", g, &w, &in, "input 'x': expected [T, 4] bf16, got [2, 4] f32");
   store_free(&in);
   put(&in, "x", DT_BF16, DIMS(2, 5), zeros);
-  expect_error("input static dim", g, &w, &in, "input 'x': expected rank 2 [T, 4], got [2, 5]");
+  expect_error("input static dim", g, &w, &in, "input 'x': dim 1: expected 4, got 5 (declared [T, 4], got [2, 5])");
   store_free(&in);
   put(&in, "x", DT_BF16, DIMS(8), zeros);
-  expect_error("input rank", g, &w, &in, "input 'x': expected rank 2 [T, 4], got [8]");
+  expect_error("input rank", g, &w, &in, "input 'x': expected rank 2 [T, 4], got rank 1 [8]");
   store_free(&in);
   store_free(&w);
   graph_destroy(g);
@@ -97,8 +98,37 @@ static void test_inputs(void) {
   verify(g);
   RawTensor raw = {DT_BF16, 2, {7, 4095}, zeros, 2 * 7 * 4095};
   Store big = {{{"x", raw}}, 1};
-  expect_error("input dim", g, &w, &big, "input 'x': expected rank 2 [T, 4096], got [7, 4095]");
+  /* the message names the dim and both sizes, and still shows both shapes */
+  expect_error("input dim", g, &w, &big,
+               "input 'x': dim 1: expected 4096, got 4095 (declared [T, 4096], got [7, 4095])");
   graph_destroy(g);
+}
+
+/* The runtime (api.c, exec.c) words its shape errors with dims_mismatch_str; these need no GPU. */
+static void expect_dims(const char *what, int rank, const int64_t *size, int64_t *bound, bool bind, const char *want) {
+  static const char *const names[] = {"T", "D"};
+  Dim decl[2] = {dim_dynamic(0), dim_static(128)};
+  char msg[600];
+  int axis;
+  DimsResult r = dims_bind(decl, 2, rank, size, bound, bind, &axis);
+  CHECK(r != DIMS_OK, "%s: bound, expected \"%s\"", what, want);
+  dims_mismatch_str(r, axis, decl, 2, names, rank, size, bound, msg, sizeof msg);
+  CHECK(strcmp(msg, want) == 0, "%s:\n  got      \"%s\"\n  expected \"%s\"", what, msg, want);
+}
+
+static void test_dims_messages(void) {
+  int64_t bound[2] = {-1, -1};
+  expect_dims("static", 2, (int64_t[]){64, 256}, bound, true,
+              "dim 1: expected 128, got 256 (declared [T, 128], got [64, 256])");
+  expect_dims("rank", 3, (int64_t[]){1, 2, 3}, bound, true, "expected rank 2 [T, 128], got rank 3 [1, 2, 3]");
+  expect_dims("negative", 2, (int64_t[]){-4, 128}, bound, true, "dim T (axis 0): negative size -4 (got [-4, 128])");
+  expect_dims("limit", 2, (int64_t[]){1ll << 40, 128}, bound, true,
+              "dim T (axis 0): 1099511627776 is above the limit of 2147483647 (kernels index with 32-bit int)");
+  expect_dims("unbound", 2, (int64_t[]){9, 128}, bound, false,
+              "dim T (axis 0): not bound by any input (declared [T, 128])");
+  bound[0] = 7;
+  expect_dims("conflict", 2, (int64_t[]){9, 128}, bound, true,
+              "dim T (axis 0): 9 here but 7 in an earlier tensor (declared [T, 128], got [9, 128])");
 }
 
 /* Two inputs share the dynamic dim T: y (declared first) binds it, x disagrees. */
@@ -184,6 +214,7 @@ int main(void) {
   test_weights();
   test_inputs();
   test_dims();
+  test_dims_messages();
   test_hostile_sizes();
   test_invalid_graph();
   return finish("interp_errors_test");
