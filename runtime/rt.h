@@ -59,7 +59,7 @@ ffn_status cu_fail(const CuApi *cu, CUresult r, const char *call);
 /* ---- NVRTC (nvrtc.c) ---- */
 
 typedef struct {
-  void *image; /* cubin (or PTX text when ptx) */
+  void *image; /* cubin, or PTX text when ptx: then NUL-terminated, the NUL counted in size */
   size_t size;
   bool ptx;
 } Image;
@@ -72,9 +72,14 @@ bool nvrtc_version(char *buf, size_t len);
 /* ---- kernel cache (cache.c) ---- */
 
 /* Looks up / stores a compiled image by key text (the key is stored in the entry and
- * compared on lookup, so a hash collision can only miss). Disabled by FFNC_NO_CACHE=1. */
+ * compared on lookup, so a hash collision can only miss). An entry that fails its checks
+ * (checksum, lengths, a PTX image's NUL) is a miss. Disabled by FFNC_NO_CACHE=1. */
 bool cache_get(const char *key, size_t keylen, Image *out);
 void cache_put(const char *key, size_t keylen, const Image *img);
+/* Why the cache directory is not used although it exists (it is not ours, or others can
+ * write to it), once a lookup or store has found so; NULL otherwise. For the CLI's note:
+ * the library prints nothing. */
+const char *cache_untrusted(void);
 
 /* ---- programs and models (api.c, exec.c) ---- */
 

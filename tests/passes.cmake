@@ -44,3 +44,12 @@ foreach(name llama mixed)
     WORKDIR ${FFNC_TEST_DIR}/passes/fusion
     COMMAND $<TARGET_FILE:ffnc> build ${name}.ffn --emit ir -o - -O0 --dump-ir-after=all)
 endforeach()
+
+# Random valid programs (tests/passes/diff_gen_test.c): the reference after every pass against
+# the source, and each compiled for sm_90. A failure prints the seed to replay and the program.
+# CI runs a fixed set (seeds 1..400, under a second); without FFNC_TEST_SEED each run draws new ones.
+add_executable(diff_gen_test passes/diff_gen_test.c)
+target_include_directories(diff_gen_test PRIVATE ${PROJECT_SOURCE_DIR} ${FFNC_TEST_DIR})
+target_link_libraries(diff_gen_test PRIVATE ffn)
+add_test(NAME passes_random_programs COMMAND diff_gen_test 400)
+set_tests_properties(passes_random_programs PROPERTIES LABELS passes TIMEOUT 60 ENVIRONMENT "FFNC_TEST_SEED=1")

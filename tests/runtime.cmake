@@ -6,3 +6,7 @@ add_test(NAME no_gpu COMMAND sh ${FFNC_TEST_DIR}/runtime/no_gpu_test.sh $<TARGET
 set_tests_properties(no_gpu PROPERTIES SKIP_RETURN_CODE 77 LABELS runtime)
 # ffn_program_load of good, damaged and stale AOT files (no GPU, no NVRTC needed)
 ffn_c_test(aot_load_test SOURCES runtime/aot_load_test.c LABELS runtime)
+# ffnc build --emit cubin|ptx through a damaged and an untrusted kernel cache (NVRTC, no GPU)
+add_test(NAME cache_cli COMMAND sh ${FFNC_TEST_DIR}/runtime/cache_cli_test.sh $<TARGET_FILE:ffnc>
+         ${CMAKE_CURRENT_BINARY_DIR}/cache_cli)
+set_tests_properties(cache_cli PROPERTIES LABELS nvrtc)

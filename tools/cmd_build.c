@@ -123,7 +123,8 @@ static int emit_image(const CompileArgs *ca, const Plan *plan, bool ptx, const c
     cli_error("%s", ffn_last_error());
     return status_exit(s);
   }
-  int rc = write_out(out, img.image, ptx ? strlen(img.image) : img.size);
+  /* PTX is text: written without its NUL, and never read past the image */
+  int rc = write_out(out, img.image, ptx ? strnlen(img.image, img.size) : img.size);
   free(img.image);
   return rc;
 }

@@ -1,6 +1,7 @@
 /* ffnc.c: the command-line driver. One function per subcommand (tools/cmd_*.c). */
 #include "cli.h"
 #include "include/ffn.h"
+#include "runtime/rt.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -71,8 +72,14 @@ int main(int argc, char **argv) {
     return 0;
   }
   for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-    if (strcmp(argv[1], commands[i].name) == 0)
-      return stdout_checked(commands[i].fn(argc - 1, argv + 1));
+    if (strcmp(argv[1], commands[i].name) == 0) {
+      int status = stdout_checked(commands[i].fn(argc - 1, argv + 1));
+      /* the library bypasses a kernel cache others could have written to, silently */
+      const char *why = cache_untrusted();
+      if (why)
+        fprintf(stderr, "ffnc: note: %s\n", why);
+      return status;
+    }
   cli_error("unknown command '%s'", argv[1]);
   usage(stderr, false);
   return EXIT_USAGE;
