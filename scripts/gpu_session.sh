@@ -82,7 +82,7 @@ for part in "$@"; do
     ;;
   torchmid)
     # torch at the mid sizes, beside the mid part's ffnc numbers (run mid first, same call)
-    PYTHONUNBUFFERED=1 timeout 200 python3 /work/main/bench/torch_peer.py --ffnc "$out/mid.json" --tokens 128,256,512 \
+    PYTHONUNBUFFERED=1 timeout 150 python3 /work/main/bench/torch_peer.py --ffnc "$out/mid.json" --tokens 128,256,512 \
       --models llama3_8b_layer,llama3_70b_layer,llama3_8b_4layers.ffn,gpt_gelu >"$out/torchmid.txt" 2>&1
     echo "torch mid: exit $?"; grep -E "T=|^\|" "$out/torchmid.txt"
     ;;
