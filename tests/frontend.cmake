@@ -16,16 +16,7 @@ set(FE_DIR ${FFNC_TEST_DIR}/frontend)
 
 add_executable(fe_driver
   ${FE_DIR}/fe_driver.c
-  ${PROJECT_SOURCE_DIR}/frontend/ast.c
-  ${PROJECT_SOURCE_DIR}/frontend/diag.c
-  ${PROJECT_SOURCE_DIR}/frontend/precision_policy.c
-  ${PROJECT_SOURCE_DIR}/frontend/sema.c
-  ${PROJECT_SOURCE_DIR}/ir/arena.c
-  ${PROJECT_SOURCE_DIR}/ir/dtype.c
-  ${PROJECT_SOURCE_DIR}/ir/size_limits.c
-  ${PROJECT_SOURCE_DIR}/ir/ir.c
-  ${BISON_ffn_parser_OUTPUTS}
-  ${FLEX_ffn_lexer_OUTPUTS})
+  ${FFNC_FRONTEND_ALONE_SOURCES})
 target_include_directories(fe_driver PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/frontend ${PROJECT_BINARY_DIR}/gen)
 target_link_libraries(fe_driver PRIVATE m)
 set(FE_TOOL $<TARGET_FILE:ffnc>)

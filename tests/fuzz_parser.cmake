@@ -24,16 +24,7 @@ if(FFNC_FUZZ AND CMAKE_C_COMPILER_ID MATCHES "Clang" AND FFNC_HAVE_LIBFUZZER)
   set(FUZZ_FE_FLAGS -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined)
   add_executable(fuzz_parser
     ${FFNC_TEST_DIR}/fuzz/fuzz_parser.c
-    ${PROJECT_SOURCE_DIR}/frontend/ast.c
-    ${PROJECT_SOURCE_DIR}/frontend/diag.c
-    ${PROJECT_SOURCE_DIR}/frontend/precision_policy.c
-    ${PROJECT_SOURCE_DIR}/frontend/sema.c
-    ${PROJECT_SOURCE_DIR}/ir/arena.c
-    ${PROJECT_SOURCE_DIR}/ir/dtype.c
-    ${PROJECT_SOURCE_DIR}/ir/size_limits.c
-    ${PROJECT_SOURCE_DIR}/ir/ir.c
-    ${BISON_ffn_parser_OUTPUTS}
-    ${FLEX_ffn_lexer_OUTPUTS})
+    ${FFNC_FRONTEND_ALONE_SOURCES})
   target_include_directories(fuzz_parser PRIVATE ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/frontend
                              ${PROJECT_BINARY_DIR}/gen)
   target_compile_options(fuzz_parser PRIVATE ${FUZZ_FE_FLAGS} -g -O1)
