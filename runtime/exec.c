@@ -263,6 +263,18 @@ static size_t counters_bytes(size_t n) { return (n * 4 + 255) / 256 * 256; }
  * replays use it whenever they run, so nothing else may. It takes the one a warm-up call on the
  * same stream used, when large enough, else a new one (allocating during capture needs
  * CU_STREAM_CAPTURE_MODE_RELAXED); its counters are zeroed by a memset node in the graph. */
+/* A call whose workspace does not fit: the sizes, so the caller can split the call. Nothing was
+ * launched and the model's state is as before, so it stays usable for smaller calls. */
+static ffn_status workspace_oom(ffn_model *m, size_t need) {
+  size_t free_b = 0, total = 0;
+  m->cu->cuMemGetInfo(&free_b, &total);
+  const double gib = 1024.0 * 1024.0 * 1024.0;
+  return rt_error(FFN_ERR_OUT_OF_MEMORY,
+                  "out of device memory: this call needs %.2f GiB of workspace, the device has %.2f GiB free of "
+                  "%.2f GiB; split the call into fewer tokens",
+                  (double)need / gib, (double)free_b / gib, (double)total / gib);
+}
+
 static ffn_status acquire(ffn_model *m, CUstream stream, size_t tiles, size_t rest, Workspace **out) {
   CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
   CUresult r = m->cu->cuStreamIsCapturing(stream, &capture);
@@ -329,7 +341,12 @@ static ffn_status acquire(ffn_model *m, CUstream stream, size_t tiles, size_t re
       w->size = w->ncounters = 0;
     }
     size_t size = counters_bytes(ncounters) + rest + rest / 4; /* room for more tokens next time */
-    if (st == FFN_OK && (r = m->cu->cuMemAlloc(&w->base, size)) != CUDA_SUCCESS)
+    if (st == FFN_OK && (r = m->cu->cuMemAlloc(&w->base, size)) == CUDA_ERROR_OUT_OF_MEMORY &&
+        size > counters_bytes(ncounters) + rest) /* without the headroom, it may still fit */
+      r = m->cu->cuMemAlloc(&w->base, size = counters_bytes(ncounters) + rest);
+    if (st == FFN_OK && r == CUDA_ERROR_OUT_OF_MEMORY)
+      st = workspace_oom(m, size);
+    else if (st == FFN_OK && r != CUDA_SUCCESS)
       st = cu_fail(m->cu, r, "cu->cuMemAlloc()");
     if (st == FFN_OK) {
       w->size = size;

@@ -75,3 +75,11 @@ set_tests_properties(gpu_threads PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 ENVIR
 add_test(NAME gpu_cli_run COMMAND sh ${FFNC_TEST_DIR}/gpu/cli_run_test.sh $<TARGET_FILE:ffnc>
          ${PROJECT_SOURCE_DIR}/examples/phi3_tiny.ffn ${CMAKE_CURRENT_BINARY_DIR}/cli_run)
 set_tests_properties(gpu_cli_run PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 ENVIRONMENT "${FFNC_GPU_ENV}")
+
+# A call too large for device memory: FFN_ERR_OUT_OF_MEMORY with the sizes, nothing launched,
+# and the model still right for the next call.
+add_executable(gpu_oom_test gpu/gpu_oom_test.c)
+target_include_directories(gpu_oom_test PRIVATE ${PROJECT_SOURCE_DIR} ${FFNC_TEST_DIR})
+target_link_libraries(gpu_oom_test PRIVATE ffn)
+add_test(NAME gpu_oom COMMAND gpu_oom_test)
+set_tests_properties(gpu_oom PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 ENVIRONMENT "${FFNC_GPU_ENV}")
