@@ -43,7 +43,7 @@ int main(void) {
   if (cu->cuDeviceGet(&dev, 0) || cu->cuDevicePrimaryCtxRetain(&ctx, dev) || cu->cuCtxPushCurrent(ctx) ||
       cu->cuMemAlloc(&x, 1 << 20) || cu->cuMemAlloc(&y, 1 << 20))
     return printf("FAIL: device buffers\n"), 1;
-  int64_t shape[2] = {(int64_t)1 << 29, 256}; /* below every size limit; terabytes of workspace */
+  int64_t shape[2] = {(int64_t)1 << 29, 256}; /* below every size limit; ~1 TB of workspace */
   DLDataType bf16 = {kDLBfloat, 16, 1};
   DLTensor in = {(void *)x, {kDLCUDA, 0}, 2, bf16, shape, NULL, 0}, out = {(void *)y, {kDLCUDA, 0}, 2, bf16, shape, NULL, 0};
   ffn_status s = ffn_model_run(m, NULL, &in, 1, &out, 1);
