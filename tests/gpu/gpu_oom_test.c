@@ -1,7 +1,7 @@
 /* gpu_oom_test.c: a call too large for device memory is a clear error, and the model stays usable.
  *
  * llama3_tiny is called with inputs that claim 2^29 rows (inside the size limits): its workspace would
- * be terabytes, so the call must fail with FFN_ERR_OUT_OF_MEMORY and a message with the sizes
+ * be about a terabyte, so the call must fail with FFN_ERR_OUT_OF_MEMORY and a message with the sizes
  * ("GiB"), before anything is launched (the device buffers behind the tensors are small: a launch
  * would fault). The same model then runs a normal call that must match the CPU reference. Exits 77
  * (skip) without a GPU; the seed is printed.
