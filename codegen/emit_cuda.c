@@ -333,11 +333,17 @@ static void gen_epilogue(Kgen *k, Buf *out) {
 }
 
 void emit_gemm_functor(Kgen *k, Buf *body) {
-  slot(k, gen_tensor_for(k->G, k->gr->a));
-  if (k->wq_bits) { /* gemm_wq reads the codes as B and the scales from slot 2 */
+  if (k->f8) { /* codes of A and B, then their scales (GemmArgs.sa, .sb) */
+    slot(k, k->f8_a);
+    slot(k, k->f8_b);
+    slot(k, k->f8_sa);
+    slot(k, k->f8_sb);
+  } else if (k->wq_bits) { /* gemm_wq reads the codes as B and the scales from slot 2 */
+    slot(k, gen_tensor_for(k->G, k->gr->a));
     slot(k, k->wq_codes);
     slot(k, k->wq_scales);
   } else {
+    slot(k, gen_tensor_for(k->G, k->gr->a));
     slot(k, gen_tensor_for(k->G, k->gr->b_nk));
   }
   buf_printf(body, "struct Epi_@ {\n  const ffn::KArgs *a;\n");
@@ -345,12 +351,20 @@ void emit_gemm_functor(Kgen *k, Buf *body) {
   buf_puts(body, "};\n");
 }
 
+const char *gen_ctype(DType t) {
+  switch (t) {
+  case DT_BF16: return "ffn::bf16";
+  case DT_F16: return "ffn::f16";
+  case DT_F8E4M3: return "ffn::fp8e4m3";
+  case DT_F8E5M2: return "ffn::fp8e5m2";
+  default: return "float";
+  }
+}
+
 /* The template's arguments after its tile sizes (S, STATS, the element type...): each template
  * orders them its own way (kernels/gemm_host.h). */
 static void gemm_template_args(Kgen *k, const ffn_gemm_config *c, int stats, char *params, size_t len) {
-  DType t = k->gr->a->dtype;
-  const char *ctype = t == DT_BF16 ? "ffn::bf16" : t == DT_F16 ? "ffn::f16" : "float";
-  ffn_gemm_template_args(c, k->gr->streams, stats, ctype, params, len);
+  ffn_gemm_template_args(c, k->gr->streams, stats, gen_ctype(k->f8 ? k->f8 : k->gr->a->dtype), params, len);
 }
 
 void emit_gemm_entry(Kgen *k, const ffn_gemm_config *c, bool ext, Buf *body) {
@@ -376,13 +390,15 @@ void emit_gemm_entry(Kgen *k, const ffn_gemm_config *c, bool ext, Buf *body) {
              "  ffn::GemmArgs g;\n"
              "  g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = %lld; g.K = %lld;\n"
              "  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters;\n"
+             "%s"
              "  const Epi_@ epi{&a};\n"
              "  ffn::%s<%s>(g, %s%s, smem);\n}\n",
-             c->threads, c->min_blocks, c->name, (long long)k->ncols, (long long)K, tmpl, params, extra, epi);
+             c->threads, c->min_blocks, c->name, (long long)k->ncols, (long long)(k->f8 ? K / 2 : K),
+             k->f8 ? "  g.sa = (const float *)a.p[2]; g.sb = (const float *)a.p[3];\n" : "", tmpl, params, extra, epi);
 }
 
 /* body with every '@' replaced by the kernel's name. */
-static void put_named(Buf *out, const char *name, const char *body) {
+void emit_named(Buf *out, const char *name, const char *body) {
   for (const char *p = body; *p; p++) {
     if (*p == '@')
       buf_puts(out, name);
@@ -397,9 +413,9 @@ void emit_gemm_text(Kgen *k, const char *name, bool tc, const char *body) {
   long long K = (long long)gr->a->shape.d[gr->a->shape.rank - 1].size;
   buf_printf(&G->src, "\n// kernel %s: GEMM, %d stream%s of %lld columns, K = %lld, %s; from %s:%d\n", name,
              gr->streams, gr->streams > 1 ? "s" : "", (long long)k->ncols, K,
-             k->wq_bits == 8 ? "i8 weights" : k->wq_bits == 4 ? "i4 weights" : tc ? "tensor cores" : "FMA",
+             k->f8 ? dtype_name(k->f8) : k->wq_bits == 8 ? "i8 weights" : k->wq_bits == 4 ? "i4 weights" : tc ? "tensor cores" : "FMA",
              G->g->file ? G->g->file : "?", gr->mm->loc.line);
-  put_named(&G->src, name, body);
+  emit_named(&G->src, name, body);
 }
 
 /* ---- rowwise groups ---- */
@@ -531,7 +547,7 @@ void emit_rowwise_kernel(Kgen *k, int threads, Buf *body) {
 
 void emit_rowwise_text(Kgen *k, const char *name, const char *body) {
   buf_printf(&k->G->src, "\n// kernel %s: rowwise over [%s, %lld]\n", name, "M", (long long)k->ncols);
-  put_named(&k->G->src, name, body);
+  emit_named(&k->G->src, name, body);
 }
 
 /* ---- the whole program ---- */
@@ -548,5 +564,8 @@ void emit_prelude(Gen *G) {
     buf_puts(&G->src, "#include \"gemm_sm90.cuh\"\n");
   if (G->g->prec.type[PREC_WEIGHTS] != DT_NONE)
     buf_puts(&G->src, "#include \"gemm_wq.cuh\"\n");
+  DType mm = G->g->prec.type[PREC_MATMUL];
+  if (mm == DT_F8E4M3 || mm == DT_F8E5M2)
+    buf_puts(&G->src, "#include \"fp8.cuh\"\n");
 }
 

@@ -63,6 +63,8 @@ typedef struct {
   int wq_bits;         /* 8 or 4: B is weight-only quantized (gemm_wq.cuh); 0: not */
   int wq_group;        /* i4 group length along K (0: one group) */
   int wq_codes, wq_scales; /* the packed B and its scales (plan tensors), when wq_bits */
+  DType f8;            /* DT_F8E4M3 / DT_F8E5M2: an fp8 product (fp8.cuh); DT_NONE: not */
+  int f8_a, f8_sa, f8_b, f8_sb; /* its codes and scales of A (run time) and B (load time) */
 } Kgen;
 
 /* Reports an error at n (without a location if n has none) and fails the generation. */
@@ -97,6 +99,11 @@ static inline const char *tname(DType t) { /* storage suffix of ld_/st_ helpers 
 int gen_tensor_for(Gen *G, Node *n);
 
 /* ---- emit_cuda.c ---- */
+
+/* The device type name of element type t (ffn::bf16, ...; float for f32). */
+const char *gen_ctype(DType t);
+/* body into out with every '@' replaced by name. */
+void emit_named(Buf *out, const char *name, const char *body);
 
 /* The head of the source: version, the dtype and op codes, the device templates. */
 void emit_prelude(Gen *G);

@@ -122,6 +122,24 @@ static int wq_prep(Gen *G, Kgen *k, int bits, int group) {
   return 0;
 }
 
+/* The load-time steps that quantize B of fp8 GEMM k (kernels/numfmt.cuh). */
+static int f8_prep(Gen *G, Kgen *k) {
+  Node *b = k->gr->b_nk;
+  int args[2] = {gen_tensor_for(G, b), -1};
+  if (args[0] < 0)
+    return -1;
+  Node sc = {.op = OP_F8_SCALE, .dtype = DT_F32, .nargs = 1, .ival = {k->f8 == DT_F8E5M2}}, pk = sc;
+  pk.op = OP_F8_PACK, pk.dtype = DT_U8, pk.nargs = 2;
+  Node *nodes[2] = {b, &sc};
+  char why[256];
+  if (!ir_infer_shape(G->g, OP_F8_SCALE, nodes, 1, &sc, &sc.shape, why, sizeof why) ||
+      !ir_infer_shape(G->g, OP_F8_PACK, nodes, 2, &pk, &pk.shape, why, sizeof why))
+    return fail(G, k->gr->mm, "%s", why);
+  args[1] = k->f8_sb = add_prep(G, &sc, args);
+  k->f8_b = add_prep(G, &pk, args);
+  return 0;
+}
+
 /* ---- kernels and dedup ---- */
 
 /* The kernel with this generated text: an existing one (*is_new false) or a new one. */
@@ -148,14 +166,55 @@ static void add_step(Gen *G, int kernel, Kgen *k, const Shape *rows_of) {
   memcpy(s->rowdims, rows_of->d, sizeof(Dim) * (size_t)s->nrowdims);
 }
 
+/* The run-time step that quantizes A of fp8 GEMM k row by row (fp8.cuh) into two scratch
+ * tensors, its codes and its row scales; sets k->f8_a and k->f8_sa. */
+static int f8_quant_a(Gen *G, Kgen *k) {
+  Node *a = k->gr->a;
+  int src = gen_tensor_for(G, a);
+  if (src < 0)
+    return -1;
+  Node codes = {.dtype = DT_U8, .shape = a->shape}, scales = {.dtype = DT_F32, .shape = a->shape};
+  scales.shape.rank--;
+  k->f8_a = new_tensor(G, PT_SCRATCH, &codes);
+  k->f8_sa = new_tensor(G, PT_SCRATCH, &scales);
+  int64_t K = a->shape.d[a->shape.rank - 1].size;
+  enum { THREADS = 256 };
+  Buf body = {0};
+  buf_printf(&body,
+             "extern \"C\" __global__ void __launch_bounds__(%d) @(const __grid_constant__ ffn::KArgs a) {\n"
+             "  ffn::quant_rows_f8<%s, %d, %d>((const %s *)a.p[0], (ffn::u8 *)a.p[1], (float *)a.p[2], a.m, %lldLL);\n}\n",
+             THREADS, gen_ctype(a->dtype), k->f8 == DT_F8E5M2, THREADS, gen_ctype(a->dtype), (long long)K);
+  PlanKernel pk = {.kind = KK_ROWWISE, .nvariants = 1, .n = K, .op = OP_COUNT};
+  pk.variants[0] = (KernelVariant){.threads = THREADS};
+  pk.variants[0].cfg.name = "rowwise";
+  bool is_new;
+  int kernel = add_kernel(G, body.s, &pk, &is_new);
+  if (is_new) {
+    char name[32];
+    snprintf(name, sizeof name, "k%d", kernel);
+    buf_printf(&G->src, "\n// kernel %s: %s activations to %s codes and row scales, K = %lld\n", name,
+               dtype_name(a->dtype), dtype_name(k->f8), (long long)K);
+    emit_named(&G->src, name, body.s);
+    G->kernels[kernel].variants[0].func = arena_printf(G->g->arena, "%s", name);
+  }
+  Kgen q = {.G = G, .gr = k->gr, .nslots = 3, .slot_tensor = {src, k->f8_a, k->f8_sa}};
+  add_step(G, kernel, &q, &a->shape);
+  buf_free(&body);
+  return 0;
+}
+
 /* ---- GEMM groups ---- */
 
 /* Whether tile configuration c is compiled for a GEMM: tensor cores (tc) for 16-bit types with
  * 16-byte rows, f32 (and odd K) on the FMA path. On sm_90 the wgmma kernels take M > 64; at
  * decode sizes the mma.sync ones are as fast or faster (kernels/NOTES.md), so both kinds are
  * compiled and the runtime picks by M. */
-static bool config_used(const ffn_gemm_config *c, bool tc, bool hopper, int wq_bits) {
+static bool config_used(const ffn_gemm_config *c, bool tc, bool hopper, int wq_bits, bool f8) {
   bool small = c->max_m > 0 && c->max_m <= 64;
+  /* fp8: Hopper runs mma.sync with fp8 operands in software (through f16), so its wgmma
+   * kernels serve small M too; the mma.sync ones stay for comparison (FFNC_GEMM_VARIANT) */
+  if (f8 && hopper)
+    return c->kind == FFN_GEMM_SM90 || (c->kind == FFN_GEMM_SM80 && small);
   if (wq_bits) /* quantized B: gemm_wq on every arch, its chunk depth by the code width */
     return c->kind == FFN_GEMM_WQ && c->bk == (wq_bits == 8 ? 512 : 1024);
   if (c->kind == FFN_GEMM_WQ)
@@ -173,18 +232,19 @@ static PlanKernel gemm_kernel(Kgen *k, Buf *body) {
   Group *gr = k->gr;
   DType t = gr->a->dtype;
   int64_t K = gr->a->shape.d[gr->a->shape.rank - 1].size;
-  bool tc = (t == DT_BF16 || t == DT_F16) && K % 8 == 0 && !k->wq_bits;
-  PlanKernel pk = {.kind = KK_GEMM, .n = k->ncols, .k = K, .streams = gr->streams, .splittable = tc || k->wq_bits,
-                   .op = OP_COUNT};
-  if (gr->nodes.len == 1 && gr->stores.len == 1 && gr->stores.items[0] == gr->mm && !k->wq_bits)
+  bool tc = ((t == DT_BF16 || t == DT_F16) && K % 8 == 0 && !k->wq_bits) || k->f8;
+  /* k counts 16-bit units for fp8 (pairs of codes, GemmArgs) */
+  PlanKernel pk = {.kind = KK_GEMM, .n = k->ncols, .k = k->f8 ? K / 2 : K, .streams = gr->streams,
+                   .splittable = tc || k->wq_bits, .op = OP_COUNT};
+  if (gr->nodes.len == 1 && gr->stores.len == 1 && gr->stores.items[0] == gr->mm && !k->wq_bits && !k->f8)
     pk.op = OP_MATMUL; /* slots: A, B, the product */
   emit_gemm_functor(k, body);
   int ncfg;
   const ffn_gemm_config *table = ffn_gemm_configs(&ncfg);
   for (int i = 0; i < ncfg && pk.nvariants < 6; i++) {
     const ffn_gemm_config *c = &table[i];
-    if (!config_used(c, tc, k->G->c->arch == 90, k->wq_bits) ||
-        !ffn_gemm_config_fits(c, (long long)gr->streams * k->ncols))
+    if (!config_used(c, tc, k->G->c->arch == 90, k->wq_bits, k->f8 != DT_NONE) || !ffn_gemm_config_takes(c, k->f8 != DT_NONE) ||
+        !ffn_gemm_config_fits(c, (long long)gr->streams * k->ncols, k->f8 != DT_NONE))
       continue;
     /* for the largest M every column of tiles would recompute A's row statistics (about 10% of
      * the GEMM, kernels/NOTES.md): ffn_row_stats computes them once, just before. Up to 512
@@ -205,6 +265,14 @@ static void lower_gemm(Gen *G, Group *gr) {
     fail(G, gr->mm, "a matrix product with N = %lld, K = %lld is above the kernels' 32-bit limit of 2147483647",
          (long long)k.ncols, (long long)K);
     return;
+  }
+  /* fp8: B's codes at load time, A's just before the product (passes/precision.c has checked
+   * that B is constant and K a multiple of 16) */
+  DType mm = G->g->prec.type[PREC_MATMUL];
+  if (mm == DT_F8E4M3 || mm == DT_F8E5M2) {
+    k.f8 = mm;
+    if (f8_prep(G, &k) != 0 || f8_quant_a(G, &k) != 0)
+      return;
   }
   /* weight-only quantization applies where the reference applies it: a constant B */
   DType wq = G->g->prec.type[PREC_WEIGHTS];

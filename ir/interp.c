@@ -35,6 +35,7 @@
 #include "interp.h"
 
 #include "checked.h"
+#include "kernels/numfmt.cuh"
 #include "dims.h"
 #include "size_limits.h"
 
@@ -398,13 +399,12 @@ static void quantize_weights(float *b, int64_t K, int64_t N, int qmax, int64_t g
  * columns (stride_row = 1, stride_in = N): fills scale[count] and quantizes in place. */
 static void quantize_fp8(float *v, int64_t count, int64_t len, int64_t stride_row, int64_t stride_in, DType t,
                          double *scale) {
-  double fmax_t = t == DT_F8E4M3 ? 448.0 : 57344.0;
   for (int64_t r = 0; r < count; r++) {
     float *p = v + r * stride_row;
     double amax = 0;
     for (int64_t k = 0; k < len; k++)
       amax = fmax(amax, fabs(p[k * stride_in]));
-    float s = amax > 0 ? (float)(amax / fmax_t) : 1.0f;
+    float s = ffn_f8_scale(amax, t == DT_F8E5M2);
     for (int64_t k = 0; k < len; k++)
       p[k * stride_in] = (float)round_to_dtype(p[k * stride_in] / (double)s, t);
     scale[r] = s;
@@ -714,7 +714,9 @@ static int eval_node(Ctx *c, const Node *n, RefTensor *const *args, RefTensor *o
     eval_interleave(n, args, out);
     break;
   case OP_WQ_SCALE:
-  case OP_WQ_PACK: /* the verifier keeps them out of graphs */
+  case OP_WQ_PACK:
+  case OP_F8_SCALE:
+  case OP_F8_PACK: /* the verifier keeps them out of graphs */
     return fail(c->err, c->errlen, "%%%d: %s is a GPU packing step, not a graph op", n->id, op_info[n->op].name);
   }
   /* data movement: the values are already rounded to their operands' types */

@@ -376,6 +376,19 @@ bool ir_infer_shape(const Graph *g, Op op, Node *const *args, int nargs, const N
     *out = (Shape){2, {dim_static(R), dim_static(op == OP_WQ_SCALE ? ng : wq_row_bytes(K, (int)bits))}};
     return true;
   }
+  case OP_F8_SCALE:
+  case OP_F8_PACK: {
+    if (a->rank != 2 || !shape_is_static(a))
+      FAIL("fp8 weight quantization needs a static [R, K] operand, got %s", shape_str(g, a, sa, sizeof sa));
+    int64_t R = a->d[0].size, K = a->d[1].size;
+    if (op == OP_F8_PACK) {
+      const Shape *s = &args[1]->shape;
+      if (s->rank != 1 || !shape_is_static(s) || s->d[0].size != R)
+        FAIL("fp8 codes of %s need scales [%lld]", shape_str(g, a, sa, sizeof sa), (long long)R);
+    }
+    *out = op == OP_F8_SCALE ? (Shape){1, {dim_static(R)}} : (Shape){2, {dim_static(R), dim_static(K)}};
+    return true;
+  }
   }
   FAIL("no shape rule for %s", op_info[op].name);
 }
@@ -437,6 +450,10 @@ void ir_print(const Graph *g, FILE *out) {
     case OP_WQ_SCALE:
     case OP_WQ_PACK:
       fprintf(out, " bits=%lld group=%lld", (long long)n->ival[0], (long long)n->ival[1]);
+      break;
+    case OP_F8_SCALE:
+    case OP_F8_PACK:
+      fprintf(out, " %s", n->ival[0] ? "e5m2" : "e4m3");
       break;
     case OP_MATMUL: /* no parameters; an OTHER op must say here which it prints */
     case OP_TRANSPOSE:
@@ -518,7 +535,8 @@ int ir_verify(const Graph *g, char *err, size_t errlen) {
     }
     if (n->op == OP_CONCAT || n->op == OP_INTERLEAVE || n->op == OP_ROWSUM)
       CHECK(n->konst, "load-time op applied to a run-time value");
-    CHECK(n->op != OP_WQ_SCALE && n->op != OP_WQ_PACK, "weight packing for the GPU appears in a graph");
+    CHECK(n->op != OP_WQ_SCALE && n->op != OP_WQ_PACK && n->op != OP_F8_SCALE && n->op != OP_F8_PACK,
+          "weight packing for the GPU appears in a graph");
     pos[n->id] = i + 1;
 #undef CHECK
   }

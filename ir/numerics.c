@@ -3,10 +3,9 @@
  * The small float formats are described by one table (FloatFormat) and handled by one
  * encoder and one decoder, so bf16, f16 and both fp8 flavours share the rounding code:
  *
- *   encode_double  rounds a double DIRECTLY to the format (round to nearest, ties to even)
- *                  working on the double's bits. Going through float first would round
- *                  twice: 1 + 2^-8 + 2^-30 is above the bf16 halfway point 1 + 2^-8, but
- *                  (float) of it is exactly that halfway point, which then rounds to 1.
+ *   encode_double  rounds a double DIRECTLY to the format (round to nearest, ties to even);
+ *                  it is kernels/numfmt.cuh's ffn_fmt_encode, which the GPU's fp8
+ *                  quantizers run too, so both sides produce the same codes.
  *   decode_bits    is exact (every value of these formats is a double).
  *
  * Overflow: bf16 and f16 go to +-inf when the exactly rounded result would exceed the
@@ -20,6 +19,8 @@
  */
 #include "ir.h"
 
+#include "kernels/numfmt.cuh"
+
 #include <math.h>
 #include <string.h>
 
@@ -27,77 +28,23 @@
 #error "ffnc assumes a little-endian host (safetensors data is read in place)"
 #endif
 
-typedef struct {
-  int bits;           /* storage width */
-  int mbits;          /* explicit mantissa bits */
-  int bias;           /* exponent bias; the smallest normal is 2^(1 - bias) */
-  uint32_t max_bits;  /* magnitude bits of the largest finite value */
-  uint32_t nan_bits;  /* canonical quiet NaN (positive) */
-  bool has_inf;       /* max_bits + 1 is infinity (IEEE-style formats) */
-  bool saturate;      /* finite overflow clamps to +-max instead of becoming inf */
-} FloatFormat;
+/* The formats and the encoder live in kernels/numfmt.cuh, shared with the GPU. */
+typedef FfnFloatFmt FloatFormat;
 
-static const FloatFormat fmt_bf16 = {16, 7, 127, 0x7f7f, 0x7fc0, true, false};
-static const FloatFormat fmt_f16 = {16, 10, 15, 0x7bff, 0x7e00, true, false};
-/* OCP FP8 E4M3: no infinities; S.1111.111 is the only NaN, so S.1111.110 = 448 is max. */
-static const FloatFormat fmt_e4m3 = {8, 3, 7, 0x7e, 0x7f, false, true};
-/* OCP FP8 E5M2: IEEE-like (0x7c inf, 0x7d..0x7f NaN), max 0x7b = 57344. */
-static const FloatFormat fmt_e5m2 = {8, 2, 15, 0x7b, 0x7e, true, true};
+static const FloatFormat fmt_bf16 = FFN_FMT_BF16, fmt_f16 = FFN_FMT_F16, fmt_e4m3 = FFN_FMT_E4M3,
+                         fmt_e5m2 = FFN_FMT_E5M2;
 
 static const FloatFormat *float_format(DType t) {
   switch (t) {
-  case DT_BF16:
-    return &fmt_bf16;
-  case DT_F16:
-    return &fmt_f16;
-  case DT_F8E4M3:
-    return &fmt_e4m3;
-  case DT_F8E5M2:
-    return &fmt_e5m2;
-  default:
-    return NULL;
+  case DT_BF16: return &fmt_bf16;
+  case DT_F16: return &fmt_f16;
+  case DT_F8E4M3: return &fmt_e4m3;
+  case DT_F8E5M2: return &fmt_e5m2;
+  default: return NULL;
   }
 }
 
-static uint32_t encode_double(double v, const FloatFormat *f) {
-  uint64_t u;
-  memcpy(&u, &v, sizeof u);
-  uint32_t sign = (uint32_t)(u >> 63) << (f->bits - 1);
-  int biased = (int)((u >> 52) & 0x7ff);
-  uint64_t frac = u & ((UINT64_C(1) << 52) - 1);
-  if (biased == 0x7ff) {
-    if (frac)
-      return sign | f->nan_bits;
-    return sign | (f->has_inf ? f->max_bits + 1 : f->max_bits);
-  }
-  /* Zero, or a double subnormal (< 2^-1022): far below half the smallest subnormal of
-   * any of these formats, so it rounds to a signed zero. */
-  if (biased == 0)
-    return sign;
-  int e = biased - 1023;
-  int emin = 1 - f->bias;
-  uint64_t sig = frac | (UINT64_C(1) << 52); /* v = sig * 2^(e - 52) */
-  /* Round to a multiple of the format's quantum in binade max(e, emin): 2^(eq - mbits).
-   * Below emin the quantum stays that of the smallest normal: gradual underflow. */
-  int eq = e < emin ? emin : e;
-  int shift = 52 - f->mbits + (eq - e); /* >= 42 here */
-  uint64_t keep = 0;
-  if (shift < 64) {
-    uint64_t rem = sig & ((UINT64_C(1) << shift) - 1), half = UINT64_C(1) << (shift - 1);
-    keep = sig >> shift;
-    if (rem > half || (rem == half && (keep & 1)))
-      keep++;
-  } /* else v < 2^-11 quanta: rounds to zero */
-  /* keep is the magnitude in quanta. For a normal result keep is in [2^m, 2^(m+1)] and the
-   * exponent field is eq + bias; adding keep (with its leading 1) to (eq + bias - 1) << m
-   * gives the exponent and mantissa fields at once, carries into the next binade when the
-   * rounding reached 2^(m+1), and gives the subnormal encoding (field 0) when eq == emin
-   * and keep < 2^m, or the smallest normal when a subnormal rounded up to 2^m. */
-  uint64_t mag = ((uint64_t)(eq + f->bias - 1) << f->mbits) + keep;
-  if (mag > f->max_bits)
-    mag = f->saturate ? f->max_bits : f->max_bits + 1;
-  return sign | (uint32_t)mag;
-}
+static uint32_t encode_double(double v, const FloatFormat *f) { return ffn_fmt_encode(v, *f); }
 
 /* 2^e for e in the normal double range, built from its bits (exact; ldexp is a libm call
  * and this runs for every element the interpreter rounds). */

@@ -197,12 +197,45 @@ template <> __device__ __forceinline__ void mma_16816<f16>(float (&d)[4], const 
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+#if __CUDA_ARCH__ >= 890
+// fp8 operands: m16n8k32 takes the same registers, byte for byte, as m16n8k16 does with 16-bit
+// ones (4 fp8 where 2 halves were), so the GEMM templates' ldmatrix addressing serves both; see
+// GemmArgs. D += A * B over 32 k.
+template <> __device__ __forceinline__ void mma_16816<fp8e4m3>(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <> __device__ __forceinline__ void mma_16816<fp8e5m2>(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
+  asm("mma.sync.aligned.m16n8k32.row.col.f32.e5m2.e5m2.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
 #endif
+#endif
+
+// ---- fp8 operands -------------------------------------------------------------------------------
+
+// The tensor-core templates move and address rows in 16-bit units: a bf16/f16 element, or a pair
+// of fp8 elements. gemm_unit<T>::type is that unit; GemmArgs.K counts units.
+template <class T> struct gemm_unit { typedef T type; };
+template <> struct gemm_unit<fp8e4m3> { typedef u16 type; };
+template <> struct gemm_unit<fp8e5m2> { typedef u16 type; };
+template <class T> struct is_fp8 { static constexpr bool value = false; };
+template <> struct is_fp8<fp8e4m3> { static constexpr bool value = true; };
+template <> struct is_fp8<fp8e5m2> { static constexpr bool value = true; };
 
 // ---- the GEMM interface shared by gemm_sm80.cuh and gemm_simt.cuh ----------------------------
 
 // acc[M, S*N] = A[M, K] . B[S*N, K]^T. For S == 2 the two streams (gate, up) are interleaved in
 // groups of 8 rows of B: row (n/8)*8*S + s*8 + n%8 holds row n of stream s.
+//
+// fp8 (T = fp8e4m3 / fp8e5m2, tensor-core templates): A and B hold codes, K counts pairs of them
+// (16-bit units, so K % 8 == 0 means 16 codes), and the product of row r and merged B row n is
+// scaled by sa[r] * sb[n] before the epilogue sees it (gemm_fp8_scale): the per-row and per-column
+// scales of the contract at the top of ir/interp.c.
 struct GemmArgs {
   const void *A;      // (M, K) element type T, 16-byte aligned, lda = K
   const void *B;      // (S*N, K) element type T, 16-byte aligned, ldb = K
@@ -210,7 +243,21 @@ struct GemmArgs {
   int splits;         // split-K factor == gridDim.z
   float *ws;          // split-K workspace, gemm_ws_floats() floats; unused when splits == 1
   unsigned *counters; // one per output tile, zero at allocation; every launch leaves them zero
+  const float *sa;    // fp8: [M] scales of A's rows
+  const float *sb;    // fp8: [S*N] scales of B's rows (merged order)
 };
+
+// fp8: scales v (the accumulators of row `row`, stream s in v[s], B rows brow + 8 s + {0, 1}).
+template <class T, int S>
+__device__ __forceinline__ void gemm_fp8_scale(const GemmArgs &g, int row, int brow, int ncols, float (&v)[S][2]) {
+  if (!is_fp8<T>::value) return;
+  const float r = g.sa[row];
+#pragma unroll
+  for (int s = 0; s < S; ++s)
+#pragma unroll
+    for (int e = 0; e < 2; ++e)
+      if (e < ncols) v[s][e] *= r * g.sb[brow + 8 * s + e];
+}
 
 // Output tile (tm, tn) of linear block index pid: groups of 8 tile rows walk the columns together,
 // so concurrently running CTAs share A rows and B columns in L2.

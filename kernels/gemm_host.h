@@ -112,17 +112,25 @@ static inline const ffn_gemm_config *ffn_gemm_configs(int *count) {
  * Ties go to the configuration listed first. */
 #define FFN_GEMM_TUNED_SMS 132 /* the H100 SXM / H200 the table was measured on */
 
+/* Whether configuration c can multiply fp8 operands: gemm_sm90 sums them in 128-column chunks
+ * (its fp8 "promotion"), so its width must be a multiple of 128. */
+static inline int ffn_gemm_config_takes(const ffn_gemm_config *c, int fp8) {
+  return !fp8 || c->kind != FFN_GEMM_SM90 || c->bn % 128 == 0;
+}
+
 static inline long long ffn_gemm_row_cost(const ffn_gemm_config *c, long long cols) {
   long long tiles = (cols + c->bn - 1) / c->bn;
   return (tiles + FFN_GEMM_TUNED_SMS - 1) / FFN_GEMM_TUNED_SMS * c->bn;
 }
 
-static inline int ffn_gemm_config_fits(const ffn_gemm_config *c, long long cols) {
+static inline int ffn_gemm_config_fits(const ffn_gemm_config *c, long long cols, int fp8) {
   int n;
   const ffn_gemm_config *t = ffn_gemm_configs(&n);
   for (int i = 0; i < n; i++) {
-    /* alternatives: the same kind, regime, row tile and k step, another width */
-    if (&t[i] == c || t[i].kind != c->kind || t[i].max_m != c->max_m || t[i].bm != c->bm || t[i].bk != c->bk)
+    /* alternatives: the same kind, regime, row tile and k step, another width the element type
+     * can use (ffn_gemm_config_takes) */
+    if (&t[i] == c || t[i].kind != c->kind || t[i].max_m != c->max_m || t[i].bm != c->bm || t[i].bk != c->bk ||
+        !ffn_gemm_config_takes(&t[i], fp8))
       continue;
     long long other = ffn_gemm_row_cost(&t[i], cols), mine = ffn_gemm_row_cost(c, cols);
     if (other < mine || (other == mine && &t[i] < c))

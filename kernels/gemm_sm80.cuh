@@ -54,6 +54,8 @@ __device__ __forceinline__ void gemm_sm80(const GemmArgs &g, const Epi &epi, cha
   static_assert(WN % (8 * S) == 0 && WN % 16 == 0, "WN must be a multiple of 16 and of 8*S");
   static_assert(S == 1 || S == 2, "S is 1 or 2");
   static_assert(STATS >= 0 && STATS <= 2, "STATS is 0, 1 or 2");
+  static_assert(!is_fp8<T>::value || STATS == 0, "fp8 A: no row statistics (normfold leaves fp8 products alone)");
+  typedef typename gemm_unit<T>::type U; // what a k step of 2 bytes holds (GemmArgs)
   static_assert(THREADS % CPR == 0 && A_ITERS <= 32 && B_ITERS <= 32, "threads");
   static_assert((STATS + 1) * (BN / WN) * BM * 4 + 2 * BM * 4 <= STAGES * STAGE, "stats scratch");
 
@@ -70,12 +72,12 @@ __device__ __forceinline__ void gemm_sm80(const GemmArgs &g, const Epi &epi, cha
 
   // Copy assignment: this thread moves chunk `ch` of rows r0, r0 + RPP, ... of each tile.
   const int ch = tid % CPR, r0 = tid / CPR;
-  const T *__restrict__ Ag = (const T *)g.A;
-  const T *__restrict__ Bg = (const T *)g.B;
+  const U *__restrict__ Ag = (const U *)g.A;
+  const U *__restrict__ Bg = (const U *)g.B;
   // One base pointer per operand and a bit per row: rows out of range are zero-filled from a
   // clamped address. (Per-row pointers cost two registers each and made the big tiles spill.)
-  const T *a_base = Ag + (size_t)(m0 + r0) * K + ch * 8;
-  const T *b_base = Bg + (size_t)(n0 + r0) * K + ch * 8;
+  const U *a_base = Ag + (size_t)(m0 + r0) * K + ch * 8;
+  const U *b_base = Bg + (size_t)(n0 + r0) * K + ch * 8;
   u32 a_ok = 0, b_ok = 0;
 #pragma unroll
   for (int i = 0; i < A_ITERS; ++i) {
@@ -97,14 +99,14 @@ __device__ __forceinline__ void gemm_sm80(const GemmArgs &g, const Epi &epi, cha
     for (int i = 0; i < A_ITERS; ++i) {
       int row = r0 + i * RPP;
       bool ok = kok && ((a_ok >> i) & 1);
-      const T *src = ok ? a_base + (size_t)i * RPP * K + koff : Ag;
+      const U *src = ok ? a_base + (size_t)i * RPP * K + koff : Ag;
       if (BM % RPP == 0 || row < BM) cp_async16(base + gemm_swizzle<BK>(row, ch), src, ok);
     }
 #pragma unroll
     for (int i = 0; i < B_ITERS; ++i) {
       int row = r0 + i * RPP;
       bool ok = kok && ((b_ok >> i) & 1);
-      const T *src = ok ? b_base + (size_t)i * RPP * K + koff : Bg;
+      const U *src = ok ? b_base + (size_t)i * RPP * K + koff : Bg;
       if (BN % RPP == 0 || row < BN) cp_async16(base + A_STAGE + gemm_swizzle<BK>(row, ch), src, ok);
     }
   };
@@ -146,7 +148,7 @@ __device__ __forceinline__ void gemm_sm80(const GemmArgs &g, const Epi &epi, cha
         bfr[2 * jp + 1][0] = r[2];
         bfr[2 * jp + 1][1] = r[3];
       }
-      if (STATS) {
+      if constexpr (STATS != 0) {
         // Row statistics from the A fragments: unit (i, ks) goes to warp column (i + ks) % WARPS_N,
         // so each A element is counted once per CTA, the warps of a row share the work, and each
         // k-step unpacks only MI / WARPS_N fragments (all MI at once made WARPS_N == 2 tiles spill).
@@ -294,6 +296,7 @@ __device__ __forceinline__ void gemm_sm80(const GemmArgs &g, const Epi &epi, cha
           v[s][0] = acc[i][jg * S + s][2 * h];
           v[s][1] = acc[i][jg * S + s][2 * h + 1];
         }
+        gemm_fp8_scale<T, S>(g, row, n0 + wn * WN + jg * 8 * S + 2 * (lane & 3), col + 1 < N ? 2 : 1, v);
         epi(row, col, col + 1 < N ? 2 : 1, v, rsum, rsumsq);
       }
     }

@@ -7,6 +7,7 @@
 // kernels serves every program.
 #pragma once
 #include "abi.cuh"
+#include "numfmt.cuh"
 #include "quant.cuh"
 
 namespace ffn {
@@ -220,4 +221,32 @@ extern "C" __global__ void ffn_prep_wq_pack(const ffn::PrepArgs a) {
     }
     ((unsigned char *)a.out)[i] = (unsigned char)byte;
   }
+}
+
+// fp8 matrix products: the weights' per-row scales and codes (kernels/numfmt.cuh, the contract at
+// the top of ir/interp.c), for b [R, K] (the GEMM's B, a row per output column). a.rows = R,
+// a.cols = K, a.inner = 1 for e5m2 (0: e4m3).
+
+// out f32 [R]: a warp per row, the largest magnitude in double.
+extern "C" __global__ void ffn_prep_f8_scale(const ffn::PrepArgs a) {
+  const long long R = a.rows, K = a.cols;
+  const int lane = threadIdx.x & 31;
+  long long warp = (blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5;
+  for (long long r = warp; r < R; r += ((long long)gridDim.x * blockDim.x) >> 5) {
+    double amax = 0;
+    for (long long k = lane; k < K; k += 32)
+      amax = fmax(amax, fabs(ffn::prep_load(a.a, a.dta, r * K + k)));
+    for (int o = 16; o > 0; o >>= 1)
+      amax = fmax(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    if (lane == 0)
+      ((float *)a.out)[r] = ffn_f8_scale(amax, (int)a.inner);
+  }
+}
+
+// out u8 [R, K]: a thread per code; a.b: the scales above.
+extern "C" __global__ void ffn_prep_f8_pack(const ffn::PrepArgs a) {
+  const long long R = a.rows, K = a.cols;
+  const float *scale = (const float *)a.b;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < R * K; i += (long long)gridDim.x * blockDim.x)
+    ((unsigned char *)a.out)[i] = (unsigned char)ffn_f8_code(ffn::prep_load(a.a, a.dta, i), scale[i / K], (int)a.inner);
 }

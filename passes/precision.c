@@ -27,9 +27,6 @@ static int check_policy(Compile *c) {
   snprintf(arch, sizeof arch, "sm_%d", c->arch);
   if (is_f8(mm) && c->arch < 89)
     return refuse(c, PREC_MATMUL, "fp8 matrix products need sm_89 or newer; the target is %s%s", arch, "");
-  if (is_f8(mm))
-    return refuse(c, PREC_MATMUL, "%s matrix products are not supported by the GPU code generator yet%s",
-                  dtype_name(mm), "");
   /* weight-only i8 / i4 run in gemm_wq.cuh, which dequantizes exactly the reference's values in
    * f32; it takes one scale per 16-byte word of codes (32 k), and does not round the dequantized
    * weights to a `precision matmul` type as the reference would */
@@ -48,9 +45,31 @@ static int check_policy(Compile *c) {
   return 0;
 }
 
+/* fp8 products (kernels/fp8.cuh): A is quantized row by row when the product runs, so it may be
+ * any float type the quantizer reads; B is quantized once at load time, so it must be constant;
+ * both are moved as 16-byte rows of codes. */
+static int check_f8_gemm(Compile *c, Group *gr) {
+  DType a = gr->a->dtype, mm = c->g->prec.type[PREC_MATMUL];
+  int64_t K = gr->a->shape.d[gr->a->shape.rank - 1].size;
+  const char *why = NULL;
+  if (a != DT_F32 && a != DT_F16 && a != DT_BF16)
+    why = "its activations must be f32, f16 or bf16";
+  else if (!ir_is_const(gr->mm->args[1]))
+    why = "its right operand must be a weight (or computed from weights): it is quantized once, at load time";
+  else if (K % 16 != 0)
+    why = "the shared dimension must be a multiple of 16";
+  if (!why)
+    return 0;
+  diag_error(c->diags, c->src, gr->mm->loc, "this %s matrix product cannot run on the GPU: %s (K = %lld)",
+             dtype_name(mm), why, (long long)K);
+  return -1;
+}
+
 static int check_gemm(Compile *c, Group *gr) {
   Graph *g = c->g;
   DType a = gr->a->dtype, b = gr->b_nk->dtype, mm = g->prec.type[PREC_MATMUL];
+  if (is_f8(mm))
+    return check_f8_gemm(c, gr);
   if (mm != DT_NONE && (mm != a || mm != b))
     return refuse(c, PREC_MATMUL, "converting %s operands to `precision matmul %s` is not supported by the GPU code "
                   "generator yet", dtype_name(a), dtype_name(mm));

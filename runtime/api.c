@@ -346,6 +346,7 @@ static ffn_status load_module(ffn_model *m) {
               {&m->prep_transpose, "ffn_prep_transpose"}, {&m->prep_interleave, "ffn_prep_interleave"},
               {&m->prep_rowsum, "ffn_prep_rowsum"},       {&m->prep_matmul, "ffn_prep_matmul"},
               {&m->prep_wq_scale, "ffn_prep_wq_scale"}, {&m->prep_wq_pack, "ffn_prep_wq_pack"},
+              {&m->prep_f8_scale, "ffn_prep_f8_scale"}, {&m->prep_f8_pack, "ffn_prep_f8_pack"},
               {&m->row_stats, "ffn_row_stats"}};
   for (size_t i = 0; i < sizeof prep / sizeof prep[0]; i++)
     if (cu->cuModuleGetFunction(prep[i].f, m->module, prep[i].name) != CUDA_SUCCESS)

@@ -169,6 +169,14 @@ static ffn_status prep_kernel(ffn_model *m, const PrepStep *s, CUdeviceptr out) 
     if (s->op == OP_WQ_SCALE) /* a warp per (row, group) */
       return launch1d(m, m->prep_wq_scale, a.n * 32, &a);
     return launch1d(m, m->prep_wq_pack, a.n, &a);
+  case OP_F8_SCALE:
+  case OP_F8_PACK:
+    if (o->dtype != (s->op == OP_F8_SCALE ? DT_F32 : DT_U8) || (s->op == OP_F8_PACK && tb->dtype != DT_F32))
+      break;
+    a.rows = ta->dims[0].size, a.cols = ta->dims[1].size, a.inner = s->ival[0] != 0;
+    if (s->op == OP_F8_SCALE) /* a warp per row */
+      return launch1d(m, m->prep_f8_scale, a.n * 32, &a);
+    return launch1d(m, m->prep_f8_pack, a.n, &a);
   case OP_MATMUL:
     if (s->ival[0] != 0 && s->ival[0] != 8 && s->ival[0] != 4)
       break;

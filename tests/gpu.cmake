@@ -20,6 +20,14 @@ ffn_gpu_model_test(gpu_phi3_tiny examples/phi3_tiny.ffn)
 ffn_gpu_model_test(gpu_gpt2_tiny examples/gpt2_tiny.ffn)
 ffn_gpu_model_test(gpu_fused_llama_aot tests/gpu/models/fused_llama.ffn --aot)
 ffn_gpu_model_test(gpu_wq_llama_i4g32_aot tests/gpu/models/wq_llama_i4g32_bf16.ffn --aot)
+# fp8 on Hopper: the wgmma kernels at every M (64-row tiles, promotion), forced, and the
+# mma.sync ones Hopper emulates through f16, forced too: both must match the reference.
+foreach(cfg sm90_64x128x64 sm90_128x128x64 sm80_32x128x64)
+  add_test(NAME gpu_f8_llama_${cfg} COMMAND gpu_model_test tests/gpu/models/f8_llama_e4m3_bf16.ffn)
+  set_tests_properties(gpu_f8_llama_${cfg} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
+    ENVIRONMENT "${FFNC_GPU_ENV};FFNC_GEMM_VARIANT=${cfg}")
+endforeach()
+
 file(GLOB GPU_TEST_MODELS CONFIGURE_DEPENDS ${FFNC_TEST_DIR}/gpu/models/*.ffn)
 foreach(m ${GPU_TEST_MODELS})
   get_filename_component(base ${m} NAME_WE)
@@ -29,9 +37,19 @@ endforeach()
 
 # NVRTC compiles every example's generated source for sm_80 and sm_90 (no GPU needed).
 file(GLOB FFNC_EXAMPLE_MODELS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/examples/*.ffn)
+# fp8 models (f8_*) also for sm_89 (mma.sync with fp8 operands), and for sm_80 they must fail
+# with the compile error that names the arch (exit 1), never fall back.
 foreach(m ${FFNC_EXAMPLE_MODELS} ${GPU_TEST_MODELS})
   get_filename_component(base ${m} NAME_WE)
-  foreach(arch sm_80 sm_90)
+  set(archs sm_80 sm_90)
+  if(base MATCHES "^f8_")
+    set(archs sm_89 sm_90)
+    add_test(NAME nvrtc_${base}_sm_80_refused
+      COMMAND sh -c "out=$(\"$0\" build \"$1\" --emit cubin --arch sm_80 -o \"$2\" 2>&1); rc=$?; echo \"$out\"; \
+test $rc -eq 1 && test ! -e \"$2\" && echo \"$out\" | grep -q 'fp8 matrix products need sm_89 or newer; the target is sm_80'"
+              $<TARGET_FILE:ffnc> ${m} ${CMAKE_CURRENT_BINARY_DIR}/${base}_sm_80.cubin)
+  endif()
+  foreach(arch ${archs})
     add_test(NAME nvrtc_${base}_${arch}
       COMMAND ffnc build ${m} --emit cubin --arch ${arch} -o ${CMAKE_CURRENT_BINARY_DIR}/${base}_${arch}.cubin)
     set_tests_properties(nvrtc_${base}_${arch} PROPERTIES LABELS nvrtc

@@ -80,15 +80,17 @@ int main(int argc, char **argv) {
   for (int k = 0; k < nt; k++) {
     TensorSet in = {0};
     make_inputs(g, tokens[k], seed + 1000 + (uint64_t)k, &in);
-    RefTensor ref[64] = {0}, refp[64] = {0};
+    RefTensor ref[64] = {0}, refp[64] = {0}, refx[64] = {0};
     char label[128];
     snprintf(label, sizeof label, "T=%lld", (long long)tokens[k]);
-    if (reference(g, &w, &in, ref) != 0 || reference(gp, &w, &in, refp) != 0 ||
-        run_and_compare(label, m, g, &in, refp, ref) != 0)
+    int exact = reference_unquantized(g, &w, &in, refx);
+    if (exact < 0 || reference(g, &w, &in, ref) != 0 || reference(gp, &w, &in, refp) != 0 ||
+        run_and_compare(label, m, g, &in, refp, ref, exact ? refx : NULL) != 0)
       failed++;
     for (int i = 0; i < g->noutputs; i++) {
       ref_free(&ref[i]);
       ref_free(&refp[i]);
+      ref_free(&refx[i]);
     }
     set_free(&in);
   }

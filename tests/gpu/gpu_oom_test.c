@@ -61,7 +61,7 @@ int main(void) {
   make_inputs(g, 7, seed + 1, &inputs);
   RefTensor ref[8] = {0}, refp[8] = {0};
   if (reference(g, &w, &inputs, ref) != 0 || reference(gp, &w, &inputs, refp) != 0 ||
-      run_and_compare("after the huge call, T=7", m, g, &inputs, refp, ref) != 0)
+      run_and_compare("after the huge call, T=7", m, g, &inputs, refp, ref, NULL) != 0)
     failed++;
   printf("%s\n", failed ? "FAILED" : "PASSED");
   return failed ? 1 : 0;

@@ -58,7 +58,18 @@ static inline Tolerance tolerance_for(DType t, bool source) {
  * catches gross errors: rel_l2 3e-2 (i8) and 0.3 (i4), elements within 0.3 / 1.0 rms. */
 static inline Tolerance tolerance_of(const Graph *g, DType narrow, bool source) {
   Tolerance t = tolerance_for(narrow, source);
-  DType w = g->prec.type[PREC_WEIGHTS];
+  DType w = g->prec.type[PREC_WEIGHTS], mm = g->prec.type[PREC_MATMUL];
+  /* fp8 products: the GPU makes the reference's codes bit for bit from the same stored values
+   * (kernels/numfmt.cuh), but a stored activation one 16-bit ulp away from the reference's (f32
+   * against f64 arithmetic upstream, as above) lands on another fp8 code about once in 16 (2^-8
+   * against the codes' 2^-4 spacing of e4m3), which moves that element by up to 6%, and every
+   * later product quantizes the difference again. So layer after layer the GPU's result and the
+   * reference's become two equally valid fp8 results that differ by about the quantization
+   * noise (measured on the H200: rel_l2 0.2-0.4% after one layer, 1-2% after two). Against them
+   * only a norm bound and gross per-element errors here; what fp8 must get right is checked by
+   * fp8_quality: the GPU no less accurate than the reference against the unquantized result. */
+  if (mm == DT_F8E4M3 || mm == DT_F8E5M2)
+    t = source ? (Tolerance){5e-2, 1.0, 0.4} : (Tolerance){4e-2, 1.0, 0.4};
   if (source && w == DT_I8)
     t = (Tolerance){3e-2, 0.3, 0.3};
   if (source && w == DT_I4)
@@ -232,13 +243,47 @@ static int compare_one(const char *label, const char *which, const char *name, T
   if (!ok && first_bad >= 0)
     printf("      first bad element %lld: gpu %.6g ref %.6g\n", (long long)first_bad, dtype_load(dt, out, (size_t)first_bad),
            ref->data[first_bad]);
+  /* FFNC_TEST_ERRMAP=N (debugging): the first N elements off by more than 1e-3 rms, as (row, col) */
+  const char *map = getenv("FFNC_TEST_ERRMAP");
+  int64_t cols = ref->rank ? ref->shape[ref->rank - 1] : 1, shown = 0, limit = map ? atoll(map) : 0;
+  for (int64_t j = 0; j < n && shown < limit && cols > 0; j++) {
+    double o = dtype_load(dt, out, (size_t)j), r = ref->data[j];
+    if (fabs(o - r) > 1e-3 * rms) {
+      printf("      row %lld col %lld: gpu %.6g ref %.6g\n", (long long)(j / cols), (long long)(j % cols), o, r);
+      shown++;
+    }
+  }
+  return ok ? 0 : -1;
+}
+
+static double rel_l2_of(DType dt, const void *out, const RefTensor *a, const RefTensor *exact) {
+  double num = 0, den = 0;
+  for (int64_t j = 0; j < ref_numel(exact); j++) {
+    double v = out ? dtype_load(dt, out, (size_t)j) : a->data[j], e = exact->data[j];
+    num += (v - e) * (v - e);
+    den += e * e;
+  }
+  return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* fp8: the quantization error of the GPU's result against the unquantized one (the source graph
+ * without `precision matmul`) may exceed the reference's own by 15% of it plus 2e-3: the
+ * reference's error varies by about that much between equally valid fp8 results (the GPU-vs-
+ * reference differences of tolerance_of). */
+static int fp8_quality(const char *label, const char *name, DType dt, const void *out, const RefTensor *ref_prog,
+                       const RefTensor *exact) {
+  double e_gpu = rel_l2_of(dt, out, NULL, exact), e_ref = rel_l2_of(dt, NULL, ref_prog, exact);
+  bool ok = e_gpu <= 1.15 * e_ref + 2e-3;
+  printf("%s %s %s fp8 error vs unquantized: gpu %.4g, reference %.4g (bound %.4g)\n", ok ? "ok  " : "FAIL", label,
+         name, e_gpu, e_ref, 1.15 * e_ref + 2e-3);
   return ok ? 0 : -1;
 }
 
 /* Runs m on the inputs (make_inputs order = the program's) and compares every output with the
- * program's and the source's references; returns 0 if both are within tolerance. */
+ * program's and the source's references; returns 0 if both are within tolerance. ref_exact (fp8
+ * programs, else NULL): the unquantized reference for fp8_quality. */
 static inline int run_and_compare(const char *label, ffn_model *m, const Graph *g, const TensorSet *in,
-                                  const RefTensor *ref_prog, const RefTensor *ref_src) {
+                                  const RefTensor *ref_prog, const RefTensor *ref_src, const RefTensor *ref_exact) {
   int nout = g->noutputs, nin = in->n;
   DLTensor din[64], dout[64];
   for (int k = 0; k < nin; k++) {
@@ -267,10 +312,26 @@ static inline int run_and_compare(const char *label, ffn_model *m, const Graph *
                       &ref_prog[i]);
     rc |= compare_one(label, "source", g->outputs[i].name, tolerance_of(g, narrow, true), ref_src[i].dtype, bufs[i],
                       &ref_src[i]);
+    if (ref_exact)
+      rc |= fp8_quality(label, g->outputs[i].name, ref_src[i].dtype, bufs[i], &ref_prog[i], &ref_exact[i]);
   }
   for (int i = 0; i < nout; i++)
     free(bufs[i]);
   return rc;
+}
+
+static inline int reference(const Graph *g, const TensorSet *w, const TensorSet *in, RefTensor *out);
+
+/* fp8 programs: the source graph's result without `precision matmul` into out; 0 (and nothing)
+ * for other programs, 1 when computed, -1 on error. */
+static inline int reference_unquantized(Graph *g, const TensorSet *w, const TensorSet *in, RefTensor *out) {
+  DType mm = g->prec.type[PREC_MATMUL];
+  if (mm != DT_F8E4M3 && mm != DT_F8E5M2)
+    return 0;
+  g->prec.type[PREC_MATMUL] = DT_NONE;
+  int rc = reference(g, w, in, out);
+  g->prec.type[PREC_MATMUL] = mm;
+  return rc == 0 ? 1 : -1;
 }
 
 static inline int reference(const Graph *g, const TensorSet *w, const TensorSet *in, RefTensor *out) {

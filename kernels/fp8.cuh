@@ -1,0 +1,68 @@
+// fp8.cuh: the run-time half of fp8 matrix products: quantizing activations, row by row, into the
+// codes and scales the tensor-core templates read (GemmArgs: A, sa). The weights' half runs once at
+// load time (prep.cuh: ffn_prep_f8_scale, ffn_prep_f8_pack). Both follow the contract at the top of
+// ir/interp.c through kernels/numfmt.cuh, so the GPU's codes are the reference's, bit for bit:
+//
+//   sa[r] = ffn_f8_scale(max_k |a[r,k]|)          (the largest magnitude of the stored values)
+//   q[r,k] = ffn_f8_code(a[r,k], sa[r])            (a / sa in double, rounded once to fp8)
+//
+// Rows are grid-strided like the generated rowwise kernels (a block per row, KArgs.m rows).
+#pragma once
+#include "common.cuh"
+#include "numfmt.cuh"
+
+namespace ffn {
+
+// Eight consecutive elements of T (16-byte aligned) as floats.
+template <class T> __device__ __forceinline__ void load8(const T *p, float (&f)[8]) {
+  if constexpr (sizeof(T) == 2) {
+    const uint4 w = *(const uint4 *)p;
+    unpack2<T>(w.x, f[0], f[1]);
+    unpack2<T>(w.y, f[2], f[3]);
+    unpack2<T>(w.z, f[4], f[5]);
+    unpack2<T>(w.w, f[6], f[7]);
+  } else {
+    const float4 a = ((const float4 *)p)[0], b = ((const float4 *)p)[1];
+    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+  }
+}
+
+// x [m, K] of T (bf16, f16 or f32) -> q [m, K] fp8 codes, s [m] f32; K % 16 == 0.
+template <class T, int E5M2, int THREADS>
+__device__ __forceinline__ void quant_rows_f8(const T *__restrict__ x, u8 *__restrict__ q, float *__restrict__ s,
+                                              long long m, long long K) {
+  __shared__ float red[THREADS / 32];
+  const int tid = threadIdx.x;
+  for (long long row = blockIdx.x; row < m; row += gridDim.x) {
+    const T *xr = x + row * K;
+    float amax = 0.f;
+    for (long long c = tid; c < K / 8; c += THREADS) {
+      float f[8];
+      load8(xr + 8 * c, f);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(f[i])); // skips NaN, as the reference's fmax
+    }
+    amax = warp_max(amax);
+    if ((tid & 31) == 0) red[tid >> 5] = amax;
+    __syncthreads();
+    amax = tid < THREADS / 32 ? red[tid] : 0.f;
+    if (tid < 32) amax = warp_max(amax);
+    if (tid == 0) red[0] = amax;
+    __syncthreads();
+    const float sc = ffn_f8_scale((double)red[0], E5M2);
+    __syncthreads(); // red is reused by the next row
+    if (tid == 0) s[row] = sc;
+    uint2 *qr = (uint2 *)(q + row * K);
+    for (long long c = tid; c < K / 8; c += THREADS) {
+      float f[8];
+      load8(xr + 8 * c, f);
+      uint2 out;
+      out.x = out.y = 0u;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) (i < 4 ? out.x : out.y) |= ffn_f8_code(f[i], sc, E5M2) << (8 * (i & 3));
+      qr[c] = out;
+    }
+  }
+}
+
+} // namespace ffn
