@@ -554,9 +554,10 @@ static Node *make_weight(Sema *s, const char *tensor_name, Shape shape, DType dt
     if (old->dtype == dt && shape_eq(&old->shape, &shape) && same_scale)
       return old;
     char a[128], b[128];
-    if (old->dtype == dt && shape_eq(&old->shape, &shape)) { /* the codes agree, their scales do not */
+    DType old_codes = old->stored ? old->stored : old->dtype, codes = stored ? stored : dt;
+    if (old_codes == codes && shape_eq(&old->shape, &shape)) { /* the codes agree, their scales do not */
       if (error_at(s, at, "tensor \"%s\" is already declared %s", tensor_name,
-                   old->stored == DT_NONE ? "without a scale" : "with another scale tensor"))
+                   old->stored == DT_NONE ? "without a scale" : stored == DT_NONE ? "with a scale" : "with another scale tensor"))
         note(s, "first declared at line %d%s%s%s", old->loc.line, old->stored == DT_NONE ? "" : ", with scale \"",
              old->stored == DT_NONE ? "" : old->scale, old->stored == DT_NONE ? "" : "\"");
       return NULL;
@@ -658,9 +659,9 @@ static void prec_note(Sema *s, PrecClass cls) {
   char set[64];
   prec_setting_str(set, sizeof set, cls, s->prec.type[cls], s->prec.group);
   if (s->prec.loc[cls].line > 0)
-    note(s, "%s is set at line %d", set, s->prec.loc[cls].line);
+    note(s, "`precision %s %s` is set at line %d", prec_class_names[cls], set, s->prec.loc[cls].line);
   else
-    note(s, "%s comes from the command line", set);
+    note(s, "`--precision %s=%s` is given on the command line", prec_class_names[cls], set);
 }
 
 /* The rules for pre-quantized operands (dsl: "Pre-quantized fp8 weights"): under `precision
