@@ -92,8 +92,9 @@ static const char usage[] =
     "usage: ffnc gen FILE.ffn [--weights W.safetensors] [--inputs IN.safetensors --dim T=N...] [--seed S]\n"
     "Writes random weights (and inputs, with every dynamic dim given by a --dim, one per dim) of the\n"
     "names, shapes and types FILE declares. Matrices ~ N(0, 1/K), norm gains ~ 1 + N(0, 0.01),\n"
-    "biases ~ N(0, 0.01), inputs ~ N(0, 1). The same seed (an integer >= 0, default 1) gives the same\n"
-    "tensors.\n";
+    "biases ~ N(0, 0.01), inputs ~ N(0, 1); a weight declared `f8e4m3 scale` (or f8e5m2) gets those values\n"
+    "quantized per output row: its codes and an f32 [rows, 1] scale tensor. The same seed (an integer\n"
+    ">= 0, default 1) gives the same tensors.\n";
 
 enum { O_WEIGHTS, O_INPUTS, O_SEED, O_DIM };
 
