@@ -69,6 +69,10 @@ char *plan_to_json(const Plan *p) {
     json_object_set_new(o, "first", json_integer(t->first));
     json_object_set_new(o, "last", json_integer(t->last));
     json_object_set_new(o, "keep", json_boolean(t->keep));
+    if (t->stored != DT_NONE) {
+      json_object_set_new(o, "stored", json_string(dtype_name(t->stored)));
+      json_object_set_new(o, "scale", json_string(t->scale ? t->scale : ""));
+    }
     json_array_append_new(ts, o);
   }
   json_object_set_new(root, "tensors", ts);
@@ -296,6 +300,14 @@ static void read_tensor(Reader *r, json_t *o, PlanTensor *t) {
   t->first = (int)integer(r, o, "first", -1, 1 << 30);
   t->last = (int)integer(r, o, "last", -1, 1 << 30);
   t->keep = json_is_true(json_object_get(o, "keep"));
+  json_t *stored = json_object_get(o, "stored"), *scale = json_object_get(o, "scale");
+  if (stored || scale) { /* a pre-quantized weight: both, f8 codes, a named scale */
+    t->stored = json_is_string(stored) ? dtype_from_name(json_string_value(stored)) : DT_NONE;
+    t->scale = json_is_string(scale) ? arena_strdup(p->arena, json_string_value(scale)) : NULL;
+    if (t->kind != PT_WEIGHT || (t->stored != DT_F8E4M3 && t->stored != DT_F8E5M2) || !t->scale || !t->scale[0] ||
+        t->dtype != DT_F32)
+      bad(r, "a pre-quantized tensor must be an f32 weight with f8e4m3 or f8e5m2 codes and a named scale");
+  }
 }
 
 static void read_prep_step(Reader *r, json_t *o, PrepStep *s) {

@@ -30,6 +30,12 @@ typedef struct {
   const char *name; /* PT_WEIGHT: tensor name; PT_INPUT/PT_OUTPUT: the model's name */
   int first, last;  /* PT_SCRATCH: first and last run step touching it */
   bool keep;        /* PT_WEIGHT, PT_DERIVED: needed at run time (else freed after prep) */
+  /* PT_WEIGHT from a pre-quantized fp8 checkpoint (the IR weight's Node.stored/.scale): the
+   * tensor `name` holds `stored` codes, the tensor `scale` their scales (ir/prequant.h), and
+   * dtype is the value type, f32. ffn_model_bind_weights_file reads and checks both and keeps
+   * them as ffn_model.prequant[t]. DT_NONE and NULL otherwise. */
+  DType stored;
+  const char *scale;
 } PlanTensor;
 
 /* A load-time step: out = op(args) with the IR op's semantics (ir/ops.def). */

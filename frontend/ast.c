@@ -153,6 +153,8 @@ void stmt_free(Stmt *s) {
   dims_free(s->dims);
   free(s->dtype);
   free(s->str);
+  free(s->scale.word);
+  free(s->scale.str);
   free(s->key);
   free(s->lo.name);
   free(s->hi.name);

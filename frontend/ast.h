@@ -78,6 +78,13 @@ struct DimItem {
   DimItem *next;
 };
 
+typedef struct { /* `scale ["tensor"]` after a weight's element type (a pre-quantized weight) */
+  char *word;    /* the word as written (sema checks it is `scale`); NULL: none */
+  Span span;
+  char *str;     /* the scale tensor's name, escapes decoded; NULL: the default */
+  Span str_span; /* the string literal, quotes included */
+} ScaleSpec;
+
 typedef struct { /* one end of a range `A..B`: an integer literal or a const */
   char *name;    /* NULL: num */
   Num num;
@@ -89,7 +96,8 @@ typedef enum {
   ST_DIM,       /* name; has_num: num (static size) */
   ST_CONST,     /* name, num */
   ST_INPUT,     /* name, dims, dtype */
-  ST_WEIGHT,    /* name, dims, dtype; has_str: str (tensor name, escapes decoded) */
+  ST_WEIGHT,    /* name, dims, dtype; has_str: str (tensor name, escapes decoded);
+                   scale.word: a word after the type (`scale`), with scale.str its tensor */
   ST_OUTPUT,    /* name */
   ST_BIND,      /* names (one or more), expr */
   ST_RETURN,    /* expr */
@@ -117,6 +125,7 @@ struct Stmt {
   char *str;
   bool has_str;
   Span str_span; /* the string literal, quotes included */
+  ScaleSpec scale; /* ST_WEIGHT */
   char *key;     /* ST_PRECISION: the word before `=` (must be "group") */
   Span key_span;
   Bound lo, hi;

@@ -96,6 +96,7 @@ static Stmt *bind(IdentList names, Expr *e, FfnLoc all) {
   IdentList idents;
   DimList dims;
   Bound bound;
+  ScaleSpec scale;
 }
 
 %token END 0 "end of file"
@@ -116,6 +117,7 @@ static Stmt *bind(IdentList names, Expr *e, FfnLoc all) {
 %type <expr> expr postfix primary
 %type <args> args arg_list
 %type <bound> bound
+%type <scale> scale
 %type <num> signed_number
 
 %destructor { free($$); } <str>
@@ -126,6 +128,7 @@ static Stmt *bind(IdentList names, Expr *e, FfnLoc all) {
 %destructor { idents_free($$.head); } <idents>
 %destructor { dims_free($$.head); } <dims>
 %destructor { free($$.name); } <bound>
+%destructor { free($$.word); free($$.str); } <scale>
 
 %left '+' '-'
 %left '@' '*' '/'
@@ -189,12 +192,16 @@ stmt:
     $$->num_span = span_of(@4);
   }
 | INPUT IDENT ':' shape IDENT      { $$ = typed_decl(ST_INPUT, @$, $2, @2, $4, $5, @5); }
-| WEIGHT IDENT ':' shape IDENT     { $$ = typed_decl(ST_WEIGHT, @$, $2, @2, $4, $5, @5); }
-| WEIGHT IDENT ':' shape IDENT '=' STRING {
+| WEIGHT IDENT ':' shape IDENT scale {
     $$ = typed_decl(ST_WEIGHT, @$, $2, @2, $4, $5, @5);
-    $$->str = $7;
+    $$->scale = $6;
+  }
+| WEIGHT IDENT ':' shape IDENT scale '=' STRING {
+    $$ = typed_decl(ST_WEIGHT, @$, $2, @2, $4, $5, @5);
+    $$->scale = $6;
+    $$->str = $8;
     $$->has_str = true;
-    $$->str_span = span_of(@7);
+    $$->str_span = span_of(@8);
   }
 | OUTPUT IDENT                     { $$ = decl(ST_OUTPUT, @$, $2, @2); }
 | names '=' expr                   { $$ = bind($1, $3, @$); }
@@ -234,6 +241,15 @@ stmt:
     $$->close = span_of(@6);
     $$ = stmt_nest(ctx, $$);
   }
+;
+
+/* `scale` or `scale "tensor"` after a weight's type: a pre-quantized fp8 weight. Any word
+ * is taken here and sema says what it expected, so that `scale` stays an ordinary name
+ * everywhere else (no existing program changes meaning). */
+scale:
+  %empty                           { $$ = (ScaleSpec){0}; }
+| IDENT                            { $$ = (ScaleSpec){.word = $1, .span = span_of(@1)}; }
+| IDENT STRING                     { $$ = (ScaleSpec){.word = $1, .span = span_of(@1), .str = $2, .str_span = span_of(@2)}; }
 ;
 
 names:

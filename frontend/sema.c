@@ -529,7 +529,8 @@ static uint64_t hash_str(const char *p) {
 
 /* Same as ir_weight (one node per tensor name, a second declaration must agree), with a
  * hash table: a loop may declare thousands of weights. */
-static Node *make_weight(Sema *s, const char *tensor_name, Shape shape, DType dt, Span at) {
+static Node *make_weight(Sema *s, const char *tensor_name, Shape shape, DType dt, DType stored, const char *scale,
+                         Span at) {
   if (s->nweights * 2 >= s->capweights) {
     int cap = s->capweights ? s->capweights * 2 : 64;
     WeightSlot *slots = xcalloc((size_t)cap, sizeof *slots);
@@ -549,12 +550,21 @@ static Node *make_weight(Sema *s, const char *tensor_name, Shape shape, DType dt
     if (strcmp(s->weights[j].name, tensor_name) != 0)
       continue;
     Node *old = s->weights[j].node;
-    if (old->dtype == dt && shape_eq(&old->shape, &shape))
+    bool same_scale = old->stored == stored && (!scale || strcmp(old->scale, scale) == 0);
+    if (old->dtype == dt && shape_eq(&old->shape, &shape) && same_scale)
       return old;
     char a[128], b[128];
+    DType old_codes = old->stored ? old->stored : old->dtype, codes = stored ? stored : dt;
+    if (old_codes == codes && shape_eq(&old->shape, &shape)) { /* the codes agree, their scales do not */
+      if (error_at(s, at, "tensor \"%s\" is already declared %s", tensor_name,
+                   old->stored == DT_NONE ? "without a scale" : stored == DT_NONE ? "with a scale" : "with another scale tensor"))
+        note(s, "first declared at line %d%s%s%s", old->loc.line, old->stored == DT_NONE ? "" : ", with scale \"",
+             old->stored == DT_NONE ? "" : old->scale, old->stored == DT_NONE ? "" : "\"");
+      return NULL;
+    }
     if (error_at(s, at, "tensor \"%s\" is already declared as %s %s; here it is %s %s", tensor_name,
-                 shape_str(s->g, &old->shape, a, sizeof a), dtype_name(old->dtype), shape_str(s->g, &shape, b, sizeof b),
-                 dtype_name(dt)))
+                 shape_str(s->g, &old->shape, a, sizeof a), dtype_name(old->stored ? old->stored : old->dtype),
+                 shape_str(s->g, &shape, b, sizeof b), dtype_name(stored ? stored : dt)))
       note(s, "first declared at line %d", old->loc.line);
     return NULL;
   }
@@ -562,6 +572,8 @@ static Node *make_weight(Sema *s, const char *tensor_name, Shape shape, DType dt
   if (!n)
     return NULL;
   n->name = arena_strdup(s->g->arena, tensor_name);
+  n->stored = stored;
+  n->scale = scale ? arena_strdup(s->g->arena, scale) : NULL;
   s->weights[j] = (WeightSlot){n->name, n};
   s->nweights++;
   return n;
@@ -635,6 +647,78 @@ static Val fold(Sema *s, Expr *e, Num a, Num b) {
 
 static bool is_weight(const Node *n) { return n->op == OP_WEIGHT; }
 
+/* The pre-quantized weight an operand is (w) or reads transposed (w^T), or NULL. */
+static Node *prequant_operand(Node *n, bool *transposed) {
+  *transposed = n->op == OP_TRANSPOSE;
+  if (*transposed)
+    n = n->args[0];
+  return n->op == OP_WEIGHT && n->stored != DT_NONE ? n : NULL;
+}
+
+static void prec_note(Sema *s, PrecClass cls) {
+  char set[64];
+  prec_setting_str(set, sizeof set, cls, s->prec.type[cls], s->prec.group);
+  if (s->prec.loc[cls].line > 0)
+    note(s, "`precision %s %s` is set at line %d", prec_class_names[cls], set, s->prec.loc[cls].line);
+  else
+    note(s, "`--precision %s=%s` is given on the command line", prec_class_names[cls], set);
+}
+
+/* The rules for pre-quantized operands (dsl: "Pre-quantized fp8 weights"): under `precision
+ * matmul T` of the codes' own type, w^T is computed with the stored codes; with no operand
+ * policy a pre-quantized operand is dequantized to the other operand's type (a cast, done
+ * once at load time); anything that would quantize the codes again is an error. Returns
+ * false if reported; may replace *a or *b by its dequantized form. */
+static bool prequant_matmul(Sema *s, Expr *e, Node **a, Node **b) {
+  bool ta, tb;
+  Node *wa = prequant_operand(*a, &ta), *wb = prequant_operand(*b, &tb);
+  if (!wa && !wb)
+    return true;
+  DType mm = s->prec.type[PREC_MATMUL], wq = s->prec.type[PREC_WEIGHTS];
+  Node *w = wb ? wb : wa;
+  const char *name = w->var ? w->var : w->name;
+  if (wq != DT_NONE) {
+    if (error_at(s, e->op_span, "weight `%s` is pre-quantized (%s codes and scales); `precision weights %s` would "
+                 "quantize it again", name, dtype_name(w->stored), dtype_name(wq)))
+      prec_note(s, PREC_WEIGHTS);
+    return false;
+  }
+  if (is_f8(mm) && wb && wb->stored != mm) {
+    if (error_at(s, e->op_span, "weight `%s` holds %s codes; `precision matmul %s` would quantize it again",
+                 name, dtype_name(wb->stored), dtype_name(mm))) {
+      prec_note(s, PREC_MATMUL);
+      note(s, "with `precision matmul %s` the product uses the stored codes and scales", dtype_name(wb->stored));
+    }
+    return false;
+  }
+  if (is_f8(mm) && wb && !tb) {
+    if (error_at(s, e->op_span, "the pre-quantized weight `%s` is used as `h @ %s`: its scales are per row of %s, "
+                 "along this product's inner dimension, so its codes cannot serve as stored", name, name, name))
+      note(s, "checkpoints store linear weights [out, in], used as `h @ %s^T`", name);
+    return false;
+  }
+  if (mm != DT_NONE)
+    return true; /* both operands are quantized or rounded to the policy's type */
+  Node **sides[2] = {a, b};
+  Node *ws[2] = {wa, wb};
+  bool tr[2] = {ta, tb};
+  for (int i = 0; i < 2; i++) {
+    DType to = (*sides[1 - i])->dtype;
+    if (!ws[i] || to == DT_F32)
+      continue;
+    Node *cast = make(s, OP_CAST, to, &ws[i], 1, NULL, e->op_span);
+    if (cast && tr[i])
+      cast = make(s, OP_TRANSPOSE, to, &cast, 1, NULL, e->op_span);
+    if (!cast)
+      return false;
+    Expr *operand = i ? e->rhs : e->lhs;
+    if (tr[i] && operand->kind == EX_TRANSPOSE) /* a `w^T` written here: nothing else reads it */
+      (*sides[i])->dead = true;
+    *sides[i] = cast;
+  }
+  return true;
+}
+
 static Val eval_matmul(Sema *s, Expr *e, Val va, Val vb) {
   Node *a = as_node(s, va, e->lhs->op_span), *b = a ? as_node(s, vb, e->rhs->op_span) : NULL;
   if (!a || !b)
@@ -659,6 +743,9 @@ static Val eval_matmul(Sema *s, Expr *e, Val va, Val vb) {
     }
     return poison();
   }
+  if (!prequant_matmul(s, e, &a, &b))
+    return poison();
+  args[0] = a, args[1] = b;
   if (s->prec.type[PREC_MATMUL] == DT_NONE && s->prec.type[PREC_WEIGHTS] == DT_NONE && a->dtype != b->dtype) {
     if (error_at(s, e->op_span, "matrix product operands have different element types %s and %s", dtype_name(a->dtype),
                  dtype_name(b->dtype))) {
@@ -1099,13 +1186,20 @@ static bool is_ident(const char *p, size_t n) {
 
 /* The tensor name of a weight: its string with `{name}` replaced by integers in scope.
  * Works on the source text (not the decoded string) to know each `{`'s column. */
+static char *interpolate(Sema *s, Span str_span);
+
 static char *tensor_name(Sema *s, Stmt *st) {
   if (!st->has_str)
     return strdup(st->name);
-  const char *p = s->src->text + st->str_span.off + 1, *end = s->src->text + st->str_span.end;
+  return interpolate(s, st->str_span);
+}
+
+/* A string literal's text with `{name}` replaced (tensor names of weights and scales). */
+static char *interpolate(Sema *s, Span str_span) {
+  const char *p = s->src->text + str_span.off + 1, *end = s->src->text + str_span.end;
   Buf out = {0};
   buf_add(&out, "", 0);
-  int col = st->str_span.col + 1;
+  int col = str_span.col + 1;
   bool ok = true;
   while (p < end && *p != '"') {
     if (*p == '\\' && p + 1 < end) { /* escapes as the lexer decoded them (bad ones were reported there) */
@@ -1124,7 +1218,7 @@ static char *tensor_name(Sema *s, Stmt *st) {
       p++;
       continue;
     }
-    Span at = {st->str_span.line, col, 0, 0};
+    Span at = {str_span.line, col, 0, 0};
     const char *close = p + 1;
     while (close < end && *close != '}' && *close != '"' && *close != '{')
       close++;
@@ -1205,6 +1299,23 @@ static bool decl_within_limits(Sema *s, Stmt *st, const Shape *shape, bool input
   return true;
 }
 
+/* `scale` after a weight's type: a pre-quantized fp8 weight (prequant.h); false if reported. */
+static bool weight_scale(Sema *s, Stmt *st, DType dt) {
+  if (strcmp(st->scale.word, "scale") != 0) {
+    if (error_at(s, st->scale.span, "unexpected `%s` after the element type of weight `%s`", st->scale.word, st->name))
+      note(s, "a pre-quantized fp8 weight is declared `weight %s : [N, K] f8e4m3 scale [\"SCALE\"] = \"TENSOR\"`",
+           st->name);
+    return false;
+  }
+  if (!is_f8(dt)) {
+    if (error_at(s, st->scale.span, "`scale` is for fp8 weights (f8e4m3, f8e5m2); weight `%s` is %s", st->name,
+                 dtype_name(dt)))
+      note(s, "a %s weight is read as stored, without a scale tensor", dtype_name(dt));
+    return false;
+  }
+  return true;
+}
+
 static void exec_decl_tensor(Sema *s, Stmt *st) {
   bool input = st->kind == ST_INPUT;
   if (input && !at_top(s, st, "input"))
@@ -1219,10 +1330,23 @@ static void exec_decl_tensor(Sema *s, Stmt *st) {
       if (n)
         n->name = arena_strdup(s->g->arena, st->name);
     } else {
-      char *name = tensor_name(s, st);
-      if (name)
-        n = make_weight(s, name, shape, dt, st->name_span);
+      char *name = tensor_name(s, st), *scale = NULL;
+      DType stored = DT_NONE;
+      if (name && st->scale.word && weight_scale(s, st, dt)) {
+        stored = dt;
+        dt = DT_F32; /* the value: code * scale */
+        scale = st->scale.str ? interpolate(s, st->scale.str_span) : NULL;
+        if (!st->scale.str) {
+          size_t len = strlen(name);
+          scale = ffn_xmalloc(len + sizeof "_scale");
+          memcpy(scale, name, len);
+          memcpy(scale + len, "_scale", sizeof "_scale");
+        }
+      }
+      if (name && (!st->scale.word || scale))
+        n = make_weight(s, name, shape, dt, stored, scale, st->name_span);
       free(name);
+      free(scale);
     }
   }
   name_node(s, n, st->name);

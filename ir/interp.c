@@ -26,6 +26,14 @@
  *                           qb[k,n] = round_to_dtype(b[k,n] / sb[n], T)
  *     result[r,n] = round(sa[r] * sb[n] * sum_k qa[r,k] * qb[k,n]), the sum and the
  *     scaling in double.
+ *     Pre-quantized weights (`weight w : [N, K] T scale`, ir/prequant.h): the weight's value
+ *     is code[n,k] * s[n] in f32 (s[n] its row's scale, or the tensor's one scale). A column
+ *     n of b that is a whole stored row of such a weight of type T itself (b = w^T, or w^T
+ *     concatenated, interleaved or sliced by columns: the gate/up merge keeps this) is NOT
+ *     quantized again: qb[k,n] = code[n,k] and sb[n] = s[n], exactly as stored, so
+ *         result[r,n] = round(sa[r] * s[n] * sum_k qa[r,k] * code[n,k]).
+ *     Every other column, and every other use of the weight (another policy, elementwise
+ *     ops), sees the value code * s like any f32 value.
  * Divisions by a scale are done in double with the scale as stored (a float). Without a
  * `precision matmul` or `precision weights` setting the operands are used as they are.
  * `precision accumulate` and `precision norm` do not change the reference: it always
@@ -33,6 +41,7 @@
  * -----------------------------------------------------------------------------------------
  */
 #include "interp.h"
+#include "prequant.h"
 
 #include "checked.h"
 #include "kernels/numfmt.cuh"
@@ -190,12 +199,13 @@ int interp_check_weight(const Graph *g, const Node *w, const RawTensor *t, char 
                 shape_str(g, &w->shape, want, sizeof want));
   if (!raw_shape_valid(t))
     return fail(err, errlen, "weight '%s': invalid shape (rank %d)", w->name, t->rank);
-  bool ok = t->rank == w->shape.rank && t->dtype == w->dtype;
+  DType as_stored = w->stored != DT_NONE ? w->stored : w->dtype; /* pre-quantized: the codes */
+  bool ok = t->rank == w->shape.rank && t->dtype == as_stored;
   for (int d = 0; ok && d < t->rank; d++)
     ok = w->shape.d[d].size == t->shape[d];
   if (!ok)
     return fail(err, errlen, "weight '%s': expected shape %s %s, got %s %s", w->name,
-                shape_str(g, &w->shape, want, sizeof want), dtype_name(w->dtype),
+                shape_str(g, &w->shape, want, sizeof want), dtype_name(as_stored),
                 raw_shape_str(t->rank, t->shape, got, sizeof got), dtype_name(t->dtype));
   return check_nbytes("weight", w->name, t, err, errlen);
 }
@@ -208,6 +218,7 @@ typedef struct {
   const int64_t *dims;
   char *err;
   size_t errlen;
+  float **row_scale; /* by node id: a pre-quantized weight's scales [rows], once loaded */
 } Ctx;
 
 static float *alloc_values(Ctx *c, const Node *n, int64_t count) {
@@ -248,9 +259,31 @@ static void round_all(float *v, int64_t count, DType t) {
     v[i] = (float)round_to_dtype(v[i], t);
 }
 
+/* A pre-quantized weight: its value code * scale (f32), its scales kept for the fp8 product. */
+static int load_prequant(Ctx *c, const Node *n, RefTensor *out) {
+  RawTensor codes, scale;
+  memset(&codes, 0, sizeof codes);
+  memset(&scale, 0, sizeof scale);
+  bool have_codes = c->src->weights && c->src->weights(c->src->weights_ctx, n->name, &codes) == 0;
+  bool have_scale = have_codes && c->src->weights(c->src->weights_ctx, n->scale, &scale) == 0;
+  PrequantWeight w;
+  if (prequant_read(c->g, n, have_codes ? &codes : NULL, have_scale ? &scale : NULL, &w, c->err, c->errlen))
+    return -1;
+  if (!(out->data = alloc_values(c, n, ref_numel(out)))) {
+    prequant_free(&w);
+    return -1;
+  }
+  prequant_dequantize(&w, out->data);
+  free(c->row_scale[n->id]); /* loaded again (it is freed after its last use) */
+  c->row_scale[n->id] = w.scale;
+  return 0;
+}
+
 static int load_leaf(Ctx *c, const Node *n, RefTensor *out) {
   RawTensor t;
   memset(&t, 0, sizeof t);
+  if (n->op == OP_WEIGHT && n->stored != DT_NONE)
+    return load_prequant(c, n, out);
   if (n->op == OP_WEIGHT) {
     bool found = c->src->weights && c->src->weights(c->src->weights_ctx, n->name, &t) == 0;
     if (interp_check_weight(c->g, n, found ? &t : NULL, c->err, c->errlen))
@@ -521,6 +554,81 @@ static int matmul_f64(const float *a, const float *b, int64_t M, int64_t K, int6
   return rc;
 }
 
+/* ---- pre-quantized weights in fp8 products ---- */
+
+static void stored_col_scales(const Ctx *c, const Node *b, DType t, double *out);
+
+/* out[R]: for each row of x [R, C], the scale of the stored row of a pre-quantized weight of
+ * type t that it is (x a weight, or moved from weights: transposes, concatenations,
+ * interleaving, slices of columns), or 0 where it is not one whole stored row's codes. */
+static void stored_row_scales(const Ctx *c, const Node *x, DType t, double *out) {
+  int64_t R = x->shape.d[0].size;
+  for (int64_t r = 0; r < R; r++)
+    out[r] = 0;
+  if (x->op == OP_WEIGHT) {
+    if (x->stored == t && x->shape.rank == 2 && c->row_scale[x->id])
+      for (int64_t r = 0; r < R; r++)
+        out[r] = c->row_scale[x->id][r];
+  } else if (x->op == OP_TRANSPOSE) {
+    stored_col_scales(c, x->args[0], t, out);
+  } else if (x->op == OP_SLICE) { /* of columns: every row keeps its scale */
+    stored_row_scales(c, x->args[0], t, out);
+  } else if (x->op == OP_CONCAT && x->ival[0] == 0) {
+    for (int i = 0, at = 0; i < x->nargs; at += (int)x->args[i]->shape.d[0].size, i++)
+      stored_row_scales(c, x->args[i], t, out + at);
+  } else if (x->op == OP_INTERLEAVE) { /* the rows permuted as eval_interleave permutes them */
+    double *stacked = malloc(sizeof(double) * (size_t)(R > 0 ? R : 1));
+    if (!stacked)
+      return; /* all 0: then quantized like computed values */
+    for (int i = 0, at = 0; i < x->nargs; at += (int)x->args[i]->shape.d[0].size, i++)
+      stored_row_scales(c, x->args[i], t, stacked + at);
+    int64_t G = x->ival[0], S = x->ival[1], N = R / S;
+    for (int64_t i = 0; i < R; i++) {
+      int64_t blk = i / N, row = i % N;
+      out[(row / G) * G * S + blk * G + row % G] = stacked[i];
+    }
+    free(stacked);
+  }
+}
+
+/* out[N]: for each column of b [K, N], the scale of the stored row it is, or 0 (as above). */
+static void stored_col_scales(const Ctx *c, const Node *b, DType t, double *out) {
+  int64_t N = b->shape.d[1].size;
+  if (b->op == OP_TRANSPOSE) {
+    stored_row_scales(c, b->args[0], t, out);
+    return;
+  }
+  for (int64_t n = 0; n < N; n++)
+    out[n] = 0;
+  if (b->op == OP_SLICE) {
+    int64_t full = b->args[0]->shape.d[1].size;
+    double *all = malloc(sizeof(double) * (size_t)(full > 0 ? full : 1));
+    if (all) {
+      stored_col_scales(c, b->args[0], t, all);
+      memcpy(out, all + b->ival[0], sizeof(double) * (size_t)N);
+      free(all);
+    }
+  } else if (b->op == OP_CONCAT && b->ival[0] == 1) {
+    for (int i = 0, at = 0; i < b->nargs; at += (int)b->args[i]->shape.d[1].size, i++)
+      stored_col_scales(c, b->args[i], t, out + at);
+  }
+}
+
+/* Column n of b [K, N] (in place, stride N) holds code * s: back to the codes, which is
+ * exact for the scales prequant.h admits. -1 if a value is not code * s (a bug upstream). */
+static int recover_codes(float *col, int64_t K, int64_t N, double s, DType t) {
+  for (int64_t k = 0; k < K; k++) {
+    float v = col[k * N];
+    if (!isfinite(v))
+      continue; /* NaN and e5m2's infinities are their own codes */
+    double q = round_to_dtype(v / s, t);
+    if ((float)((float)q * (float)s) != v)
+      return -1;
+    col[k * N] = (float)q;
+  }
+  return 0;
+}
+
 static float *copy_values(Ctx *c, const Node *n, const float *src, int64_t count) {
   float *p = alloc_values(c, n, count);
   if (p)
@@ -576,7 +684,22 @@ static int eval_matmul(Ctx *c, const Node *n, const RefTensor *a, const RefTenso
       goto out;
     }
     quantize_fp8(qa, M, K, K, 1, mm, sa);
-    quantize_fp8(qb, N, K, 1, N, mm, sb);
+    /* columns that are stored rows of pre-quantized weights of this type keep their codes
+     * and scales; the others are quantized like any value */
+    double *stored = ir_is_const(n->args[1]) ? sb : NULL;
+    if (stored)
+      stored_col_scales(c, n->args[1], mm, stored);
+    for (int64_t col = 0; col < N; col++) {
+      if (stored && stored[col] > 0) {
+        if (recover_codes(qb + col, K, N, stored[col], mm)) {
+          fail(c->err, c->errlen, "%%%d (matmul): internal error: column %lld is not the stored codes times %g", n->id,
+               (long long)col, stored[col]);
+          goto out;
+        }
+      } else {
+        quantize_fp8(qb + col, 1, K, 1, N, mm, sb + col);
+      }
+    }
   }
   if (matmul_f64(pa, pb, M, K, N, sa, sb, out->data, n->dtype)) {
     fail(c->err, c->errlen, "%%%d (matmul): out of host memory", n->id);
@@ -741,14 +864,15 @@ int interp_run(const Graph *g, const InterpSources *src, RefTensor *outputs, cha
   int *uses = calloc((size_t)count + 1, sizeof(int));
   bool *needed = calloc((size_t)count + 1, sizeof(bool));
   RefTensor *vals = calloc((size_t)count + 1, sizeof(RefTensor));
+  float **row_scale = calloc((size_t)g->next_id + 1, sizeof(float *));
   RefTensor *args[64];
-  if (!dims || !pos || !uses || !needed || !vals) {
+  if (!dims || !pos || !uses || !needed || !vals || !row_scale) {
     fail(err, errlen, "out of host memory");
     goto out;
   }
   if (interp_bind_dims(g, src, dims, err, errlen))
     goto out;
-  Ctx c = {g, src, dims, err, errlen};
+  Ctx c = {g, src, dims, err, errlen, row_scale};
 
   /* Evaluate only what the outputs need, and count uses among those nodes so that each
    * value is freed right after its last user (ir_use_counts would count unneeded users
@@ -811,6 +935,9 @@ out:
   if (rc)
     for (int i = 0; i < g->noutputs; i++)
       ref_free(&outputs[i]);
+  for (int i = 0; row_scale && i <= g->next_id; i++)
+    free(row_scale[i]);
+  free(row_scale);
   free(dims);
   free(pos);
   free(uses);

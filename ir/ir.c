@@ -425,6 +425,12 @@ void ir_print(const Graph *g, FILE *out) {
         fprintf(out, *p == '"' || *p == '\\' ? "\\%c" : "%c", *p);
       fputc('"', out);
     }
+    if (n->op == OP_WEIGHT && n->stored != DT_NONE) {
+      fprintf(out, " %s scale \"", dtype_name(n->stored));
+      for (const char *p = n->scale; *p; p++)
+        fprintf(out, *p == '"' || *p == '\\' ? "\\%c" : "%c", *p);
+      fputc('"', out);
+    }
     if (n->op == OP_SCALAR)
       fprintf(out, " %.9g", n->fval);
     for (int j = 0; j < n->nargs; j++)
@@ -533,6 +539,10 @@ int ir_verify(const Graph *g, char *err, size_t errlen) {
       CHECK(shape_eq(&s, &n->shape), "shape %s, but the operands give %s", shape_str(g, &n->shape, s1, sizeof s1),
             shape_str(g, &s, s2, sizeof s2));
     }
+    if (n->op == OP_WEIGHT && n->stored != DT_NONE)
+      CHECK((n->stored == DT_F8E4M3 || n->stored == DT_F8E5M2) && n->scale && n->dtype == DT_F32,
+            "a pre-quantized weight holds f8e4m3 or f8e5m2 codes, names its scale tensor and has the value type f32");
+    CHECK(n->op == OP_WEIGHT || (n->stored == DT_NONE && !n->scale), "only weights are stored pre-quantized");
     if (n->op == OP_CONCAT || n->op == OP_INTERLEAVE || n->op == OP_ROWSUM)
       CHECK(n->konst, "load-time op applied to a run-time value");
     CHECK(n->op != OP_WQ_SCALE && n->op != OP_WQ_PACK && n->op != OP_F8_SCALE && n->op != OP_F8_PACK,

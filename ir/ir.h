@@ -179,6 +179,14 @@ struct Node {
   int nargs;
   Node **args;
   const char *name; /* INPUT: input name; WEIGHT: tensor name in the weights file */
+  /* WEIGHT read from a pre-quantized fp8 checkpoint (`weight w : [N, K] f8e4m3 scale`): the
+   * tensor `name` holds fp8 codes of type `stored`, the tensor `scale` one positive scale per
+   * output row (per channel) or one for the tensor (which one is the checkpoint's business:
+   * ir/prequant.h). The node's value is code * scale in f32, so dtype is DT_F32. DT_NONE and
+   * NULL for every other node. Passes keep both (interp.c's contract says when the stored
+   * codes themselves feed an fp8 matrix product). */
+  DType stored;
+  const char *scale;
   double fval;      /* SCALAR: value; RMSNORM, LAYERNORM: eps */
   int64_t ival[2];  /* SLICE: offset, length; CONCAT: axis; INTERLEAVE: group rows */
   SrcLoc loc;       /* source of the expression (for #line and diagnostics) */

@@ -297,6 +297,35 @@ static int check_uses(Ctx *x, const Sublayer *s, int first, int last) {
   return rc;
 }
 
+/* A product whose B is w^T of a pre-quantized weight computed with its stored codes (under
+ * `precision matmul T` of the codes' type, interp.c's contract): folding a gain into w or
+ * concatenating it with other rows along K would need new codes and scales. Not done: FFN
+ * Fusion refuses such runs rather than re-quantizing a checkpoint silently. Dequantized uses
+ * (no fp8 policy: the weight is cast to the activations' type) fuse like any weight. */
+static const Node *stored_codes_weight(const Graph *g, const Node *mm) {
+  const Node *b = mm->args[1];
+  if (b->op != OP_TRANSPOSE || b->args[0]->op != OP_WEIGHT)
+    return NULL;
+  const Node *w = b->args[0];
+  return w->stored != DT_NONE && w->stored == g->prec.type[PREC_MATMUL] ? w : NULL;
+}
+
+static int check_prequant(Ctx *x, const Sublayer *s, int first, int last) {
+  for (int k = first; k < last; k++) {
+    const Node *w = stored_codes_weight(x->c->g, s[k].down);
+    for (int j = 0; !w && j < s[k].nproj; j++)
+      w = stored_codes_weight(x->c->g, s[k].proj[j].mm);
+    if (w) {
+      fail(x, "sublayer %d reads the pre-quantized weight `%s` as stored %s codes; FFN Fusion would have to "
+              "quantize it again", k, w->var ? w->var : w->name, dtype_name(w->stored));
+      diag_note(x->c->diags, "fusing folds each norm gain into the up projections and concatenates the down "
+                             "projections along their inner dimension, which changes the codes and scales");
+      return -1;
+    }
+  }
+  return 0;
+}
+
 static int check_run(Ctx *x, const Sublayer *s, int ns) {
   int first = x->req->first, last = x->req->last;
   if (last > ns) {
@@ -320,6 +349,8 @@ static int check_run(Ctx *x, const Sublayer *s, int ns) {
   for (int k = first + 1; k < last; k++)
     if (check_form(x, s, first, k) != 0)
       return -1;
+  if (check_prequant(x, s, first, last) != 0)
+    return -1;
   return check_uses(x, s, first, last);
 }
 

@@ -13,6 +13,10 @@
  * users are all slices is rewritten as the op on slices of its operands (per-row and scalar
  * operands need no slicing), e.g. after normfold  chunk(rstd * (x @ W'^T))  becomes
  * rstd * chunk(x @ W'^T).
+ *
+ * Pre-quantized fp8 weights merge too: concat(Wg, Wu) moves whole stored rows, and the fp8
+ * product keeps using each row's codes and scale (interp.c's contract follows rows through
+ * concatenation, interleaving and transposes).
  */
 #include "passes.h"
 

@@ -103,8 +103,12 @@ static Node *fold(Compile *c, Node *mm) {
 
 int pass_normfold(Compile *c) {
   Graph *g = c->g;
+  /* fp8 quantizes the normalized rows themselves; keep them. This also keeps the gain out of
+   * pre-quantized weights, whose stored codes an fp8 product reads as they are (interp.c):
+   * folding g into them would need new codes. Under every other policy such a weight is an
+   * ordinary f32 value (code * scale, cast to the activations' type) and folds like any. */
   if (g->prec.type[PREC_MATMUL] == DT_F8E4M3 || g->prec.type[PREC_MATMUL] == DT_F8E5M2)
-    return 0; /* fp8 quantizes the normalized rows themselves; keep them */
+    return 0;
   int len = g->nodes.len, nrep = 0;
   Node **from = ffn_xmalloc(sizeof(Node *) * (size_t)(len + 1)), **to = ffn_xmalloc(sizeof(Node *) * (size_t)(len + 1));
   struct StatTable stats = {0};

@@ -374,11 +374,12 @@ ffn_status ffn_model_create(const ffn_program *prog, int device, ffn_model **out
   m->tensor = calloc((size_t)prog->plan->ntensors + 1, sizeof(CUdeviceptr));
   m->owned = calloc((size_t)prog->plan->ntensors + 1, sizeof(bool));
   m->consumed = calloc((size_t)prog->plan->ntensors + 1, sizeof(bool));
+  m->prequant = calloc((size_t)prog->plan->ntensors + 1, sizeof(PrequantWeight));
   /* tuning knob, read once: FFNC_GEMM_VARIANT=CONFIG (a name in kernels/gemm_host.h) forces
    * that tile configuration wherever a GEMM has it */
   const char *force = getenv("FFNC_GEMM_VARIANT");
   snprintf(m->gemm_variant, sizeof m->gemm_variant, "%s", force ? force : "");
-  if (!m->tensor || !m->owned || !m->consumed) {
+  if (!m->tensor || !m->owned || !m->consumed || !m->prequant) {
     ffn_model_destroy(m);
     return rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
   }
@@ -423,6 +424,9 @@ void ffn_model_destroy(ffn_model *m) {
   free(m->tensor);
   free(m->owned);
   free(m->consumed);
+  for (int t = 0; m->prequant && t < m->prog->plan->ntensors; t++)
+    prequant_free(&m->prequant[t]);
+  free(m->prequant);
   free(m->funcs);
   free(m->func_base);
   free(m);
@@ -459,6 +463,36 @@ static ffn_status upload(ffn_model *m, int t, const void *data, size_t bytes) {
   return FFN_OK;
 }
 
+static int lookup_st(void *ctx, const char *name, RawTensor *out) {
+  const StTensor *t = st_find((StFile *)ctx, name);
+  if (!t)
+    return -1;
+  *out = (RawTensor){.dtype = t->dtype, .rank = t->rank, .data = t->data, .nbytes = t->nbytes};
+  memcpy(out->shape, t->shape, sizeof out->shape);
+  return 0;
+}
+
+/* A pre-quantized weight: codes and scale read and checked as the reference reads them (one
+ * rule, ir/prequant.c); the codes uploaded as the tensor, the scales kept on the host. */
+static ffn_status bind_prequant(ffn_model *m, int t, StFile *f, const char *path) {
+  const PlanTensor *pt = &m->prog->plan->tensors[t];
+  Node w = {.op = OP_WEIGHT, .dtype = pt->dtype, .name = pt->name, .stored = pt->stored, .scale = pt->scale};
+  w.shape.rank = pt->rank;
+  for (int d = 0; d < pt->rank; d++)
+    w.shape.d[d] = pt->dims[d];
+  RawTensor codes, scale;
+  bool have_codes = lookup_st(f, pt->name, &codes) == 0, have_scale = lookup_st(f, pt->scale, &scale) == 0;
+  PrequantWeight pw;
+  char err[1024];
+  if (prequant_read(NULL, &w, have_codes ? &codes : NULL, have_scale ? &scale : NULL, &pw, err, sizeof err) != 0)
+    return rt_error(FFN_ERR_TENSOR, "%s: %s", path, err);
+  ffn_status s = upload(m, t, codes.data, codes.nbytes);
+  pw.codes = NULL; /* the mapping closes; the bytes are at m->tensor[t] */
+  prequant_free(&m->prequant[t]);
+  m->prequant[t] = pw;
+  return s;
+}
+
 ffn_status ffn_model_bind_weights_file(ffn_model *m, const char *path) {
   ARG(m && path, "NULL argument");
   char err[512];
@@ -476,6 +510,10 @@ ffn_status ffn_model_bind_weights_file(ffn_model *m, const char *path) {
     const PlanTensor *pt = &p->tensors[t];
     if (pt->kind != PT_WEIGHT)
       continue;
+    if (pt->stored != DT_NONE) {
+      s = bind_prequant(m, t, f, path);
+      continue;
+    }
     const StTensor *st = st_find(f, pt->name);
     if (!st) {
       s = rt_error(FFN_ERR_TENSOR, "%s: missing weight '%s'", path, pt->name);
@@ -511,6 +549,10 @@ ffn_status ffn_model_bind_weight(ffn_model *m, const char *name, const DLTensor 
   if (t < 0)
     return rt_error(FFN_ERR_TENSOR, "the program reads no weight named '%s'", name);
   const PlanTensor *pt = &p->tensors[t];
+  if (pt->stored != DT_NONE)
+    return rt_error(FFN_ERR_UNSUPPORTED, "weight '%s' is pre-quantized (%s codes, scale '%s'): bind it from its "
+                    "checkpoint with ffn_model_bind_weights_file; binding codes and scales as DLTensors: not yet",
+                    name, dtype_name(pt->stored), pt->scale);
   bool ok = d->ndim == pt->rank && dtype_from_dl(d->dtype, pt->dtype) == pt->dtype;
   int64_t numel = 1;
   for (int i = 0; ok && i < pt->rank; i++) {

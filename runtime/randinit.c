@@ -34,8 +34,10 @@ void randinit_weight_scale(const Graph *g, const Node *w, double *mean, double *
   for (int i = 0; i < g->nodes.len; i++) {
     const Node *n = GRAPH_NODE(g, i);
     if (n->op == OP_MATMUL) {
-      const Node *b = n->args[1];
-      if (b == w || (b->op == OP_TRANSPOSE && b->args[0] == w)) {
+      const Node *b = n->args[1], *read = b->op == OP_TRANSPOSE ? b->args[0] : b;
+      if (read->op == OP_CAST) /* a pre-quantized weight, dequantized for the product */
+        read = read->args[0];
+      if (read == w) {
         *std = 1.0 / sqrt((double)(b->shape.d[0].size > 0 ? b->shape.d[0].size : 1));
         return;
       }
@@ -56,4 +58,35 @@ void *randinit_tensor(const char *name, uint64_t seed, DType dt, int64_t numel, 
   for (int64_t i = 0; i < numel; i++)
     dtype_store(dt, p, (size_t)i, mean + std * rng_normal(&r));
   return p;
+}
+
+int randinit_prequant(const Node *w, uint64_t seed, double mean, double std, void **codes, size_t *codes_bytes,
+                      float **scale) {
+  int64_t rows = w->shape.rank ? w->shape.d[0].size : 1, cols = 1;
+  for (int d = 1; d < w->shape.rank; d++)
+    cols *= w->shape.d[d].size;
+  size_t nbytes;
+  float *v = randinit_tensor(w->name, seed, DT_F32, rows * cols, mean, std, &nbytes);
+  uint8_t *q = malloc((size_t)(rows * cols > 0 ? rows * cols : 1));
+  float *s = malloc(sizeof(float) * (size_t)(rows > 0 ? rows : 1));
+  if (!v || !q || !s) {
+    free(v);
+    free(q);
+    free(s);
+    return -1;
+  }
+  double fmax_t = w->stored == DT_F8E4M3 ? 448.0 : 57344.0;
+  for (int64_t r = 0; r < rows; r++) {
+    double amax = 0;
+    for (int64_t k = 0; k < cols; k++)
+      amax = fmax(amax, fabs(v[r * cols + k]));
+    s[r] = amax > 0 ? (float)(amax / fmax_t) : 1.0f;
+    for (int64_t k = 0; k < cols; k++)
+      dtype_store(w->stored, q, (size_t)(r * cols + k), v[r * cols + k] / (double)s[r]);
+  }
+  free(v);
+  *codes = q;
+  *codes_bytes = (size_t)(rows * cols);
+  *scale = s;
+  return 0;
 }

@@ -16,4 +16,12 @@ void randinit_weight_scale(const Graph *g, const Node *w, double *mean, double *
  * NULL if out of memory. */
 void *randinit_tensor(const char *name, uint64_t seed, DType dt, int64_t numel, double mean, double std, size_t *nbytes);
 
+/* A pre-quantized fp8 weight w (w->stored != DT_NONE) as a checkpoint holds it: values ~
+ * N(mean, std^2) quantized per output row as fp8 checkpoints are made (s = max|row| / FMAX,
+ * 1 for a row of zeros; code = RNE(v / s) in w->stored, saturating): *codes, rows x cols bytes,
+ * and *scale, rows f32 (both malloc'd; write the scale as [rows, 1], the official layout).
+ * Returns 0, or -1 if out of memory. */
+int randinit_prequant(const Node *w, uint64_t seed, double mean, double std, void **codes, size_t *codes_bytes,
+                      float **scale);
+
 #endif

@@ -9,6 +9,7 @@
 #include <pthread.h>
 
 #include "../codegen/plan.h"
+#include "../ir/prequant.h"
 #include "../kernels/abi.cuh" /* KArgs, PrepArgs */
 #include "../include/ffn.h"
 
@@ -123,6 +124,12 @@ struct ffn_model {
   bool *owned;         /* we allocated tensor[i] (and free it) */
   bool prepared;
   bool *consumed;      /* weights released after the load-time steps that read them */
+  /* Per plan tensor: a pre-quantized fp8 weight (PlanTensor.stored) as bound by
+   * ffn_model_bind_weights_file, checked by ir/prequant.h's rules. Its codes, rows x cols
+   * bytes as stored, are on the device at tensor[t] (prequant[t].codes is NULL: the file is
+   * closed); prequant[t].scale holds its rows f32 scales on the host (per_tensor: one scale
+   * repeated) for exec_prepare to upload or fold. code_type DT_NONE: not bound / not one. */
+  PrequantWeight *prequant;
   char gemm_variant[64]; /* FFNC_GEMM_VARIANT at creation: force this tile configuration ("": none) */
   pthread_mutex_t lock; /* guards the workspace pool */
   Workspace **ws;       /* entries never move: a call holds a pointer to its own */

@@ -3,7 +3,8 @@
  * Random weights of the right names, shapes and types for any model, so nobody needs a
  * download to try ffnc. Values are scaled so activations stay O(1) through deep stacks:
  * a matrix used in a product with inner dimension K gets N(0, 1/K); a norm gain 1 + N(0, 0.1^2);
- * other vectors (biases) N(0, 0.1^2); inputs N(0, 1).
+ * other vectors (biases) N(0, 0.1^2); inputs N(0, 1). A pre-quantized fp8 weight gets those
+ * values quantized per output row: its fp8 codes and an f32 [rows, 1] scale tensor.
  */
 #include "cli.h"
 #include "ir/size_limits.h"
@@ -18,6 +19,11 @@ typedef struct {
   int n;
 } Bufs;
 
+static void keep_buf(Bufs *keep, void *p) {
+  keep->bufs = realloc(keep->bufs, sizeof(void *) * (size_t)(keep->n + 1));
+  keep->bufs[keep->n++] = p;
+}
+
 static void *fill(Bufs *keep, const char *name, uint64_t seed, DType dt, int64_t numel, double mean, double std,
                   size_t *nbytes) {
   void *p = randinit_tensor(name, seed, dt, numel, mean, std, nbytes);
@@ -25,9 +31,34 @@ static void *fill(Bufs *keep, const char *name, uint64_t seed, DType dt, int64_t
     cli_error("gen: out of host memory for %lld elements", (long long)numel);
     exit(EXIT_USER);
   }
-  keep->bufs = realloc(keep->bufs, sizeof(void *) * (size_t)(keep->n + 1));
-  keep->bufs[keep->n++] = p;
+  keep_buf(keep, p);
   return p;
+}
+
+/* A pre-quantized weight as fp8 checkpoints hold it: the codes, and the scales as f32
+ * [rows, 1] under the scale tensor's name (Llama-3.1-405B-FP8's layout). */
+static int add_prequant(StWriter *w, Bufs *keep, const Graph *g, const Node *n, uint64_t seed, int64_t numel,
+                        double mean, double std) {
+  (void)g;
+  void *codes;
+  float *scale;
+  size_t nbytes;
+  char err[512];
+  if (numel < 0 || randinit_prequant(n, seed, mean, std, &codes, &nbytes, &scale) != 0) {
+    cli_error("gen: out of host memory for %lld elements", (long long)numel);
+    exit(EXIT_USER);
+  }
+  keep_buf(keep, codes);
+  keep_buf(keep, scale);
+  int64_t shape[FFN_MAX_RANK], sshape[2] = {n->shape.rank ? n->shape.d[0].size : 1, 1};
+  for (int d = 0; d < n->shape.rank; d++)
+    shape[d] = n->shape.d[d].size;
+  if (st_writer_add(w, n->name, n->stored, n->shape.rank, shape, codes, nbytes, err, sizeof err) != 0 ||
+      st_writer_add(w, n->scale, DT_F32, 2, sshape, scale, sizeof(float) * (size_t)sshape[0], err, sizeof err) != 0) {
+    cli_error("gen: %s", err);
+    return EXIT_USER;
+  }
+  return 0;
 }
 
 typedef struct {
@@ -61,8 +92,9 @@ static const char usage[] =
     "usage: ffnc gen FILE.ffn [--weights W.safetensors] [--inputs IN.safetensors --dim T=N...] [--seed S]\n"
     "Writes random weights (and inputs, with every dynamic dim given by a --dim, one per dim) of the\n"
     "names, shapes and types FILE declares. Matrices ~ N(0, 1/K), norm gains ~ 1 + N(0, 0.01),\n"
-    "biases ~ N(0, 0.01), inputs ~ N(0, 1). The same seed (an integer >= 0, default 1) gives the same\n"
-    "tensors.\n";
+    "biases ~ N(0, 0.01), inputs ~ N(0, 1); a weight declared `f8e4m3 scale` (or f8e5m2) gets those values\n"
+    "quantized per output row: its codes and an f32 [rows, 1] scale tensor. The same seed (an integer\n"
+    ">= 0, default 1) gives the same tensors.\n";
 
 enum { O_WEIGHTS, O_INPUTS, O_SEED, O_DIM };
 
@@ -132,6 +164,10 @@ int cmd_gen(int argc, char **argv) {
       double mean, std;
       randinit_weight_scale(g, n, &mean, &std);
       size_t nbytes;
+      if (n->stored != DT_NONE) {
+        rc = add_prequant(w, &keep, g, n, (uint64_t)seed, numel, mean, std);
+        continue;
+      }
       void *p = fill(&keep, n->name, (uint64_t)seed, n->dtype, numel, mean, std, &nbytes);
       if (st_writer_add(w, n->name, n->dtype, n->shape.rank, shape, p, nbytes, err, sizeof err) != 0) {
         cli_error("gen: %s", err);

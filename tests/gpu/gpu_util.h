@@ -182,6 +182,16 @@ static inline void make_weights(const Graph *g, uint64_t seed, TensorSet *w) {
     double mean, std;
     randinit_weight_scale(g, n, &mean, &std);
     size_t nbytes;
+    if (n->stored != DT_NONE) { /* pre-quantized: codes and a [rows, 1] f32 scale */
+      void *codes;
+      float *scale;
+      if (randinit_prequant(n, seed, mean, std, &codes, &nbytes, &scale) != 0)
+        abort();
+      int64_t sshape[2] = {n->shape.rank ? n->shape.d[0].size : 1, 1};
+      set_add(w, n->name, n->stored, n->shape.rank, shape, codes, nbytes);
+      set_add(w, n->scale, DT_F32, 2, sshape, scale, sizeof(float) * (size_t)sshape[0]);
+      continue;
+    }
     void *p = randinit_tensor(n->name, seed, n->dtype, numel, mean, std, &nbytes);
     set_add(w, n->name, n->dtype, n->shape.rank, shape, p, nbytes);
   }
