@@ -156,8 +156,8 @@ static void add_step(Gen *G, int kernel, Kgen *k, const Shape *rows_of) {
  * compiled and the runtime picks by M. */
 static bool config_used(const ffn_gemm_config *c, bool tc, bool hopper, int wq_bits) {
   bool small = c->max_m > 0 && c->max_m <= 64;
-  if (wq_bits) /* quantized B: gemm_wq on every arch, its chunk depth by the code width */
-    return c->kind == FFN_GEMM_WQ && c->bk == (wq_bits == 8 ? 512 : 1024);
+  if (wq_bits) /* quantized B: gemm_wq on every arch, its tile depth by the code width */
+    return c->kind == FFN_GEMM_WQ && c->bk == (wq_bits == 8 ? 32 : 64);
   if (c->kind == FFN_GEMM_WQ)
     return false;
   if (!tc)
