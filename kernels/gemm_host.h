@@ -92,11 +92,11 @@ static inline const ffn_gemm_config *ffn_gemm_configs(int *count) {
        * of the MMA), so that a decode step does not spend MMAs on empty rows; bn = 8 warps x 16
        * rows of B; bk = k per 512-byte tile of codes (32: i8, 64: i4). */
       {"wq8_8", FFN_GEMM_WQ, 8, 128, 32, 1, 16, 4, 256, 3, 3, 8},
-      {"wq8_16", FFN_GEMM_WQ, 16, 128, 32, 1, 16, 4, 256, 3, 3, 16},
+      {"wq8_16", FFN_GEMM_WQ, 16, 128, 32, 1, 16, 4, 256, 2, 2, 16},
       {"wq8_32", FFN_GEMM_WQ, 32, 128, 32, 1, 16, 2, 256, 2, 2, 32},
       {"wq8_64", FFN_GEMM_WQ, 64, 128, 32, 1, 16, 2, 256, 1, 1, 0},
       {"wq4_8", FFN_GEMM_WQ, 8, 128, 64, 1, 16, 4, 256, 3, 3, 8},
-      {"wq4_16", FFN_GEMM_WQ, 16, 128, 64, 1, 16, 4, 256, 3, 3, 16},
+      {"wq4_16", FFN_GEMM_WQ, 16, 128, 64, 1, 16, 4, 256, 2, 2, 16},
       {"wq4_32", FFN_GEMM_WQ, 32, 128, 64, 1, 16, 2, 256, 2, 2, 32},
       {"wq4_64", FFN_GEMM_WQ, 64, 128, 64, 1, 16, 2, 256, 1, 1, 0},
       /* (The persistent sm90p_pp_128x128x64 was here until the whole-sublayer trial: faster alone
@@ -156,8 +156,10 @@ static inline size_t ffn_gemm_smem_bytes(const ffn_gemm_config *c) {
   if (c->kind == FFN_GEMM_SM90P) /* gemm_sm90p_smem_bytes: statistics per warpgroup when ping-ponging */
     return (size_t)c->stages * (size_t)(c->bm + c->bn) * (size_t)c->bk * 2 + (size_t)8 * c->bm * (c->wm == c->bm ? 2 : 1) +
            2048;
-  if (c->kind == FFN_GEMM_WQ) /* the CTA's sums, statistics per warp and per row (gemm_wq.cuh) */
-    return ((size_t)c->bm * (size_t)c->bn + (size_t)2 * c->bm * (size_t)(c->bn / 16 + 1)) * 4;
+  if (c->kind == FFN_GEMM_WQ) { /* gemm_wq.cuh: the activation ring or the CTA's sums, then statistics */
+    size_t ring = (size_t)16 * c->bm * c->bk, sums = (size_t)4 * c->bm * c->bn;
+    return (ring > sums ? ring : sums) + (size_t)8 * c->bm * (size_t)(c->bn / 16 + 1);
+  }
   return ((size_t)2 * c->bk * (size_t)(c->bm + c->bn + 8) + (size_t)2 * c->bm) * 4;
 }
 

@@ -9,19 +9,20 @@
 // gate/up interleaved by 8 as for the other templates, cut into 512-byte tiles of 16 rows x BK
 // k, BK = WQ_TILE_K(BITS)); group is the i4 group length G (0: one group), 0 or a multiple of 32.
 // BM = 8 x (token tiles), BN = 16 x warps, WN = 16. Grid (tiles_m * tiles_n, 1, splits) as
-// gemm_sm80; BN * 2 threads; dynamic smem (BM * BN + 2 * BM * (BN / 16 + 1)) floats
-// (kernels/gemm_host.h computes the same).
+// gemm_sm80; BN * 2 threads; dynamic smem wq_ring_bytes(BM, BN, BK) + 8 * BM * (BN / 16 + 1)
+// bytes (kernels/gemm_host.h computes the same).
 //
 // Design (decode first: at M <= 64 the product streams the codes). The weights are the A
 // operand of the MMA (16 output columns x 16 k) and the activations its B operand (16 k x 8
 // tokens), so one row of tokens wastes 7/8 of an n8 tile instead of 15/16 of an m16 one. Each
 // warp owns 16 B rows and streams their tiles along the split's k range, one 16-byte
-// ld.global.nc per lane per tile, PF tiles ahead in registers; no shared memory and no barrier
-// until the epilogue. A lane's 16 bytes are its A fragments for the tile's k16 steps (4 for i4,
+// ld.global.nc per lane per tile, PF tiles ahead in registers. A lane's 16 bytes are its A fragments for the tile's k16 steps (4 for i4,
 // 2 for i8), turned into bf16x2 / f16x2 with a mask (or byte permute) and one fma per register:
-// the levels q are exact in both types. The activations come straight from global memory (the
-// warps of a CTA read the same ones: L1 hits), k permuted at pack time so that a lane's B
-// fragments for two steps are 8 consecutive k, one 16-byte load. Products are accumulated per
+// the levels q are exact in both types. The activations, which all warps of the CTA share, go
+// through a ring of 8 tiles in shared memory filled by cp.async 7 tiles ahead (read straight
+// from global memory, every 32-k block waited for an L2 round trip under the codes' stream:
+// 3-10x slower, kernels/NOTES.md); k is permuted at pack time so that a lane's B fragments for
+// two steps are 8 consecutive k, one 16-byte load. Products are accumulated per
 // k group in f32 (tmp) and added to the result times the group's f32 scale when the group ends
 // (G = 0: once, at the end; i8 accumulates straight into the result, scaled at the end), so each output is sum_g s_g * sum_k a_k q_k: the
 // reference's sum_k a_k (float)(q_k s_g) up to f32 rounding. f32 activations are split into
@@ -91,21 +92,13 @@ template <class W> __device__ __forceinline__ void wq_frag_i8(u32 w0, u32 w1, u3
 template <class T> struct WqWeight { typedef bf16 type; };
 template <> struct WqWeight<f16> { typedef f16 type; };
 
-// A lane's activations of one token for one 32-k block: k = k0 .. k0 + 7 (zero past K or past
-// M), as B fragment words (x4) of W, and for T = float the three terms of each.
+// A lane's activations of one token for one 32-k block, k = 8t .. 8t + 7 from the CTA's ring in
+// shared memory, as B fragment words (x4) of W, and for T = float the three terms of each.
 template <class T> struct WqAct {
   u32 b[4];
-  __device__ __forceinline__ void load(const T *__restrict__ p, bool ok, int kleft, bool vec) {
-    if (ok && vec && kleft >= 8) {
-      const uint4 v = *(const uint4 *)p;
-      b[0] = v.x, b[1] = v.y, b[2] = v.z, b[3] = v.w;
-      return;
-    }
-    u16 h[8];
-#pragma unroll
-    for (int e = 0; e < 8; ++e) h[e] = ok && e < kleft ? p[e].bits : (u16)0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) b[i] = (u32)h[2 * i] | (u32)h[2 * i + 1] << 16;
+  __device__ __forceinline__ void load(const T *p) {
+    const uint4 v = *(const uint4 *)p;
+    b[0] = v.x, b[1] = v.y, b[2] = v.z, b[3] = v.w;
   }
   __device__ __forceinline__ float value(int e) const {
     float lo, hi;
@@ -116,14 +109,9 @@ template <class T> struct WqAct {
 template <> struct WqAct<float> {
   float v[8];
   u32 b[3][4]; // hi, mid, lo terms as bf16x2
-  __device__ __forceinline__ void load(const float *__restrict__ p, bool ok, int kleft, bool vec) {
-    if (ok && vec && kleft >= 8) {
-      const float4 x = ((const float4 *)p)[0], y = ((const float4 *)p)[1];
-      v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w, v[4] = y.x, v[5] = y.y, v[6] = y.z, v[7] = y.w;
-    } else {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) v[e] = ok && e < kleft ? p[e] : 0.f;
-    }
+  __device__ __forceinline__ void load(const float *p) {
+    const float4 x = ((const float4 *)p)[0], y = ((const float4 *)p)[1];
+    v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w, v[4] = y.x, v[5] = y.y, v[6] = y.z, v[7] = y.w;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       float r0 = v[2 * i], r1 = v[2 * i + 1];
@@ -148,6 +136,12 @@ template <>
 __device__ __forceinline__ void wq_mma<float, bf16>(float (&d)[4], const u32 (&a)[4], const WqAct<float> &x, int s) {
 #pragma unroll
   for (int t = 0; t < 3; ++t) mma_16816<bf16>(d, a, x.b[t][2 * s], x.b[t][2 * s + 1]);
+}
+
+// Shared memory: the activation ring (16 * BM * BK bytes: 8 tiles of 16-bit T or 4 of f32), or
+// the CTA's sums after the main loop, whichever is larger; then the row statistics.
+__host__ __device__ constexpr int wq_ring_bytes(int BM, int BN, int BK) {
+  return 16 * BM * BK > 4 * BM * BN ? 16 * BM * BK : 4 * BM * BN;
 }
 
 template <int BITS, int BM, int BN, int BK, int WN, int S, int STATS, class T, class Epi>
@@ -181,12 +175,38 @@ __device__ __forceinline__ void gemm_wq(const GemmArgs &g, const float *__restri
   const int r_lo = rb * 16 + gq, r_hi = r_lo + 8;
   const bool vec = (K & 7) == 0;
 
-  float *Os = (float *)smem;             // [BM][BN]: the CTA's sums
-  float *red = Os + BM * BN;             // [2][WARPS][BM]
-  float *rowstat = red + 2 * WARPS * BM; // [2][BM]: sum of squares, sum
+  // The activations of SA tiles of k, [SA][BLOCKS][BM][32] of T, filled by cp.async SA - 1 tiles
+  // ahead (8 tiles of 16-bit T, 4 of f32). Rows of 64 bytes: a quarter warp's 16-byte reads (two
+  // tokens) hit every bank once. The CTA's sums reuse the space after the main loop.
+  constexpr int SA = 8 * 2 / (int)sizeof(T), TILE_A = BLOCKS * BM * 32; // elements per tile
+  T *As = (T *)smem;
+  float *Os = (float *)smem;                                            // [BM][BN]: the CTA's sums
+  float *red = (float *)(smem + wq_ring_bytes(BM, BN, BK));            // [2][WARPS][BM]
+  float *rowstat = red + 2 * WARPS * BM;                                // [2][BM]: sum of squares, sum
 
   const T *__restrict__ Ag = (const T *)g.A;
   const uint4 *__restrict__ wp = (const uint4 *)g.B + ((long long)rb * ktiles + t0) * 32 + lane;
+
+  // tile j of the split's range into ring slot j % SA; zeros past M and K
+  auto fill_a = [&](int j) {
+    if (j >= ntk) return;
+    T *dst = As + (j % SA) * TILE_A;
+    const int kt0 = (t0 + j) * BK;
+    constexpr int PER = 16 / (int)sizeof(T), CHUNKS = TILE_A / PER; // 16-byte pieces
+    for (int c = tid; c < CHUNKS; c += THREADS) {
+      const int b = c / (BM * 32 / PER), m = c / (32 / PER) % BM, kk = c % (32 / PER) * PER;
+      const int row = m0 + m, k = kt0 + b * 32 + kk;
+      T *d = dst + (b * BM + m) * 32 + kk;
+      if (vec) {
+        const bool ok = row < M && k < K; // K % 8 == 0: a piece is all in or all out
+        cp_async16(smem_addr(d), ok ? (const void *)(Ag + (size_t)row * K + k) : (const void *)Ag, ok);
+      } else {
+#pragma unroll
+        for (int e = 0; e < PER; ++e)
+          d[e] = row < M && k + e < K ? Ag[(size_t)row * K + k + e] : from_f32<T>(0.f);
+      }
+    }
+  };
 
   float acc[NT][4], tmp[NT][4], ssq[NT], ssum[NT];
 #pragma unroll
@@ -196,11 +216,16 @@ __device__ __forceinline__ void gemm_wq(const GemmArgs &g, const float *__restri
     for (int i = 0; i < 4; ++i) acc[t][i] = tmp[t][i] = 0.f;
   }
 
-  if (active) {
+  {
+#pragma unroll
+    for (int j = 0; j < SA - 1; ++j) {
+      fill_a(j);
+      cp_async_commit();
+    }
     uint4 q[PF];
 #pragma unroll
     for (int p = 0; p < PF; ++p)
-      if (p < ntk) q[p] = ld_nc_u4(wp + p * 32);
+      if (active && p < ntk) q[p] = ld_nc_u4(wp + p * 32);
     float s_lo = 0.f, s_hi = 0.f;
     // where the range starts in its group, and whose turn it is for the row statistics; running
     // counters, no division per block
@@ -210,9 +235,15 @@ __device__ __forceinline__ void gemm_wq(const GemmArgs &g, const float *__restri
       for (int p = 0; p < PF; ++p) {
         const int it = it0 + p;
         if (it >= ntk) break;
+        cp_async_wait<SA - 2>(); // tile it has landed (this thread's pieces) ...
+        __syncthreads();         // ... everybody's, and slot (it - 1) % SA is free
+        fill_a(it + SA - 1);
+        cp_async_commit();
+        if (!active) continue;
         const uint4 cur = q[p];
         if (it + PF < ntk) q[p] = ld_nc_u4(wp + (it + PF) * 32);
         const u32 word[4] = {cur.x, cur.y, cur.z, cur.w};
+        const T *at = As + (it % SA) * TILE_A;
 #pragma unroll
         for (int b = 0; b < BLOCKS; ++b) {
           const int kb = (t0 + it) * BLOCKS + b; // 32-k block
@@ -229,14 +260,12 @@ __device__ __forceinline__ void gemm_wq(const GemmArgs &g, const float *__restri
             wq_frag_i8<W>(word[0], word[1], a[0]);
             wq_frag_i8<W>(word[2], word[3], a[1]);
           }
-          const int k0 = kb * 32 + 8 * tq;
           const bool stats = STATS && turn == warp;
           turn = turn + 1 == active_warps ? 0 : turn + 1;
 #pragma unroll
           for (int t = 0; t < NT; ++t) {
-            const int m = m0 + t * 8 + gq;
             WqAct<T> x;
-            x.load(Ag + (size_t)(m < M ? m : 0) * K + k0, m < M, K - k0, vec);
+            x.load(at + (b * BM + t * 8 + gq) * 32 + 8 * tq);
             if (stats) {
 #pragma unroll
               for (int e = 0; e < 8; ++e) {
@@ -264,6 +293,8 @@ __device__ __forceinline__ void gemm_wq(const GemmArgs &g, const float *__restri
         }
       }
     }
+    cp_async_wait<0>();
+    __syncthreads(); // the ring is read: Os takes its place
   }
 
   if (!GROUPED && active) { // i8: times the row's scale
