@@ -30,9 +30,9 @@ static int check_policy(Compile *c) {
   if (is_f8(mm))
     return refuse(c, PREC_MATMUL, "%s matrix products are not supported by the GPU code generator yet%s",
                   dtype_name(mm), "");
-  /* weight-only i8 / i4 run in gemm_wq.cuh, which dequantizes exactly the reference's values in
-   * f32; it takes one scale per 16-byte word of codes (32 k), and does not round the dequantized
-   * weights to a `precision matmul` type as the reference would */
+  /* weight-only i8 / i4 run in gemm_wq.cuh, which multiplies by the reference's levels exactly
+   * and applies the f32 scales per group of k (whole 32-k blocks), and does not round the
+   * dequantized weights to a `precision matmul` type as the reference would */
   if (w != DT_NONE && w != DT_I8 && w != DT_I4)
     return refuse(c, PREC_WEIGHTS, "%s weight-only quantization is not supported by the GPU code generator yet%s",
                   dtype_name(w), "");
