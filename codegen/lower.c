@@ -215,8 +215,8 @@ static bool config_used(const ffn_gemm_config *c, bool tc, bool hopper, int wq_b
    * kernels serve small M too; the mma.sync ones stay for comparison (FFNC_GEMM_VARIANT) */
   if (f8 && hopper)
     return c->kind == FFN_GEMM_SM90 || (c->kind == FFN_GEMM_SM80 && small);
-  if (wq_bits) /* quantized B: gemm_wq on every arch, its chunk depth by the code width */
-    return c->kind == FFN_GEMM_WQ && c->bk == (wq_bits == 8 ? 512 : 1024);
+  if (wq_bits) /* quantized B: gemm_wq on every arch, its tile depth by the code width */
+    return c->kind == FFN_GEMM_WQ && c->bk == (wq_bits == 8 ? 32 : 64);
   if (c->kind == FFN_GEMM_WQ)
     return false;
   if (!tc)

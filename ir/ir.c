@@ -373,7 +373,10 @@ bool ir_infer_shape(const Graph *g, Op op, Node *const *args, int nargs, const N
       if (s->rank != 2 || !shape_is_static(s) || s->d[0].size != R || s->d[1].size != ng)
         FAIL("weight codes of %s need scales [%lld, %lld]", shape_str(g, a, sa, sizeof sa), (long long)R, (long long)ng);
     }
-    *out = (Shape){2, {dim_static(R), dim_static(op == OP_WQ_SCALE ? ng : wq_row_bytes(K, (int)bits))}};
+    if (op == OP_WQ_SCALE)
+      *out = (Shape){2, {dim_static(R), dim_static(ng)}};
+    else /* whole 512-byte tiles (kernels/quant.cuh) */
+      *out = (Shape){2, {dim_static(wq_code_rows(R)), dim_static(wq_row_bytes(K, (int)bits))}};
     return true;
   }
   case OP_F8_SCALE:

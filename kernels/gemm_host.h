@@ -48,8 +48,9 @@ typedef enum {
   FFN_GEMM_SM80, /* mma.sync tensor cores, T = bf16 or f16, K % 8 == 0 */
   FFN_GEMM_SIMT, /* f32 FMA, T = float (also bf16/f16), any K */
   FFN_GEMM_SM90, /* wgmma tensor cores (sm_90a only), T = bf16 or f16, K % 8 == 0 */
-  FFN_GEMM_WQ,   /* weight-only i8 / i4 B dequantized in the main loop (gemm_wq.cuh), f32 FMA;
-                    bk: k per chunk (512: i8, 1024: i4), wn: B rows per warp, 256 threads */
+  FFN_GEMM_WQ,   /* weight-only i8 / i4 B dequantized in registers for mma.sync (gemm_wq.cuh);
+                    bk: k per 512-byte tile of codes (32: i8, 64: i4), wn: B rows per warp (16),
+                    stages: tiles in flight per warp (the template derives it from bm) */
   FFN_GEMM_SM90P /* kernel bench only: persistent FFN_GEMM_SM90 (kernels/bench/gemm_sm90_persistent.cuh):
                     wm == bm: the two consumer warpgroups ping-pong over whole tiles; wm == bm / 2:
                     they share each tile */
@@ -87,16 +88,17 @@ static inline const ffn_gemm_config *ffn_gemm_configs(int *count) {
       {"sm90_128x128x64", FFN_GEMM_SM90, 128, 128, 64, 64, 128, 6, 384, 1, 1, 512}, /* down at M 128-512; 199 KB */
       {"sm90_128x224x64", FFN_GEMM_SM90, 128, 224, 64, 64, 224, 4, 384, 1, 1, 512}, /* wide up at M 128-512; 183 KB */
       {"sm90_128x256x64", FFN_GEMM_SM90, 128, 256, 64, 64, 256, 4, 384, 1, 1, 0},   /* 476-606 TFLOP/s; 199 KB */
-      /* weight-only quantized B (gemm_wq.cuh), every arch: bm rows of A per CTA, so that a
-       * decode step does not spend FMAs on empty rows; bn = 8 warps x wn rows of B. */
-      {"wq8_1", FFN_GEMM_WQ, 1, 32, 512, 1, 4, 2, 256, 1, 8, 1},
-      {"wq8_4", FFN_GEMM_WQ, 4, 32, 512, 1, 4, 2, 256, 1, 4, 4},
-      {"wq8_8", FFN_GEMM_WQ, 8, 32, 512, 1, 4, 2, 256, 1, 4, 8},
-      {"wq8_16", FFN_GEMM_WQ, 16, 32, 512, 1, 4, 2, 256, 1, 2, 0},
-      {"wq4_1", FFN_GEMM_WQ, 1, 32, 1024, 1, 4, 2, 256, 1, 8, 1},
-      {"wq4_4", FFN_GEMM_WQ, 4, 32, 1024, 1, 4, 2, 256, 1, 4, 4},
-      {"wq4_8", FFN_GEMM_WQ, 8, 32, 1024, 1, 4, 2, 256, 1, 2, 8},
-      {"wq4_16", FFN_GEMM_WQ, 16, 32, 1024, 1, 4, 2, 256, 1, 2, 0},
+      /* weight-only quantized B (gemm_wq.cuh, mma.sync), every arch: bm tokens per CTA (n8 tiles
+       * of the MMA), so that a decode step does not spend MMAs on empty rows; bn = 8 warps x 16
+       * rows of B; bk = k per 512-byte tile of codes (32: i8, 64: i4). */
+      {"wq8_8", FFN_GEMM_WQ, 8, 128, 32, 1, 16, 4, 256, 3, 3, 8},
+      {"wq8_16", FFN_GEMM_WQ, 16, 128, 32, 1, 16, 4, 256, 2, 2, 16},
+      {"wq8_32", FFN_GEMM_WQ, 32, 128, 32, 1, 16, 2, 256, 2, 2, 32},
+      {"wq8_64", FFN_GEMM_WQ, 64, 128, 32, 1, 16, 2, 256, 1, 1, 0},
+      {"wq4_8", FFN_GEMM_WQ, 8, 128, 64, 1, 16, 4, 256, 3, 3, 8},
+      {"wq4_16", FFN_GEMM_WQ, 16, 128, 64, 1, 16, 4, 256, 2, 2, 16},
+      {"wq4_32", FFN_GEMM_WQ, 32, 128, 64, 1, 16, 2, 256, 2, 2, 32},
+      {"wq4_64", FFN_GEMM_WQ, 64, 128, 64, 1, 16, 2, 256, 1, 1, 0},
       /* (The persistent sm90p_pp_128x128x64 was here until the whole-sublayer trial: faster alone
        * from M 4096, slower in the model. It is a candidate of kernels/bench/gemm_bench.c now.) */
   };
@@ -162,8 +164,10 @@ static inline size_t ffn_gemm_smem_bytes(const ffn_gemm_config *c) {
   if (c->kind == FFN_GEMM_SM90P) /* gemm_sm90p_smem_bytes: statistics per warpgroup when ping-ponging */
     return (size_t)c->stages * (size_t)(c->bm + c->bn) * (size_t)c->bk * 2 + (size_t)8 * c->bm * (c->wm == c->bm ? 2 : 1) +
            2048;
-  if (c->kind == FFN_GEMM_WQ) /* A's chunk, the CTA's sums, statistics (gemm_wq.cuh) */
-    return ((size_t)c->bm * (size_t)(c->bk + c->bn) + (size_t)18 * c->bm) * 4;
+  if (c->kind == FFN_GEMM_WQ) { /* gemm_wq.cuh: the activation ring or the CTA's sums, then statistics */
+    size_t ring = (size_t)16 * c->bm * c->bk, sums = (size_t)4 * c->bm * c->bn;
+    return (ring > sums ? ring : sums) + (size_t)8 * c->bm * (size_t)(c->bn / 16 + 1);
+  }
   return ((size_t)2 * c->bk * (size_t)(c->bm + c->bn + 8) + (size_t)2 * c->bm) * 4;
 }
 
@@ -218,8 +222,8 @@ static inline int ffn_gemm_template_args(const ffn_gemm_config *c, int S, int ST
   case FFN_GEMM_SM90P: /* ping-pong consumers when wm == bm */
     return snprintf(buf, len, "%d, %d, %d, %d, %d, %d, %s, %s", c->bm, c->bn, c->bk, c->stages, S, STATS, T,
                     c->wm == c->bm ? "true" : "false");
-  case FFN_GEMM_WQ: /* BITS from the chunk depth: 32 lanes x 16 bytes */
-    return snprintf(buf, len, "%d, %d, %d, %d, %d, %d, %d, %s", c->bk == 512 ? 8 : 4, c->bm, c->bn, c->bk, c->wn, S,
+  case FFN_GEMM_WQ: /* BITS from the tile's depth: 16 rows x bk k in 512 bytes */
+    return snprintf(buf, len, "%d, %d, %d, %d, %d, %d, %d, %s", c->bk == 32 ? 8 : 4, c->bm, c->bn, c->bk, c->wn, S,
                     STATS, T);
   case FFN_GEMM_SIMT:
     break;
@@ -238,10 +242,10 @@ static inline int ffn_gemm_pick_splits(int M, int N, int S, int K, const ffn_gem
   const long tiles_m = ffn_gemm_tiles_m(c, M), tiles = tiles_m * ffn_gemm_tiles_n(c, N, S);
   const int ktiles = (K + c->bk - 1) / c->bk;
   if (num_sms <= 0 || tiles <= 0) return 1;
-  if (c->kind == FFN_GEMM_WQ) { /* not measured yet: enough CTAs for ctas_per_sm per SM, a chunk each at least */
+  if (c->kind == FFN_GEMM_WQ) { /* about one wave of resident CTAs, >= 4 tiles of codes per split */
     long s = ((long)num_sms * c->ctas_per_sm + tiles / 2) / tiles;
-    if (s > ktiles) s = ktiles;
-    if (s > 16) s = 16;
+    if (s > ktiles / 4) s = ktiles / 4;
+    if (s > 32) s = 32;
     return s < 1 ? 1 : (int)s;
   }
   long per_sm = tiles_m >= 2 ? 2 : 1;

@@ -1,24 +1,33 @@
-// gemm_wq.cuh: GEMM with weight-only quantized B (i8 per output column, i4 in groups along K),
-// dequantized in the main loop, with the epilogue contract of gemm_sm80.cuh (streams S,
-// STATS, split-K, epi(row, col, ncols, v[S][2], rsum, rsumsq)).
+// gemm_wq.cuh: GEMM with weight-only quantized B (i8 per output column, i4 in groups along K) on
+// the tensor cores (mma.sync m16n8k16, sm_80 and sm_90), with the epilogue contract of
+// gemm_sm80.cuh (streams S, STATS, split-K, epi(row, col, ncols, v[S][2], rsum, rsumsq)).
 //
 //   template <int BITS, int BM, int BN, int BK, int WN, int S, int STATS, class T, class Epi>
 //   __device__ void gemm_wq(const GemmArgs &g, const float *scales, int group, const Epi &epi, char *smem);
 //
 // g.B holds the codes and `scales` the scales of kernels/quant.cuh's layout (B's [S*N, K] rows,
-// gate/up interleaved by 8 as for the other templates); group is the i4 group length G (0: one
-// group), which must be 0 or a multiple of 32 so that each 16-byte word of codes has one scale.
-// Grid (tiles_m * tiles_n, 1, splits) as gemm_sm80; 256 threads; dynamic smem
-// wq_smem_bytes(BM, BN, BK) (kernels/gemm_host.h computes the same).
+// gate/up interleaved by 8 as for the other templates, cut into 512-byte tiles of 16 rows x BK
+// k, BK = WQ_TILE_K(BITS)); group is the i4 group length G (0: one group), 0 or a multiple of 32.
+// BM = 8 x (token tiles), BN = 16 x warps, WN = 16. Grid (tiles_m * tiles_n, 1, splits) as
+// gemm_sm80; BN * 2 threads; dynamic smem wq_ring_bytes(BM, BN, BK) + 8 * BM * (BN / 16 + 1)
+// bytes (kernels/gemm_host.h computes the same).
 //
-// Design (decode first: at M <= 64 a GEMM with quantized weights is a stream over the codes).
-// Each warp owns WN consecutive B rows; a chunk of BK = 32 lanes x one 16-byte word of k is one
-// coalesced 512-byte load per row, and the next chunk's WN words are in flight while this one is
-// computed. A's BM x BK slice of the chunk sits in smem as f32, laid out [row][element][lane] so
-// that the lanes read it without bank conflicts. Each weight is decoded once per CTA (a byte
-// permute or a mask, an f32 subtraction, times its scale: exactly the reference's (float)(q * s))
-// and used for BM rows of A with f32 FMAs. The lanes' partial sums are reduced through shuffles
-// at the end. Above 64 rows this is the same FMA loop (correct, not fast; kernels/NOTES.md).
+// Design (decode first: at M <= 64 the product streams the codes). The weights are the A
+// operand of the MMA (16 output columns x 16 k) and the activations its B operand (16 k x 8
+// tokens), so one row of tokens wastes 7/8 of an n8 tile instead of 15/16 of an m16 one. Each
+// warp owns 16 B rows and streams their tiles along the split's k range, one 16-byte
+// ld.global.nc per lane per tile, PF tiles ahead in registers. A lane's 16 bytes are its A fragments for the tile's k16 steps (4 for i4,
+// 2 for i8), turned into bf16x2 / f16x2 with a mask (or byte permute) and one fma per register:
+// the levels q are exact in both types. The activations, which all warps of the CTA share, go
+// through a ring of 8 tiles in shared memory filled by cp.async 7 tiles ahead (read straight
+// from global memory, every 32-k block waited for an L2 round trip under the codes' stream:
+// 3-10x slower, kernels/NOTES.md); k is permuted at pack time so that a lane's B fragments for
+// two steps are 8 consecutive k, one 16-byte load. Products are accumulated per
+// k group in f32 (tmp) and added to the result times the group's f32 scale when the group ends
+// (G = 0: once, at the end; i8 accumulates straight into the result, scaled at the end), so each output is sum_g s_g * sum_k a_k q_k: the
+// reference's sum_k a_k (float)(q_k s_g) up to f32 rounding. f32 activations are split into
+// three bf16 terms (hi + mid + lo, 24 bits) and take three MMAs per step. Above 64 rows the
+// same loop runs over 64-token tiles (each CTA decodes its weights again; kernels/NOTES.md).
 #pragma once
 #include "common.cuh"
 #include "quant.cuh"
@@ -33,126 +42,286 @@ __device__ __forceinline__ uint4 ld_nc_u4(const void *p) {
   return r;
 }
 
-// Element e of a 16-byte word of codes, as the f32 level q (2^23 + code is exact in f32).
-template <int BITS> __device__ __forceinline__ float wq_decode(const uint4 &w, int e) {
-  constexpr int PER = 32 / BITS; // codes per 32-bit word
-  const int i = e / PER, j = e % PER;
-  const u32 x = i == 0 ? w.x : i == 1 ? w.y : i == 2 ? w.z : w.w;
-  if (BITS == 8) // byte j of x under the exponent byte 0x4b: 0x4b0000xx
-    return __uint_as_float(__byte_perm(x, 0x4bu, 0x4550u | (u32)j)) - 8388736.0f; // 2^23 + 128
-  return __uint_as_float(((x >> (4 * j)) & 0xfu) | 0x4b000000u) - 8388616.0f;     // 2^23 + 8
+// d = a * b + c on two 16-bit floats of W (bf16 or f16)
+template <class W> __device__ __forceinline__ u32 fma2(u32 a, u32 b, u32 c);
+template <> __device__ __forceinline__ u32 fma2<bf16>(u32 a, u32 b, u32 c) {
+  u32 d;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+template <> __device__ __forceinline__ u32 fma2<f16>(u32 a, u32 b, u32 c) {
+  u32 d;
+  asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+template <class W> struct WqIsF16 { static constexpr bool value = false; };
+template <> struct WqIsF16<f16> { static constexpr bool value = true; };
+
+// The A fragment registers of one k16 step, as W x 2, from the lane's words (quant.cuh).
+// i4, word w: register i = nibbles i (low half) and i + 4 (high half), each placed in the
+// mantissa of 128.0 (bf16) or 1024.0 (f16) and offset by the code's own 8: v * 1 - (base + 8).
+template <class W> __device__ __forceinline__ void wq_frag_i4(u32 w, u32 (&a)[4]) {
+  constexpr bool h = WqIsF16<W>::value;
+  const u32 base = h ? 0x64006400u : 0x43004300u, one = h ? 0x3c003c00u : 0x3f803f80u,
+            off = h ? 0xe408e408u : 0xc308c308u; // -(1024 + 8), -(128 + 8)
+#pragma unroll
+  for (int i = 0; i < 4; ++i) a[i] = fma2<W>(((w >> (4 * i)) & 0x000f000fu) | base, one, off);
+}
+// i8, words w0 (a[0]: bytes 0, 1; a[1]: bytes 2, 3) and w1 (a[2], a[3]). f16: the byte under
+// the exponent byte 0x64 is 1024 + code; bf16 has too few mantissa bits for 8-bit codes, so
+// 2^23 + code in f32, minus 2^23 + 128, whose upper half is the exact bf16 level.
+template <class W> __device__ __forceinline__ void wq_frag_i8(u32 w0, u32 w1, u32 (&a)[4]) {
+  if (WqIsF16<W>::value) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      a[i] = fma2<f16>(__byte_perm(i < 2 ? w0 : w1, 0x64646464u, i % 2 ? 0x4342u : 0x4140u), 0x3c003c00u,
+                       0xe480e480u); // -(1024 + 128)
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const u32 w = i < 2 ? w0 : w1, p = 2 * (i % 2);
+      const float lo = __uint_as_float(__byte_perm(w, 0x4bu, 0x4550u | p)) - 8388736.0f,
+                  hi = __uint_as_float(__byte_perm(w, 0x4bu, 0x4550u | (p + 1))) - 8388736.0f;
+      a[i] = __byte_perm(__float_as_uint(lo), __float_as_uint(hi), 0x7632u);
+    }
+  }
+}
+
+// The 16-bit type the weights are decoded to for activations of type T.
+template <class T> struct WqWeight { typedef bf16 type; };
+template <> struct WqWeight<f16> { typedef f16 type; };
+
+// A lane's activations of one token for one 32-k block, k = 8t .. 8t + 7 from the CTA's ring in
+// shared memory, as B fragment words (x4) of W, and for T = float the three terms of each.
+template <class T> struct WqAct {
+  u32 b[4];
+  __device__ __forceinline__ void load(const T *p) {
+    const uint4 v = *(const uint4 *)p;
+    b[0] = v.x, b[1] = v.y, b[2] = v.z, b[3] = v.w;
+  }
+  __device__ __forceinline__ float value(int e) const {
+    float lo, hi;
+    unpack2<T>(b[e / 2], lo, hi);
+    return e % 2 ? hi : lo;
+  }
+};
+template <> struct WqAct<float> {
+  float v[8];
+  u32 b[3][4]; // hi, mid, lo terms as bf16x2
+  __device__ __forceinline__ void load(const float *p) {
+    const float4 x = ((const float4 *)p)[0], y = ((const float4 *)p)[1];
+    v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w, v[4] = y.x, v[5] = y.y, v[6] = y.z, v[7] = y.w;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float r0 = v[2 * i], r1 = v[2 * i + 1];
+#pragma unroll
+      for (int t = 0; t < 3; ++t) {
+        b[t][i] = pack_bf16x2(r0, r1);
+        float h0, h1;
+        unpack_bf16x2(b[t][i], h0, h1);
+        r0 -= h0, r1 -= h1; // exact: the remainder of a rounding to nearest
+      }
+    }
+  }
+  __device__ __forceinline__ float value(int e) const { return v[e]; }
+};
+
+// tmp += W . B for step s (0, 1) of a 32-k block
+template <class T, class W>
+__device__ __forceinline__ void wq_mma(float (&d)[4], const u32 (&a)[4], const WqAct<T> &x, int s) {
+  mma_16816<W>(d, a, x.b[2 * s], x.b[2 * s + 1]);
+}
+template <>
+__device__ __forceinline__ void wq_mma<float, bf16>(float (&d)[4], const u32 (&a)[4], const WqAct<float> &x, int s) {
+#pragma unroll
+  for (int t = 0; t < 3; ++t) mma_16816<bf16>(d, a, x.b[t][2 * s], x.b[t][2 * s + 1]);
+}
+
+// Shared memory: the activation ring (16 * BM * BK bytes: 8 tiles of 16-bit T or 4 of f32), or
+// the CTA's sums after the main loop, whichever is larger; then the row statistics.
+__host__ __device__ constexpr int wq_ring_bytes(int BM, int BN, int BK) {
+  return 16 * BM * BK > 4 * BM * BN ? 16 * BM * BK : 4 * BM * BN;
 }
 
 template <int BITS, int BM, int BN, int BK, int WN, int S, int STATS, class T, class Epi>
 __device__ __forceinline__ void gemm_wq(const GemmArgs &g, const float *__restrict__ scales, int group, const Epi &epi,
                                         char *smem) {
-  constexpr int THREADS = 256, WARPS = THREADS / 32;
-  constexpr int E = WQ_K_PER_WORD(BITS); // k per lane per chunk: one 16-byte word
+  typedef typename WqWeight<T>::type W;
+  constexpr int WARPS = BN / 16, THREADS = WARPS * 32, NT = BM / 8;
+  constexpr int BLOCKS = BK / 32;         // 32-k blocks per tile: 2 (i4) or 1 (i8)
+  constexpr int PF = NT <= 2 ? 4 : NT == 4 ? 3 : 2; // tiles in flight per warp (registers)
+  constexpr bool GROUPED = BITS == 4;     // i8: one scale per row, applied at the end
   constexpr int SLAB = BM * BN + 2 * BM;
   static_assert(BITS == 8 || BITS == 4, "i8 or i4");
-  static_assert(BK == 32 * E && BN == WARPS * WN && BN % (8 * S) == 0, "tile shape");
+  static_assert(BK == WQ_TILE_K(BITS) && WN == 16 && BN % 16 == 0 && BM % 8 == 0 && BN % (8 * S) == 0, "tile shape");
   static_assert(S == 1 || S == 2, "S is 1 or 2");
 
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int M = g.M, N = g.N, K = g.K, splits = g.splits, z = blockIdx.z;
-  const int tiles_m = (M + BM - 1) / BM, tiles_n = (S * N + BN - 1) / BN;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gq = lane >> 2, tq = lane & 3;
+  const int M = g.M, N = g.N, K = g.K, R = S * N, splits = g.splits, z = blockIdx.z;
+  const int tiles_m = (M + BM - 1) / BM, tiles_n = (R + BN - 1) / BN;
   int tm, tn;
   gemm_tile_coords(blockIdx.x, tiles_m, tiles_n, tm, tn);
   const int m0 = tm * BM, n0 = tn * BN; // n0 in merged columns
-  const int chunks = (K + BK - 1) / BK;
-  const int c0 = (int)((long long)chunks * z / splits);
-  const int nc = (int)((long long)chunks * (z + 1) / splits) - c0;
-  const long long row_bytes = wq_row_bytes(K, BITS);
-  const int G = BITS == 8 ? K : (int)wq_group_len(K, group), ngroups = BITS == 8 ? 1 : (int)wq_ngroups(K, group);
+  const int ktiles = (K + BK - 1) / BK, kblocks = (K + 31) / 32;
+  const int t0 = (int)((long long)ktiles * z / splits);
+  const int ntk = (int)((long long)ktiles * (z + 1) / splits) - t0;
+  const int kb_end = imin(kblocks, (t0 + ntk) * BLOCKS);
+  const int ngroups = BITS == 8 ? 1 : (int)wq_ngroups(K, group);
+  const int gblocks = ngroups == 1 ? 0x7fffffff : (int)(wq_group_len(K, group) / 32); // G is a multiple of 32
+  const int rb = n0 / 16 + warp;                                                   // this warp's 16-row block
+  const bool active = rb * 16 < R;
+  const int active_warps = imin(WARPS, (R - n0 + 15) / 16); // they share the row statistics
+  const int r_lo = rb * 16 + gq, r_hi = r_lo + 8;
+  const bool vec = (K & 7) == 0;
 
-  float *As = (float *)smem;         // [BM][E][32]: chunk element lane * E + e of row m
-  float *Os = As + BM * BK;          // [BM][BN]: the CTA's sums
-  float *red = Os + BM * BN;         // [2][WARPS][BM]
-  float *rowstat = red + 2 * WARPS * BM; // [2][BM]: sum of squares, sum
+  // The activations of SA tiles of k, [SA][BLOCKS][BM][32] of T, filled by cp.async SA - 1 tiles
+  // ahead (8 tiles of 16-bit T, 4 of f32). Rows of 64 bytes: a quarter warp's 16-byte reads (two
+  // tokens) hit every bank once. The CTA's sums reuse the space after the main loop.
+  constexpr int SA = 8 * 2 / (int)sizeof(T), TILE_A = BLOCKS * BM * 32; // elements per tile
+  T *As = (T *)smem;
+  float *Os = (float *)smem;                                            // [BM][BN]: the CTA's sums
+  float *red = (float *)(smem + wq_ring_bytes(BM, BN, BK));            // [2][WARPS][BM]
+  float *rowstat = red + 2 * WARPS * BM;                                // [2][BM]: sum of squares, sum
 
   const T *__restrict__ Ag = (const T *)g.A;
-  const unsigned char *__restrict__ Bq = (const unsigned char *)g.B;
-  const int brow0 = n0 + warp * WN;
-  u32 b_ok = 0;
-#pragma unroll
-  for (int j = 0; j < WN; ++j)
-    if (gemm_brow_valid<S>(brow0 + j, N)) b_ok |= 1u << j;
+  const uint4 *__restrict__ wp = (const uint4 *)g.B + ((long long)rb * ktiles + t0) * 32 + lane;
 
-  // The words and scales of chunk c for this lane's k (zero past K: A is zero there too).
-  auto load_b = [&](int c, uint4 (&w)[WN], float (&s)[WN]) {
-    const int k = c * BK + lane * E;
+  // tile j of the split's range into ring slot j % SA; zeros past M and K
+  auto fill_a = [&](int j) {
+    if (j >= ntk) return;
+    T *dst = As + (j % SA) * TILE_A;
+    const int kt0 = (t0 + j) * BK;
+    constexpr int PER = 16 / (int)sizeof(T), CHUNKS = TILE_A / PER; // 16-byte pieces
+    for (int c = tid; c < CHUNKS; c += THREADS) {
+      const int b = c / (BM * 32 / PER), m = c / (32 / PER) % BM, kk = c % (32 / PER) * PER;
+      const int row = m0 + m, k = kt0 + b * 32 + kk;
+      T *d = dst + (b * BM + m) * 32 + kk;
+      if (vec) {
+        const bool ok = row < M && k < K; // K % 8 == 0: a piece is all in or all out
+        cp_async16(smem_addr(d), ok ? (const void *)(Ag + (size_t)row * K + k) : (const void *)Ag, ok);
+      } else {
 #pragma unroll
-    for (int j = 0; j < WN; ++j) {
-      const bool ok = ((b_ok >> j) & 1) && k < K;
-      const long long row = brow0 + j;
-      w[j] = ok ? ld_nc_u4(Bq + row * row_bytes + (long long)(k / E) * 16) : uint4{0u, 0u, 0u, 0u};
-      s[j] = ok ? scales[row * ngroups + k / G] : 0.f;
+        for (int e = 0; e < PER; ++e)
+          d[e] = row < M && k + e < K ? Ag[(size_t)row * K + k + e] : from_f32<T>(0.f);
+      }
     }
   };
 
-  float acc[BM][WN];
+  float acc[NT][4], tmp[NT][4], ssq[NT], ssum[NT];
 #pragma unroll
-  for (int m = 0; m < BM; ++m)
+  for (int t = 0; t < NT; ++t) {
+    ssq[t] = ssum[t] = 0.f;
 #pragma unroll
-    for (int j = 0; j < WN; ++j) acc[m][j] = 0.f;
-  float ssq[BM], ssum[BM];
-#pragma unroll
-  for (int m = 0; m < BM; ++m) ssq[m] = ssum[m] = 0.f;
+    for (int i = 0; i < 4; ++i) acc[t][i] = tmp[t][i] = 0.f;
+  }
 
-  uint4 cur[WN], nxt[WN];
-  float scur[WN], snxt[WN];
-  if (nc > 0) load_b(c0, cur, scur);
-  for (int it = 0; it < nc; ++it) {
-    const int c = c0 + it;
-    if (it + 1 < nc) load_b(c + 1, nxt, snxt);
-    __syncthreads(); // the previous chunk's A is no longer read
+  {
 #pragma unroll
-    for (int m = 0; m < BM; ++m) {
-      const bool rok = m0 + m < M;
-      const T *arow = Ag + (size_t)(rok ? m0 + m : 0) * K;
-      for (int kk = tid; kk < BK; kk += THREADS) {
-        const int k = c * BK + kk;
-        const float v = rok && k < K ? to_f32(arow[k]) : 0.f;
-        As[(m * E + kk % E) * 32 + kk / E] = v;
-        if (STATS) ssq[m] = fmaf(v, v, ssq[m]);
-        if (STATS == 2) ssum[m] += v;
+    for (int j = 0; j < SA - 1; ++j) {
+      fill_a(j);
+      cp_async_commit();
+    }
+    uint4 q[PF];
+#pragma unroll
+    for (int p = 0; p < PF; ++p)
+      if (active && p < ntk) q[p] = ld_nc_u4(wp + p * 32);
+    float s_lo = 0.f, s_hi = 0.f;
+    // where the range starts in its group, and whose turn it is for the row statistics; running
+    // counters, no division per block
+    int gi = t0 * BLOCKS / gblocks, gpos = t0 * BLOCKS - gi * gblocks, turn = t0 * BLOCKS % active_warps;
+    for (int it0 = 0; it0 < ntk; it0 += PF) {
+#pragma unroll
+      for (int p = 0; p < PF; ++p) {
+        const int it = it0 + p;
+        if (it >= ntk) break;
+        cp_async_wait<SA - 2>(); // tile it has landed (this thread's pieces) ...
+        __syncthreads();         // ... everybody's, and slot (it - 1) % SA is free
+        fill_a(it + SA - 1);
+        cp_async_commit();
+        if (!active) continue;
+        const uint4 cur = q[p];
+        if (it + PF < ntk) q[p] = ld_nc_u4(wp + (it + PF) * 32);
+        const u32 word[4] = {cur.x, cur.y, cur.z, cur.w};
+        const T *at = As + (it % SA) * TILE_A;
+#pragma unroll
+        for (int b = 0; b < BLOCKS; ++b) {
+          const int kb = (t0 + it) * BLOCKS + b; // 32-k block
+          if (kb >= kb_end) break;               // the second half of the last i4 tile, past K
+          if (GROUPED && (kb == t0 * BLOCKS || gpos == 0)) { // a group starts: its scales
+            s_lo = r_lo < R ? scales[(long long)r_lo * ngroups + gi] : 0.f;
+            s_hi = r_hi < R ? scales[(long long)r_hi * ngroups + gi] : 0.f;
+          }
+          u32 a[2][4];
+          if (BITS == 4) {
+            wq_frag_i4<W>(word[2 * b], a[0]);
+            wq_frag_i4<W>(word[2 * b + 1], a[1]);
+          } else {
+            wq_frag_i8<W>(word[0], word[1], a[0]);
+            wq_frag_i8<W>(word[2], word[3], a[1]);
+          }
+          const bool stats = STATS && turn == warp;
+          turn = turn + 1 == active_warps ? 0 : turn + 1;
+#pragma unroll
+          for (int t = 0; t < NT; ++t) {
+            WqAct<T> x;
+            x.load(at + (b * BM + t * 8 + gq) * 32 + 8 * tq);
+            if (stats) {
+#pragma unroll
+              for (int e = 0; e < 8; ++e) {
+                const float v = x.value(e);
+                ssq[t] = fmaf(v, v, ssq[t]);
+                if (STATS == 2) ssum[t] += v;
+              }
+            }
+            float(&d)[4] = GROUPED ? tmp[t] : acc[t];
+            wq_mma<T, W>(d, a[0], x, 0);
+            wq_mma<T, W>(d, a[1], x, 1);
+          }
+          if (++gpos == gblocks) gpos = 0, ++gi;
+          if (GROUPED && (gpos == 0 || kb + 1 == kb_end)) { // the group ends: scale and add
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+              acc[t][0] = fmaf(tmp[t][0], s_lo, acc[t][0]);
+              acc[t][1] = fmaf(tmp[t][1], s_lo, acc[t][1]);
+              acc[t][2] = fmaf(tmp[t][2], s_hi, acc[t][2]);
+              acc[t][3] = fmaf(tmp[t][3], s_hi, acc[t][3]);
+#pragma unroll
+              for (int i = 0; i < 4; ++i) tmp[t][i] = 0.f;
+            }
+          }
+        }
       }
     }
-    __syncthreads();
+    cp_async_wait<0>();
+    __syncthreads(); // the ring is read: Os takes its place
+  }
+
+  if (!GROUPED && active) { // i8: times the row's scale
+    const float s_lo = r_lo < R ? scales[r_lo] : 0.f, s_hi = r_hi < R ? scales[r_hi] : 0.f;
 #pragma unroll
-    for (int e = 0; e < E; ++e) {
-      float w[WN];
-#pragma unroll
-      for (int j = 0; j < WN; ++j) w[j] = wq_decode<BITS>(cur[j], e) * scur[j];
-#pragma unroll
-      for (int m = 0; m < BM; ++m) {
-        const float a = As[(m * E + e) * 32 + lane];
-#pragma unroll
-        for (int j = 0; j < WN; ++j) acc[m][j] = fmaf(a, w[j], acc[m][j]);
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < WN; ++j) {
-      cur[j] = nxt[j];
-      scur[j] = snxt[j];
+    for (int t = 0; t < NT; ++t) {
+      acc[t][0] *= s_lo, acc[t][1] *= s_lo;
+      acc[t][2] *= s_hi, acc[t][3] *= s_hi;
     }
   }
 
-  // ---- the lanes' partial sums, and the row statistics, into smem ----
+  // ---- the warps' sums, and the row statistics, into smem ----
 #pragma unroll
-  for (int m = 0; m < BM; ++m)
-#pragma unroll
-    for (int j = 0; j < WN; ++j) {
-      const float v = warp_sum(acc[m][j]);
-      if (lane == 0) Os[m * BN + warp * WN + j] = v;
-    }
+  for (int t = 0; t < NT; ++t) {
+    const int m = t * 8 + 2 * tq, c = warp * 16 + gq;
+    Os[m * BN + c] = acc[t][0];
+    Os[(m + 1) * BN + c] = acc[t][1];
+    Os[m * BN + c + 8] = acc[t][2];
+    Os[(m + 1) * BN + c + 8] = acc[t][3];
+  }
   if (STATS) {
 #pragma unroll
-    for (int m = 0; m < BM; ++m) {
-      const float q = warp_sum(ssq[m]), s = STATS == 2 ? warp_sum(ssum[m]) : 0.f;
-      if (lane == 0) {
-        red[warp * BM + m] = q;
-        red[(WARPS + warp) * BM + m] = s;
+    for (int t = 0; t < NT; ++t) { // the four lanes of a token hold different k
+      float q = group_sum<4>(ssq[t]), s = STATS == 2 ? group_sum<4>(ssum[t]) : 0.f;
+      if (tq == 0) {
+        red[warp * BM + t * 8 + gq] = q;
+        red[(WARPS + warp) * BM + t * 8 + gq] = s;
       }
     }
   }

@@ -205,18 +205,23 @@ extern "C" __global__ void ffn_prep_wq_scale(const ffn::PrepArgs a) {
   }
 }
 
-// out u8 [R, wq_row_bytes(K, bits)]: a thread per byte; a.b: the scales above.
+// out u8 [wq_code_rows(R), wq_row_bytes(K, bits)], the tiles of quant.cuh: a thread per byte;
+// a.b: the scales above.
 extern "C" __global__ void ffn_prep_wq_pack(const ffn::PrepArgs a) {
-  const long long R = a.rows, K = a.cols, bits = a.inner, rb = wq_row_bytes(K, (int)bits);
+  const long long R = a.rows, K = a.cols, bits = a.inner, tk = wq_tiles_k(K, (int)bits);
   const long long G = bits == 8 ? wq_group_len(K, 0) : wq_group_len(K, a.group), ng = (K + G - 1) / G;
   const int qmax = bits == 8 ? 127 : 7, per = bits == 8 ? 1 : 2;
   const float *scale = (const float *)a.b;
-  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < R * rb; i += (long long)gridDim.x * blockDim.x) {
-    long long r = i / rb, j = i % rb;
+  const long long n = wq_code_rows(R) * tk * 32;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    const long long tile = i / 512, rb = tile / tk, kt = tile % tk;
+    const int lane = (int)(i % 512) / 16, b = (int)(i % 16);
     unsigned byte = 0;
     for (int h = 0; h < per; h++) {
-      long long k = j * per + h;
-      int q = k < K ? wq_level(ffn::prep_load(a.a, a.dta, r * K + k), scale[r * ng + k / G], qmax) : 0;
+      int row, kk;
+      wq_tile_elem((int)bits, lane, b * per + h, &row, &kk);
+      const long long r = rb * 16 + row, k = kt * WQ_TILE_K(bits) + kk;
+      int q = r < R && k < K ? wq_level(ffn::prep_load(a.a, a.dta, r * K + k), scale[r * ng + k / G], qmax) : 0;
       byte |= wq_code(q, (int)bits) << (4 * h);
     }
     ((unsigned char *)a.out)[i] = (unsigned char)byte;

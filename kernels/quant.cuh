@@ -6,12 +6,18 @@
  *
  *   B is the GEMM's [R, K] operand (R = S*N merged output columns, K the shared dim).
  *   scales  f32 [R, ngroups]: ngroups = 1 for i8; ceil(K / G) for i4 (G = 0 or G > K: 1)
- *   codes   u8  [R, wq_row_bytes(K, bits)]: row r holds k = 0, 1, ... of B's row r, padded with
- *           zero weights to a multiple of 16 bytes (so each row starts 16-byte aligned):
- *             i8: one byte per k, code = q + 128
- *             i4: two k per byte, k even in the low nibble, code = q + 8
- *   The offset codes let the kernel turn a code into a float with one byte permute or mask and
- *   one subtraction (2^23 + code is exact in f32).
+ *   codes   u8, 512-byte tiles of 16 rows x WQ_TILE_K(bits) k (64 for i4, 32 for i8), in the
+ *           order tile (row block rb, k tile kt) at (rb * wq_tiles_k(K) + kt) * 512, so that a warp
+ *           streaming one row block along K reads consecutive memory. Rows past R and k past K hold
+ *           level 0. As a tensor: [wq_code_rows(R), wq_row_bytes(K, bits)].
+ *             i8: code = q + 128, a byte;  i4: code = q + 8, a nibble
+ *   Inside a tile, lane l of a warp loads the 16 bytes at l * 16: the mma.sync m16n8k16 A
+ *   fragments (kernels/common.cuh: mma_16816, the weights as A) of the tile's k16 steps for
+ *   lane l, for the 16 rows. wq_tile_elem says which (row, k) each code of them is. Within each
+ *   32-k block, k is permuted so that a lane's activations (the B fragments) are the 8
+ *   consecutive k = 8t .. 8t+7 of the block (t = l % 4): one 16-byte load for two k16 steps.
+ *   The offset codes let the kernel build a 16-bit float from a code with one mask or byte
+ *   permute and one fused multiply-add (the level is exact in bf16 and f16).
  *
  * It includes nothing: <math.h> (C) or the CUDA math library must be visible.
  */
@@ -24,8 +30,8 @@
 #define WQ_FN static inline
 #endif
 
-/* k per 16-byte word of a code row */
-#define WQ_K_PER_WORD(bits) ((bits) == 8 ? 16 : 32)
+/* k per 512-byte tile of 16 rows */
+#define WQ_TILE_K(bits) ((bits) == 8 ? 32 : 64)
 
 /* the group length actually used: G = 0 (or one longer than K) means one group over K */
 WQ_FN long long wq_group_len(long long K, long long G) { return G <= 0 || G > K ? (K > 0 ? K : 1) : G; }
@@ -33,10 +39,30 @@ WQ_FN long long wq_ngroups(long long K, long long G) {
   long long g = wq_group_len(K, G);
   return K > 0 ? (K + g - 1) / g : 1;
 }
-/* bytes of a code row: K rounded up to whole 16-byte words */
-WQ_FN long long wq_row_bytes(long long K, int bits) {
-  long long per = WQ_K_PER_WORD(bits);
-  return (K + per - 1) / per * 16;
+/* the codes as a tensor [wq_code_rows(R), wq_row_bytes(K, bits)]: R and K rounded up to whole tiles */
+WQ_FN long long wq_tiles_k(long long K, int bits) { return (K + WQ_TILE_K(bits) - 1) / WQ_TILE_K(bits); }
+WQ_FN long long wq_code_rows(long long R) { return (R + 15) / 16 * 16; }
+WQ_FN long long wq_row_bytes(long long K, int bits) { return wq_tiles_k(K, bits) * 32; }
+
+/* Code e of lane's 16 bytes in a tile (i4: e = 0..31, nibble e % 2 of byte e / 2, low first;
+ * i8: e = 0..15, byte e): its row (0..15) and k (0..WQ_TILE_K - 1) in the tile. The lane's
+ * 32-bit word j holds step j's fragment registers a[0..3] (i4: nibbles i and i + 4 are the low
+ * and high halves of a[i]) or half of it (i8: word 2s holds a[0], a[1] of step s, bytes 0, 1
+ * and 2, 3; word 2s + 1 holds a[2], a[3]). Register r half h is row g + 8 (r & 1), slot
+ * 2t + 8 (r >> 1) + h of the step (g = lane / 4, t = lane % 4); slot 2t + 8c + h of step s
+ * of a 32-k block is k = 8t + 4s + 2c + h of that block. */
+WQ_FN void wq_tile_elem(int bits, int lane, int e, int *row, int *k) {
+  int word, reg, half, block, step;
+  if (bits == 4) {
+    word = e / 8, reg = e % 4, half = (e % 8) / 4;
+    block = word / 2, step = word % 2;
+  } else {
+    word = e / 4, reg = 2 * (word % 2) + (e % 4) / 2, half = e % 2;
+    block = 0, step = word / 2;
+  }
+  const int g = lane / 4, t = lane % 4;
+  *row = g + 8 * (reg & 1);
+  *k = 32 * block + 8 * t + 4 * step + 2 * (reg >> 1) + half;
 }
 
 /* The scale of a group whose largest magnitude is amax (a double, as the reference keeps it). */

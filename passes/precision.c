@@ -44,9 +44,9 @@ static int check_policy(Compile *c) {
   snprintf(arch, sizeof arch, "sm_%d", c->arch);
   if (is_f8(mm) && c->arch < 89)
     return refuse(c, PREC_MATMUL, "fp8 matrix products need sm_89 or newer; the target is %s%s", arch, "");
-  /* weight-only i8 / i4 run in gemm_wq.cuh, which dequantizes exactly the reference's values in
-   * f32; it takes one scale per 16-byte word of codes (32 k), and does not round the dequantized
-   * weights to a `precision matmul` type as the reference would */
+  /* weight-only i8 / i4 run in gemm_wq.cuh, which multiplies by the reference's levels exactly
+   * and applies the f32 scales per group of k (whole 32-k blocks), and does not round the
+   * dequantized weights to a `precision matmul` type as the reference would */
   if (w != DT_NONE && w != DT_I8 && w != DT_I4)
     return refuse(c, PREC_WEIGHTS, "%s weight-only quantization is not supported by the GPU code generator yet%s",
                   dtype_name(w), "");

@@ -491,7 +491,7 @@ static double weight_bytes(const Graph *g, const Node *n, int64_t numel) {
   if (n->shape.rank != 2 || (w != DT_I8 && w != DT_I4))
     return (double)dtype_bytes(n->dtype, (size_t)numel);
   int64_t K = n->shape.d[1].size, R = numel / (K ? K : 1), bits = w == DT_I8 ? 8 : 4;
-  return (double)R * (double)wq_row_bytes(K, (int)bits) + 4.0 * (double)R * (double)(bits == 8 ? 1 : wq_ngroups(K, g->prec.group));
+  return (double)wq_code_rows(R) * (double)wq_row_bytes(K, (int)bits) + 4.0 * (double)R * (double)(bits == 8 ? 1 : wq_ngroups(K, g->prec.group));
 }
 
 /* FLOPs of the source's matrix products, and the fewest bytes a call must move (every

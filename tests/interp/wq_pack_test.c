@@ -3,7 +3,9 @@
  * multiplies by under `precision weights i8|i4` (ir/interp.c's contract).
  *
  * The prep kernels' loops are mirrored here on the host over kernels/quant.cuh, the functions
- * they call; the codes are decoded as gemm_wq does (level times scale, in f32). The reference's
+ * they call; the codes are decoded as gemm_wq does: its 32-bit words, its bit tricks (masks,
+ * byte permutes and the magic exponents of bf16 / f16 / f32, emulated here), the mma.sync
+ * fragment layout and the k permutation of the activations, times the scale in f32. The reference's
  * quantized weights are read back through a product with the identity, y = I @ b (one nonzero
  * term per output, exact in f32). Random matrices with all-zero columns, single outliers and,
  * for i4, a last group shorter than the others; bit-exact comparison.
@@ -20,7 +22,7 @@ static void host_pack(const float *bnk, int64_t R, int64_t K, int bits, int64_t 
                       unsigned char *codes) {
   const int64_t G = bits == 8 ? wq_group_len(K, 0) : wq_group_len(K, group), ng = (K + G - 1) / G;
   const int qmax = bits == 8 ? 127 : 7, per = bits == 8 ? 1 : 2;
-  const int64_t rb = wq_row_bytes(K, bits);
+  const int64_t tk = wq_tiles_k(K, bits), n = wq_code_rows(R) * wq_row_bytes(K, bits);
   for (int64_t w = 0; w < R * ng; w++) {
     int64_t r = w / ng, k0 = (w % ng) * G, k1 = k0 + G < K ? k0 + G : K;
     double amax = 0;
@@ -28,25 +30,100 @@ static void host_pack(const float *bnk, int64_t R, int64_t K, int bits, int64_t 
       amax = fmax(amax, fabs((double)bnk[r * K + k]));
     scales[w] = wq_scale(amax, qmax);
   }
-  for (int64_t i = 0; i < R * rb; i++) {
-    int64_t r = i / rb, j = i % rb;
+  for (int64_t i = 0; i < n; i++) {
+    int64_t tile = i / 512, rb = tile / tk, kt = tile % tk;
+    int lane = (int)(i % 512) / 16, b = (int)(i % 16);
     unsigned byte = 0;
     for (int h = 0; h < per; h++) {
-      int64_t k = j * per + h;
-      int q = k < K ? wq_level(bnk[r * K + k], scales[r * ng + k / G], qmax) : 0;
+      int row, kk;
+      wq_tile_elem(bits, lane, b * per + h, &row, &kk);
+      int64_t r = rb * 16 + row, k = kt * WQ_TILE_K(bits) + kk;
+      int q = r < R && k < K ? wq_level(bnk[r * K + k], scales[r * ng + k / G], qmax) : 0;
       byte |= wq_code(q, bits) << (4 * h);
     }
     codes[i] = (unsigned char)byte;
   }
 }
 
-/* gemm_wq's value of weight (r, k): the code's level times its scale, in f32. */
-static float decode(const unsigned char *codes, const float *scales, int64_t K, int bits, int64_t group, int64_t r,
-                    int64_t k) {
-  const int64_t rb = wq_row_bytes(K, bits), G = bits == 8 ? K : wq_group_len(K, group), ng = (K + G - 1) / G;
-  unsigned code = bits == 8 ? codes[r * rb + k] : (codes[r * rb + k / 2] >> (4 * (k & 1))) & 0xfu;
-  float level = (float)wq_code_level(code, bits), s = scales[r * ng + k / G];
-  return level * s;
+/* PTX prmt (__byte_perm): byte i of the result is byte (s >> 4i) & 7 of {y, x} */
+static uint32_t byte_perm(uint32_t x, uint32_t y, uint32_t s) {
+  uint64_t v = (uint64_t)y << 32 | x;
+  uint32_t r = 0;
+  for (int i = 0; i < 4; i++)
+    r |= (uint32_t)((v >> (8 * ((s >> (4 * i)) & 7))) & 0xff) << (8 * i);
+  return r;
+}
+static float f32_of(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+static uint32_t bits_of(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+static float bf16_val(uint32_t h) { return f32_of((h & 0xffff) << 16); }
+static float f16_val(uint32_t h) { /* normal numbers only: the decode never makes others */
+  int e = (h >> 10) & 31, m = h & 1023;
+  float v = ldexpf((float)(m | 1024), e - 25);
+  return h & 0x8000 ? -v : v;
+}
+/* fma.rn.{bf16,f16}x2 on exact small integers: a * b + c per half, as floats */
+static void fma2(int f16, uint32_t a, uint32_t b, uint32_t c, float out[2]) {
+  for (int h = 0; h < 2; h++) {
+    uint32_t x = a >> (16 * h), y = b >> (16 * h), z = c >> (16 * h);
+    out[h] = f16 ? f16_val(x) * f16_val(y) + f16_val(z) : bf16_val(x) * bf16_val(y) + bf16_val(z);
+  }
+}
+
+/* gemm_wq's decode of one step's A fragment from the lane's words (wq_frag_i4 / wq_frag_i8):
+ * level[reg][half] */
+static void frag(int bits, int f16, const uint32_t *w, int step, float level[4][2]) {
+  for (int i = 0; i < 4; i++) {
+    if (bits == 4) {
+      uint32_t base = f16 ? 0x64006400u : 0x43004300u, one = f16 ? 0x3c003c00u : 0x3f803f80u,
+               off = f16 ? 0xe408e408u : 0xc308c308u;
+      fma2(f16, ((w[step] >> (4 * i)) & 0x000f000fu) | base, one, off, level[i]);
+    } else if (f16) {
+      fma2(1, byte_perm(w[2 * step + i / 2], 0x64646464u, i % 2 ? 0x4342u : 0x4140u), 0x3c003c00u, 0xe480e480u,
+           level[i]);
+    } else {
+      uint32_t x = w[2 * step + i / 2], p = 2 * (i % 2);
+      float lo = f32_of(byte_perm(x, 0x4bu, 0x4550u | p)) - 8388736.0f,
+            hi = f32_of(byte_perm(x, 0x4bu, 0x4550u | (p + 1))) - 8388736.0f;
+      uint32_t a = byte_perm(bits_of(lo), bits_of(hi), 0x7632u);
+      level[i][0] = bf16_val(a), level[i][1] = bf16_val(a >> 16);
+    }
+  }
+}
+
+/* Every weight as gemm_wq sees it: walk the tiles lane by lane, decode the lane's words step by
+ * step, and place each fragment element by the mma.sync layout (register r half h: row
+ * g + 8 (r & 1), slot 2t + 8 (r >> 1) + h) and the activations' k order (a lane's B fragments of
+ * steps 0 and 1 of a 32-k block are k = 8t + 0..3 and 8t + 4..7). out [R, K]: level times scale. */
+static void decode_all(const unsigned char *codes, const float *scales, int64_t R, int64_t K, int bits, int64_t group,
+                       int f16, float *out, int64_t *pad_bad) {
+  const int64_t G = bits == 8 ? K : wq_group_len(K, group), ng = (K + G - 1) / G, tk = wq_tiles_k(K, bits);
+  const int steps = bits == 4 ? 4 : 2;
+  for (int64_t tile = 0; tile < wq_code_rows(R) / 16 * tk; tile++)
+    for (int lane = 0; lane < 32; lane++) {
+      uint32_t w[4];
+      memcpy(w, codes + tile * 512 + lane * 16, 16);
+      for (int step = 0; step < steps; step++) {
+        float level[4][2];
+        frag(bits, f16, w, step, level);
+        for (int r = 0; r < 4; r++)
+          for (int h = 0; h < 2; h++) {
+            int64_t row = tile / tk * 16 + lane / 4 + 8 * (r & 1);
+            int64_t k = tile % tk * WQ_TILE_K(bits) + 32 * (step / 2) + 8 * (lane % 4) + 4 * (step % 2) + 2 * (r >> 1) + h;
+            if (row >= R || k >= K)
+              *pad_bad += level[r][h] != 0;
+            else
+              out[row * K + k] = level[r][h] * scales[row * ng + k / G];
+          }
+      }
+    }
 }
 
 static double uniform(void) { return (double)rand() / RAND_MAX * 2 - 1; }
@@ -76,27 +153,29 @@ static void check_case(int bits, int64_t K, int64_t N, int64_t group) {
   RefTensor y;
   char err[256];
   CHECK(run(g, &w, &in, &y, err, sizeof err) == 0, "%s", err);
-  float *scales = malloc(sizeof(float) * (size_t)(N * K));
-  unsigned char *codes = malloc((size_t)(N * wq_row_bytes(K, bits)));
+  float *scales = malloc(sizeof(float) * (size_t)(N * K)), *dec = malloc(sizeof(float) * (size_t)(N * K));
+  unsigned char *codes = malloc((size_t)(wq_code_rows(N) * wq_row_bytes(K, bits)));
   host_pack(bnk, N, K, bits, group, scales, codes);
   int64_t bad = 0;
-  for (int64_t n = 0; n < N; n++)
-    for (int64_t k = 0; k < K; k++) {
-      float gpu = decode(codes, scales, K, bits, group, n, k), ref = y.data[k * N + n];
-      if (memcmp(&gpu, &ref, sizeof gpu) != 0 && bad++ < 3)
-        fprintf(stderr, "i%d K=%lld G=%lld: weight (k %lld, n %lld): packed %.9g, reference %.9g\n", bits,
-                (long long)K, (long long)group, (long long)k, (long long)n, gpu, ref);
-    }
-  /* the padding past K holds level 0 (zero weights) */
-  for (int64_t k = K; k < wq_row_bytes(K, bits) * (bits == 8 ? 1 : 2); k++)
-    bad += wq_code_level(bits == 8 ? codes[k] : (codes[k / 2] >> (4 * (k & 1))) & 0xfu, bits) != 0;
+  for (int f16 = 0; f16 < 2; f16++) {
+    int64_t pad_bad = 0; /* the padding past K and past the last row holds level 0 */
+    decode_all(codes, scales, N, K, bits, group, f16, dec, &pad_bad);
+    bad += pad_bad;
+    for (int64_t n = 0; n < N; n++)
+      for (int64_t k = 0; k < K; k++) {
+        float gpu = dec[n * K + k], ref = y.data[k * N + n];
+        if (memcmp(&gpu, &ref, sizeof gpu) != 0 && bad++ < 3)
+          fprintf(stderr, "i%d K=%lld G=%lld %s: weight (k %lld, n %lld): packed %.9g, reference %.9g\n", bits,
+                  (long long)K, (long long)group, f16 ? "f16" : "bf16", (long long)k, (long long)n, gpu, ref);
+      }
+  }
   CHECK(bad == 0, "i%d K=%lld N=%lld G=%lld: %lld weights differ from the reference's", bits, (long long)K,
         (long long)N, (long long)group, (long long)bad);
   ref_free(&y);
   store_free(&w);
   store_free(&in);
   graph_destroy(g);
-  free(bv), free(iv), free(bnk), free(scales), free(codes);
+  free(bv), free(iv), free(bnk), free(scales), free(dec), free(codes);
 }
 
 int main(void) {
@@ -112,5 +191,7 @@ int main(void) {
   check_case(4, 360, 4, 128); /* groups 128, 128, 104 */
   check_case(4, 130, 5, 0);   /* one group over K */
   check_case(4, 64, 3, 128);  /* a group longer than K: one group */
+  check_case(8, 100, 37, 0);  /* rows past the last 16-row block */
+  check_case(4, 296, 18, 32); /* a half-empty last 64-k tile */
   return check_result("wq_pack_test");
 }
