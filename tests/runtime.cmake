@@ -10,3 +10,5 @@ ffn_c_test(aot_load_test SOURCES runtime/aot_load_test.c LABELS runtime)
 add_test(NAME cache_cli COMMAND sh ${FFNC_TEST_DIR}/runtime/cache_cli_test.sh $<TARGET_FILE:ffnc>
          ${CMAKE_CURRENT_BINARY_DIR}/cache_cli)
 set_tests_properties(cache_cli PROPERTIES LABELS nvrtc)
+# the programs NVRTC compiles for a plan: every kernel in exactly one, the runtime's shared (no NVRTC)
+ffn_c_test(units_test SOURCES runtime/units_test.c LABELS runtime)
