@@ -833,7 +833,7 @@ typedef struct {
 static const char usage[] =
     "usage: ffnc bench FILE.ffn... --tokens N[,N...] [--json OUT.json] [--plot PREFIX] [--reps N]\n"
     "                  [--no-graphs] [--no-ceilings] [--compile-only] [--arch sm_XX] [-O0..-O3]\n"
-    "                  [--precision KEY=TYPE]... [--ffn-fusion A..B]...\n"
+    "                  [--precision KEY=TYPE]... [--ffn-fusion A..B]... [-v]\n"
     "Times each model (up to 32) against an eager cuBLASLt baseline and cuBLASLt with its fused epilogues,\n"
     "after measuring the card's copy bandwidth and cuBLASLt bf16/fp8 GEMM rate; prints a table, writes JSON\n"
     "(--json) and PREFIX.dat/.gp for gnuplot (--plot; PREFIX.png too where gnuplot is installed).\n"
