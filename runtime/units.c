@@ -126,6 +126,21 @@ static char *prelude_for_kernels(const char *prelude, size_t len) {
   return out;
 }
 
+/* Rowwise kernels waiting to be one unit: parts[0] is the prelude, then each kernel's text. */
+typedef struct {
+  const char *parts[1 + ROWWISE_PER_UNIT];
+  size_t lens[1 + ROWWISE_PER_UNIT];
+  int n;
+  char name[256]; /* "k1,k4,k6" */
+} Batch;
+
+static void flush_batch(Units *us, Batch *b) {
+  if (b->n)
+    add_unit(us, b->name, b->n, b->parts, b->lens, 1 + b->n);
+  b->n = 0;
+  b->name[0] = 0;
+}
+
 static int by_cost(const void *a, const void *b) {
   const CompileUnit *x = a, *y = b;
   return x->cost != y->cost ? y->cost - x->cost : x->order - y->order; /* stable */
@@ -145,21 +160,7 @@ int compile_units(const char *source, CompileUnit **out) {
   }
   size_t plen_k = prelude ? strlen(prelude) : 0;
 
-  /* rowwise kernels waiting to be put in one unit */
-  const char *batch_parts[1 + ROWWISE_PER_UNIT];
-  size_t batch_lens[1 + ROWWISE_PER_UNIT];
-  int nbatch = 0;
-  char batch_name[256] = "";
-#define FLUSH_BATCH()                                                                            \
-  do {                                                                                           \
-    if (nbatch) {                                                                                \
-      batch_parts[0] = prelude, batch_lens[0] = plen_k;                                          \
-      add_unit(&us, batch_name, nbatch, batch_parts, batch_lens, 1 + nbatch);                    \
-      nbatch = 0;                                                                                \
-      batch_name[0] = 0;                                                                         \
-    }                                                                                            \
-  } while (0)
-
+  Batch batch = {.parts = {prelude}, .lens = {plen_k}};
   for (const char *k = first; k && !us.oom;) {
     const char *next = strstr(k + 1, KERNEL_HEADING);
     const char *end = next ? next : k + strlen(k);
@@ -168,33 +169,29 @@ int compile_units(const char *source, CompileUnit **out) {
     if (!e || e > end)
       e = end;
     size_t shared = (size_t)(e - k);
-    int nentries = 0;
-    for (const char *p = e; p < end; p = strstr(p + 1, ENTRY)) {
+    for (const char *p = e; p < end;) {
       const char *q = strstr(p + 1, ENTRY);
       if (!q || q > end)
         q = end;
       char name[128];
       entry_name(p + strlen(ENTRY), name, sizeof name);
       int cost = entry_cost(p, (size_t)(q - p));
-      nentries++;
-      if (cost > 1 || q != end || nentries > 1) { /* a GEMM entry point: a unit of its own */
+      if (cost > 1 || p != e || q != end) { /* a GEMM entry point: a unit of its own */
         const char *parts[] = {prelude, k, p};
         size_t lens[] = {plen_k, shared, (size_t)(q - p)};
         add_unit(&us, name, cost, parts, lens, 3);
-      } else { /* a rowwise kernel: heading and entry, batched */
-        batch_parts[1 + nbatch] = k, batch_lens[1 + nbatch] = (size_t)(end - k);
-        size_t bl = strlen(batch_name);
-        snprintf(batch_name + bl, sizeof batch_name - bl, "%s%s", bl ? "," : "", name);
-        if (++nbatch == ROWWISE_PER_UNIT)
-          FLUSH_BATCH();
+      } else { /* a rowwise kernel, alone in its section: the section, batched */
+        batch.parts[1 + batch.n] = k, batch.lens[1 + batch.n] = (size_t)(end - k);
+        size_t bl = strlen(batch.name);
+        snprintf(batch.name + bl, sizeof batch.name - bl, "%s%s", bl ? "," : "", name);
+        if (++batch.n == ROWWISE_PER_UNIT)
+          flush_batch(&us, &batch);
       }
-      if (q == end)
-        break;
+      p = q;
     }
     k = next;
   }
-  FLUSH_BATCH();
-#undef FLUSH_BATCH
+  flush_batch(&us, &batch);
   free(defines);
   free(prelude);
   if (us.oom) {
