@@ -559,7 +559,7 @@ void emit_prelude(Gen *G) {
 #define X(e, n, b, st, f) buf_printf(&G->src, "#define DT_%s %d\n", #e, DT_##e);
   FFN_DTYPES(X)
 #undef X
-  buf_puts(&G->src, "#include \"ewise.cuh\"\n#include \"gemm_sm80.cuh\"\n#include \"gemm_simt.cuh\"\n#include \"prep.cuh\"\n");
+  buf_puts(&G->src, "#include \"ewise.cuh\"\n#include \"gemm_sm80.cuh\"\n#include \"gemm_simt.cuh\"\n#include \"runtime.cuh\"\n");
   if (G->c->arch == 90)
     buf_puts(&G->src, "#include \"gemm_sm90.cuh\"\n");
   if (G->g->prec.type[PREC_WEIGHTS] != DT_NONE)

@@ -86,6 +86,24 @@ FFN_API ffn_status ffn_options_add_ffn_fusion(ffn_options *o, int first, int las
 /* 0: no fusion (one kernel per op, for debugging); 1..3: full (default 3). */
 FFN_API ffn_status ffn_options_set_opt_level(ffn_options *o, int level);
 
+/* How the NVRTC step of ffn_program_compile goes: the source is compiled as several programs
+ * (the runtime's kernels, each GEMM entry point, rowwise kernels a few at a time), as many at
+ * once as there are CPUs (FFNC_JIT_THREADS=N sets the number), each through the cache. */
+typedef struct {
+  int total;           /* programs to compile */
+  int done;            /* finished so far, compiled or found in the cache */
+  int cached;          /* of those, found in the cache */
+  int threads;         /* compiling at once */
+  const char *unit;    /* the program just finished ("k0_sm90_128x256x64"); NULL in the first call */
+  int unit_cached;     /* 1: it came from the cache */
+  double unit_seconds; /* its time */
+  double seconds;      /* since the NVRTC step began */
+} ffn_compile_progress;
+typedef void (*ffn_progress_fn)(void *user, const ffn_compile_progress *p);
+/* fn(user, p) is called once before the first program is done (done = 0) and after each one;
+ * the calls come from the compiling threads, one at a time. NULL: no calls (the default). */
+FFN_API ffn_status ffn_options_set_progress(ffn_options *o, ffn_progress_fn fn, void *user);
+
 /* ---- programs ---- */
 
 typedef struct ffn_program ffn_program;

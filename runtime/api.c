@@ -56,6 +56,8 @@ struct ffn_options {
   int nprec;
   FuseRequest fuse[16];
   int nfuse;
+  ffn_progress_fn progress;
+  void *progress_user;
 };
 
 ffn_status ffn_options_create(ffn_options **out) {
@@ -109,6 +111,13 @@ ffn_status ffn_options_set_opt_level(ffn_options *o, int level) {
   return FFN_OK;
 }
 
+ffn_status ffn_options_set_progress(ffn_options *o, ffn_progress_fn fn, void *user) {
+  ARG(o, "NULL argument");
+  o->progress = fn;
+  o->progress_user = user;
+  return FFN_OK;
+}
+
 /* ---- programs ---- */
 
 ffn_status ffn_program_compile(const char *source, size_t len, const char *filename, const ffn_options *opt,
@@ -136,17 +145,26 @@ ffn_status ffn_program_compile(const char *source, size_t len, const char *filen
     return s;
   }
   diags_free(&d);
-  return program_from_plan(plan, filename, out);
+  return program_from_plan(plan, opt, out);
 }
 
-ffn_status program_from_plan(Plan *plan, const char *filename, ffn_program **out) {
+ffn_status program_from_plan(Plan *plan, const ffn_options *opt, ffn_program **out) {
   ffn_program *p = calloc(1, sizeof *p);
   if (!p) {
     plan_destroy(plan);
     return rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
   }
   p->plan = plan;
-  ffn_status s = nvrtc_compile(plan->cuda_source, filename ? filename : "model.cu", plan->arch, false, &p->image);
+  CompileUnit *units = NULL;
+  int n = compile_units(plan->cuda_source, &units);
+  p->images = n > 0 ? calloc((size_t)n, sizeof *p->images) : NULL;
+  ffn_status s = p->images ? FFN_OK : rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
+  if (s == FFN_OK) {
+    p->nimages = n;
+    s = nvrtc_compile_units(units, n, plan->arch, opt ? opt->progress : NULL, opt ? opt->progress_user : NULL,
+                            p->images);
+  }
+  compile_units_free(units, n);
   if (s != FFN_OK) {
     ffn_program_destroy(p);
     return s;
@@ -170,34 +188,75 @@ void ffn_program_destroy(ffn_program *p) {
   if (!p)
     return;
   plan_destroy(p->plan);
-  free(p->image.image);
+  for (int i = 0; i < p->nimages; i++)
+    free(p->images[i].image);
+  free(p->images);
   free(p);
 }
 
-#define AOT_FORMAT "ffnc-aot-1"
+/* The AOT file: a safetensors file whose metadata holds the plan (ffnc.plan, JSON), the kind of
+ * the images (ffnc.image: cubin or ptx) and their number (ffnc.images), with one U8 tensor per
+ * image, "image.0" onwards: a CUDA module each. Format 1 had one image, "image". */
+#define AOT_FORMAT "ffnc-aot-2"
+#define AOT_FORMAT_PREFIX "ffnc-aot-"
+enum { AOT_MAX_IMAGES = 65536 };
 
 ffn_status ffn_program_save(const ffn_program *p, const char *path) {
   ARG(p && path, "NULL argument");
-  char err[512];
+  char err[512] = "", count[32];
   char *json = plan_to_json(p->plan);
   StWriter *w = json ? st_writer_create() : NULL;
   if (!w) {
     free(json);
     return rt_error(FFN_ERR_OUT_OF_MEMORY, "%s: out of host memory", path);
   }
-  int64_t size = (int64_t)p->image.size;
+  snprintf(count, sizeof count, "%d", p->nimages);
+  bool ptx = p->nimages > 0 && p->images[0].ptx;
   int rc = st_writer_meta(w, "ffnc.format", AOT_FORMAT) | st_writer_meta(w, "ffnc.version", FFNC_VERSION) |
-           st_writer_meta(w, "ffnc.arch", p->plan->arch) |
-           st_writer_meta(w, "ffnc.image", p->image.ptx ? "ptx" : "cubin") | st_writer_meta(w, "ffnc.plan", json);
-  if (rc == 0)
-    rc = st_writer_add(w, "image", DT_U8, 1, &size, p->image.image, p->image.size, err, sizeof err);
-  else
+           st_writer_meta(w, "ffnc.arch", p->plan->arch) | st_writer_meta(w, "ffnc.image", ptx ? "ptx" : "cubin") |
+           st_writer_meta(w, "ffnc.images", count) | st_writer_meta(w, "ffnc.plan", json);
+  if (rc != 0)
     snprintf(err, sizeof err, "%s: cannot store the plan", path);
+  for (int i = 0; i < p->nimages && rc == 0; i++) {
+    char name[32];
+    int64_t size = (int64_t)p->images[i].size;
+    snprintf(name, sizeof name, "image.%d", i);
+    rc = st_writer_add(w, name, DT_U8, 1, &size, p->images[i].image, p->images[i].size, err, sizeof err);
+  }
   if (rc == 0)
     rc = st_writer_save(w, path, err, sizeof err);
   st_writer_destroy(w);
   free(json);
   return rc == 0 ? FFN_OK : rt_error(FFN_ERR_IO, "%s", err);
+}
+
+/* The images of AOT file f (of this format) into p. */
+static ffn_status load_images(const StFile *f, const char *path, ffn_program *p) {
+  const char *kind = st_meta_get(f, "ffnc.image"), *count = st_meta_get(f, "ffnc.images");
+  char *end = NULL;
+  long n = count ? strtol(count, &end, 10) : 0;
+  if (!kind || (strcmp(kind, "cubin") != 0 && strcmp(kind, "ptx") != 0) || !count || *end || n < 1 ||
+      n > AOT_MAX_IMAGES)
+    return rt_error(FFN_ERR_IO, "%s: incomplete AOT file (needs ffnc.image = cubin or ptx and ffnc.images = 1..%d)",
+                    path, AOT_MAX_IMAGES);
+  if (!(p->images = calloc((size_t)n, sizeof *p->images)))
+    return rt_error(FFN_ERR_OUT_OF_MEMORY, "%s: out of host memory", path);
+  p->nimages = (int)n;
+  for (int i = 0; i < n; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "image.%d", i);
+    const StTensor *img = st_find(f, name);
+    if (!img || img->dtype != DT_U8 || img->rank != 1 || img->nbytes == 0)
+      return rt_error(FFN_ERR_IO, "%s: incomplete AOT file (needs a non-empty U8 tensor '%s')", path, name);
+    Image *im = &p->images[i];
+    if (!(im->image = malloc(img->nbytes + 1)))
+      return rt_error(FFN_ERR_OUT_OF_MEMORY, "%s: out of host memory", path);
+    im->size = img->nbytes;
+    im->ptx = strcmp(kind, "ptx") == 0;
+    memcpy(im->image, img->data, img->nbytes);
+    ((char *)im->image)[img->nbytes] = 0; /* PTX is then a C string */
+  }
+  return FFN_OK;
 }
 
 ffn_status ffn_program_load(const char *path, ffn_program **out) {
@@ -207,32 +266,31 @@ ffn_status ffn_program_load(const char *path, ffn_program **out) {
   StFile *f = st_open(path, err, sizeof err);
   if (!f)
     return rt_error(FFN_ERR_IO, "%s", err);
-  /* ffnc.version is informative: whether the file fits this ffnc is the plan's ABI hash */
-  const char *fmt = st_meta_get(f, "ffnc.format");
-  const char *json = st_meta_get(f, "ffnc.plan"), *kind = st_meta_get(f, "ffnc.image");
-  const StTensor *img = st_find(f, "image");
+  /* ffnc.version is informative: whether the file fits this ffnc is the format and the plan's
+   * ABI hash */
+  const char *fmt = st_meta_get(f, "ffnc.format"), *json = st_meta_get(f, "ffnc.plan");
   ffn_status s = FFN_OK;
-  if (!fmt || strcmp(fmt, AOT_FORMAT) != 0)
+  if (fmt && strncmp(fmt, AOT_FORMAT_PREFIX, strlen(AOT_FORMAT_PREFIX)) == 0 && strcmp(fmt, AOT_FORMAT) != 0)
+    s = rt_error(FFN_ERR_IO, "%s: built by an incompatible ffnc (AOT format %.32s, this ffnc reads %s): rebuild it with "
+                 "`ffnc build`", path, fmt, AOT_FORMAT);
+  else if (!fmt || strcmp(fmt, AOT_FORMAT) != 0)
     s = rt_error(FFN_ERR_IO, "%s: not an ffnc AOT file (no ffnc.format = %s)", path, AOT_FORMAT);
-  else if (!json || !kind || !img || img->dtype != DT_U8 || img->rank != 1 || img->nbytes == 0)
-    s = rt_error(FFN_ERR_IO, "%s: incomplete AOT file (needs ffnc.plan, ffnc.image and a U8 'image')", path);
+  else if (!json)
+    s = rt_error(FFN_ERR_IO, "%s: incomplete AOT file (needs ffnc.plan)", path);
   Plan *plan = NULL;
   if (s == FFN_OK && !(plan = plan_from_json(json, err, sizeof err)))
     s = rt_error(FFN_ERR_IO, "%s: %s", path, err);
-  ffn_program *p = s == FFN_OK ? calloc(1, sizeof *p) : NULL;
-  if (p)
-    p->image.image = malloc(img->nbytes + 1);
-  if (s == FFN_OK && (!p || !p->image.image)) {
+  ffn_program *p = NULL;
+  if (s == FFN_OK && !(p = calloc(1, sizeof *p))) {
     s = rt_error(FFN_ERR_OUT_OF_MEMORY, "%s: out of host memory", path);
-    ffn_program_destroy(p);
     plan_destroy(plan);
   } else if (s == FFN_OK) {
     p->plan = plan;
-    p->image.size = img->nbytes;
-    p->image.ptx = strcmp(kind, "ptx") == 0;
-    memcpy(p->image.image, img->data, img->nbytes);
-    ((char *)p->image.image)[img->nbytes] = 0;
-    *out = p;
+    s = load_images(f, path, p);
+    if (s == FFN_OK)
+      *out = p;
+    else
+      ffn_program_destroy(p);
   }
   st_close(f);
   return s;
@@ -305,19 +363,36 @@ int ffn_device_count(char *why, size_t why_len) {
   return n;
 }
 
+/* Function name of the program: it is in one of the modules (a compile unit each). */
+static ffn_status find_function(ffn_model *m, const char *name, CUfunction *f) {
+  CUresult r = CUDA_ERROR_NOT_FOUND;
+  for (int i = 0; i < m->nmodules; i++)
+    if ((r = m->cu->cuModuleGetFunction(f, m->modules[i], name)) != CUDA_ERROR_NOT_FOUND)
+      break;
+  if (r != CUDA_SUCCESS)
+    return rt_error(FFN_ERR_IO, "the compiled program has no kernel %s (cuModuleGetFunction: %d)", name, (int)r);
+  return FFN_OK;
+}
+
 static ffn_status load_module(ffn_model *m) {
   const CuApi *cu = m->cu;
-  const Plan *p = m->prog->plan;
+  const ffn_program *prog = m->prog;
+  const Plan *p = prog->plan;
   int major, minor;
   CU_CHECK(cu, cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, m->dev));
   CU_CHECK(cu, cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, m->dev));
   CU_CHECK(cu, cu->cuDeviceGetAttribute(&m->sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, m->dev));
   int target = atoi(p->arch + 3);
   /* a cubin runs on its own major version at an equal or higher minor */
-  if (!m->prog->image.ptx && (target / 10 != major || target % 10 > minor))
-    return rt_error(FFN_ERR_UNSUPPORTED, "the program was compiled for %s but the device is sm_%d%d: compile for sm_%d%d",
-                    p->arch, major, minor, major, minor);
-  CU_CHECK(cu, cu->cuModuleLoadDataEx(&m->module, m->prog->image.image, 0, NULL, NULL));
+  for (int i = 0; i < prog->nimages; i++)
+    if (!prog->images[i].ptx && (target / 10 != major || target % 10 > minor))
+      return rt_error(FFN_ERR_UNSUPPORTED,
+                      "the program was compiled for %s but the device is sm_%d%d: compile for sm_%d%d", p->arch, major,
+                      minor, major, minor);
+  if (!(m->modules = calloc((size_t)prog->nimages + 1, sizeof *m->modules)))
+    return rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
+  for (; m->nmodules < prog->nimages; m->nmodules++)
+    CU_CHECK(cu, cu->cuModuleLoadDataEx(&m->modules[m->nmodules], prog->images[m->nmodules].image, 0, NULL, NULL));
   int nf = 0;
   m->func_base = calloc((size_t)p->nkernels + 1, sizeof(int));
   if (!m->func_base)
@@ -329,13 +404,13 @@ static ffn_status load_module(ffn_model *m) {
   m->funcs = calloc((size_t)nf + 1, sizeof(CUfunction));
   if (!m->funcs)
     return rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
+  ffn_status s;
   for (int k = 0; k < p->nkernels; k++)
     for (int v = 0; v < p->kernels[k].nvariants; v++) {
       const KernelVariant *kv = &p->kernels[k].variants[v];
       CUfunction *f = &m->funcs[m->func_base[k] + v];
-      CUresult r = cu->cuModuleGetFunction(f, m->module, kv->func);
-      if (r != CUDA_SUCCESS)
-        return rt_error(FFN_ERR_IO, "the compiled program has no kernel %s (cuModuleGetFunction: %d)", kv->func, (int)r);
+      if ((s = find_function(m, kv->func, f)) != FFN_OK)
+        return s;
       if (kv->smem > 48 * 1024)
         CU_CHECK(cu, cu->cuFuncSetAttribute(*f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, kv->smem));
     }
@@ -349,8 +424,8 @@ static ffn_status load_module(ffn_model *m) {
               {&m->prep_f8_scale, "ffn_prep_f8_scale"}, {&m->prep_f8_pack, "ffn_prep_f8_pack"},
               {&m->row_stats, "ffn_row_stats"}};
   for (size_t i = 0; i < sizeof prep / sizeof prep[0]; i++)
-    if (cu->cuModuleGetFunction(prep[i].f, m->module, prep[i].name) != CUDA_SUCCESS)
-      return rt_error(FFN_ERR_IO, "the compiled program has no kernel %s", prep[i].name);
+    if ((s = find_function(m, prep[i].name, prep[i].f)) != FFN_OK)
+      return s;
   return FFN_OK;
 }
 
@@ -414,8 +489,8 @@ void ffn_model_destroy(ffn_model *m) {
     for (int t = 0; t < m->prog->plan->ntensors; t++)
       if (m->owned[t] && m->tensor[t])
         cu->cuMemFree(m->tensor[t]);
-    if (m->module)
-      cu->cuModuleUnload(m->module);
+    for (int i = 0; i < m->nmodules; i++)
+      cu->cuModuleUnload(m->modules[i]);
     CUcontext c;
     cu->cuCtxPopCurrent(&c);
     cu->cuDevicePrimaryCtxRelease(m->dev);
@@ -429,6 +504,7 @@ void ffn_model_destroy(ffn_model *m) {
   free(m->prequant);
   free(m->funcs);
   free(m->func_base);
+  free(m->modules);
   free(m);
 }
 

@@ -70,6 +70,28 @@ ffn_status nvrtc_compile(const char *source, const char *name, const char *arch,
 /* "13.0", or the reason NVRTC cannot be loaded; returns false if unavailable. */
 bool nvrtc_version(char *buf, size_t len);
 
+/* ---- compile units (units.c) ---- */
+
+typedef struct {
+  char *name;   /* for messages and -v: "runtime", "k0_sm90_128x256x64", "k2,k5" */
+  char *source; /* a whole program for NVRTC */
+  int cost;     /* rough compile time: units come largest first */
+  int order;    /* position in the source (equal costs keep it) */
+} CompileUnit;
+
+/* The programs NVRTC compiles for a plan's CUDA source (units.c says how it is cut): the
+ * runtime's kernels, each GEMM entry point, rowwise kernels a few at a time. Returns their
+ * number, or -1 when out of host memory. */
+int compile_units(const char *cuda_source, CompileUnit **out);
+void compile_units_free(CompileUnit *u, int n);
+
+/* Compiles units[0..n) into cubins images[0..n) for arch, a pool of threads at once
+ * (FFNC_JIT_THREADS, else one per CPU), each through the cache; fn (if not NULL) hears how
+ * it goes (ffn_options_set_progress). On failure the error of one failed unit, and images
+ * are left empty. */
+ffn_status nvrtc_compile_units(const CompileUnit *units, int n, const char *arch, ffn_progress_fn fn, void *user,
+                               Image *images);
+
 /* ---- kernel cache (cache.c) ---- */
 
 /* Looks up / stores a compiled image by key text (the key is stored in the entry and
@@ -86,13 +108,15 @@ const char *cache_untrusted(void);
 
 struct ffn_program {
   Plan *plan;
-  Image image;
+  Image *images; /* a module each: the compile units of the plan's source (units.c) */
+  int nimages;
 };
 
 /* A program from a compiled plan (taken over, destroyed on failure): NVRTC compiles its
- * source for its arch. What ffn_program_compile does after the compiler; `ffnc analyze`
- * uses it for programs it builds from rewritten graphs. */
-ffn_status program_from_plan(Plan *plan, const char *filename, ffn_program **out);
+ * source for its arch, reporting to opt's progress function (opt may be NULL). What
+ * ffn_program_compile does after the compiler; `ffnc analyze` uses it for programs it builds
+ * from rewritten graphs. */
+ffn_status program_from_plan(Plan *plan, const ffn_options *opt, ffn_program **out);
 
 /* A call's device memory: split-K tile counters first (always zero between launches: each
  * GEMM leaves them zero, so they are cleared only when the region is allocated), then the
@@ -113,7 +137,8 @@ struct ffn_model {
   CUdevice dev;
   CUcontext ctx;
   int sms;
-  CUmodule module;
+  CUmodule *modules;  /* one per program image */
+  int nmodules;
   CUfunction *funcs;   /* [kernel][variant] flattened, see func_index */
   int *func_base;      /* kernel -> first index in funcs */
   CUfunction prep_fill, prep_ewise, prep_transpose, prep_interleave, prep_rowsum, prep_matmul;

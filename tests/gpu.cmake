@@ -35,7 +35,9 @@ foreach(m ${GPU_TEST_MODELS})
   ffn_gpu_model_test(gpu_${base} ${rel})
 endforeach()
 
-# NVRTC compiles every example's generated source for sm_80 and sm_90 (no GPU needed).
+# NVRTC compiles every example's and GPU test model's generated source for sm_80 and sm_90 (no
+# GPU needed), as the JIT does: the AOT package, one NVRTC program per kernel (runtime/units.c);
+# and the examples' source whole, as `--emit cubin` shows it.
 file(GLOB FFNC_EXAMPLE_MODELS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/examples/*.ffn)
 # fp8 models (f8_*) also for sm_89 (mma.sync with fp8 operands), and for sm_80 they must fail
 # with the compile error that names the arch (exit 1), never fall back.
@@ -51,8 +53,17 @@ test $rc -eq 1 && test ! -e \"$2\" && echo \"$out\" | grep -q 'fp8 matrix produc
   endif()
   foreach(arch ${archs})
     add_test(NAME nvrtc_${base}_${arch}
-      COMMAND ffnc build ${m} --emit cubin --arch ${arch} -o ${CMAKE_CURRENT_BINARY_DIR}/${base}_${arch}.cubin)
+      COMMAND ffnc build ${m} --arch ${arch} -o ${CMAKE_CURRENT_BINARY_DIR}/${base}_${arch}.ffnx)
     set_tests_properties(nvrtc_${base}_${arch} PROPERTIES LABELS nvrtc
+      ENVIRONMENT "FFNC_CACHE_DIR=${PROJECT_BINARY_DIR}/test-kernel-cache")
+  endforeach()
+endforeach()
+foreach(m ${FFNC_EXAMPLE_MODELS})
+  get_filename_component(base ${m} NAME_WE)
+  foreach(arch sm_80 sm_90)
+    add_test(NAME nvrtc_whole_${base}_${arch}
+      COMMAND ffnc build ${m} --emit cubin --arch ${arch} -o ${CMAKE_CURRENT_BINARY_DIR}/${base}_${arch}.cubin)
+    set_tests_properties(nvrtc_whole_${base}_${arch} PROPERTIES LABELS nvrtc
       ENVIRONMENT "FFNC_CACHE_DIR=${PROJECT_BINARY_DIR}/test-kernel-cache")
   endforeach()
 endforeach()
@@ -68,7 +79,7 @@ foreach(type f32 bf16)
   add_test(NAME ewise_ops_model_${type} COMMAND ewise_ops_model ${type} ${model})
   set_tests_properties(ewise_ops_model_${type} PROPERTIES FIXTURES_SETUP ewise_ops_${type})
   add_test(NAME nvrtc_ewise_ops_${type}_sm_90
-    COMMAND ffnc build ${model} --emit cubin --arch sm_90 -o ${CMAKE_CURRENT_BINARY_DIR}/ewise_ops_${type}_sm_90.cubin)
+    COMMAND ffnc build ${model} --arch sm_90 -o ${CMAKE_CURRENT_BINARY_DIR}/ewise_ops_${type}_sm_90.ffnx)
   set_tests_properties(nvrtc_ewise_ops_${type}_sm_90 PROPERTIES LABELS nvrtc FIXTURES_REQUIRED ewise_ops_${type}
     ENVIRONMENT "FFNC_CACHE_DIR=${PROJECT_BINARY_DIR}/test-kernel-cache")
   add_test(NAME gpu_ewise_ops_${type} COMMAND gpu_model_test ${model})

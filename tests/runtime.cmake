@@ -10,3 +10,9 @@ ffn_c_test(aot_load_test SOURCES runtime/aot_load_test.c LABELS runtime)
 add_test(NAME cache_cli COMMAND sh ${FFNC_TEST_DIR}/runtime/cache_cli_test.sh $<TARGET_FILE:ffnc>
          ${CMAKE_CURRENT_BINARY_DIR}/cache_cli)
 set_tests_properties(cache_cli PROPERTIES LABELS nvrtc)
+# the programs NVRTC compiles for a plan: every kernel in exactly one, the runtime's shared (no NVRTC)
+ffn_c_test(units_test SOURCES runtime/units_test.c LABELS runtime)
+# one package from one thread or four; -v; an edited model compiles only its new kernel (NVRTC, no GPU)
+add_test(NAME jit_units COMMAND sh ${FFNC_TEST_DIR}/runtime/jit_units_test.sh $<TARGET_FILE:ffnc>
+         ${CMAKE_CURRENT_BINARY_DIR}/jit_units)
+set_tests_properties(jit_units PROPERTIES LABELS nvrtc)

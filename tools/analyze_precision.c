@@ -143,7 +143,7 @@ static int compile_graph(Graph *g, const AnalyzeInput *in, ffn_program **out) {
   diags_free(&d);
   if (rc != 0)
     return EXIT_USER;
-  ffn_status s = program_from_plan(plan, in->file, out);
+  ffn_status s = program_from_plan(plan, NULL, out);
   return s == FFN_OK ? 0 : fail_status(s);
 }
 

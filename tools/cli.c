@@ -209,6 +209,9 @@ int cli_compile_option(const char *cmd, int id, const char *v, CompileArgs *ca) 
     ca->dump_after = v;
     return 1;
   }
+  case CO_VERBOSE:
+    ca->verbose = true;
+    return 1;
   default: return 0;
   }
 }

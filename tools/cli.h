@@ -75,15 +75,18 @@ typedef struct {
   const char *arch; /* NULL: default */
   int opt_level;    /* -O0..-O3, default 3 */
   const char *dump_after;
+  bool verbose;     /* -v: what the NVRTC step did, on stderr */
 } CompileArgs;
 
 /* Ids from 1000 up, so that a command's own ids (small) never meet them. */
-enum { CO_PRECISION = 1000, CO_FFN_FUSION, CO_ARCH, CO_OPT_LEVEL, CO_DUMP_AFTER };
+enum { CO_PRECISION = 1000, CO_FFN_FUSION, CO_ARCH, CO_OPT_LEVEL, CO_DUMP_AFTER, CO_VERBOSE };
 /* The options that change the passes (repeatable: each adds one override or one run)... */
 #define CLI_PASS_OPTIONS \
   CLI_MANY("--precision", "KEY=TYPE", CO_PRECISION), CLI_MANY("--ffn-fusion", "A..B", CO_FFN_FUSION)
-/* ...and those that choose the target. */
-#define CLI_TARGET_OPTIONS CLI_OPT("--arch", "sm_XX", CO_ARCH), CLI_GLUED("-O", "0..3", CO_OPT_LEVEL)
+/* ...and those that choose the target, with -v (the commands that take them compile with NVRTC:
+ * -v reports what that did). */
+#define CLI_TARGET_OPTIONS \
+  CLI_OPT("--arch", "sm_XX", CO_ARCH), CLI_GLUED("-O", "0..3", CO_OPT_LEVEL), CLI_OPT("-v", NULL, CO_VERBOSE)
 #define CLI_DUMP_OPTION CLI_OPT("--dump-ir-after", "PASS", CO_DUMP_AFTER)
 
 /* Applies the compile option id with its value. Returns 1 if id was one, 0 if not, -1 on a
@@ -95,7 +98,8 @@ Graph *cli_frontend(const CompileArgs *ca, int *status);
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* cmd_build.c: the exit status for an API status (cli.md: 1 files, 2 usage, 3 device), and
- * the API options for the compile arguments. */
+ * the API options for the compile arguments (with the NVRTC step's report: a line per program
+ * and a summary on stderr with -v, a progress line when stderr is a terminal). */
 int cli_status_exit(ffn_status s);
 ffn_status cli_options(const CompileArgs *ca, ffn_options **out);
 /* run_gpu.c: `ffnc run --device gpu`. */

@@ -114,7 +114,7 @@ static int compile_part(An *a, Part *p, Graph *g, Diags *d) {
   p->launches = 0;
   for (int i = 0; i < plan->nsteps; i++)
     p->launches += plan->steps[i].kind == STEP_LAUNCH;
-  ffn_status st = program_from_plan(plan, a->file, &p->prog);
+  ffn_status st = program_from_plan(plan, NULL, &p->prog);
   if (st == FFN_OK)
     st = ffn_model_create(p->prog, 0, &p->m);
   if (st == FFN_OK)

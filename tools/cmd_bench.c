@@ -406,7 +406,7 @@ static void run_graph(void *p, int rot, CUstream s) {
 /* ---- models ---- */
 
 /* A program of the same plan and image that the bench may rewrite: the plan through its JSON
- * form (as ffn_program_load reads it), the image copied. */
+ * form (as ffn_program_load reads it), the images copied. */
 static ffn_status program_copy(const ffn_program *src, ffn_program **out) {
   char err[512];
   char *json = plan_to_json(src->plan);
@@ -416,10 +416,20 @@ static ffn_status program_copy(const ffn_program *src, ffn_program **out) {
     return rt_error(FFN_ERR_IO, "copying the -O0 plan: %s", err);
   ffn_program *p = calloc(1, sizeof *p);
   p->plan = plan;
-  p->image = src->image;
-  p->image.image = malloc(src->image.size + 1);
-  memcpy(p->image.image, src->image.image, src->image.size);
-  ((char *)p->image.image)[src->image.size] = 0;
+  p->images = calloc((size_t)src->nimages, sizeof *p->images);
+  for (int i = 0; p->images && i < src->nimages; i++) {
+    Image *im = &p->images[i];
+    *im = src->images[i];
+    if (!(im->image = malloc(src->images[i].size + 1)))
+      break;
+    memcpy(im->image, src->images[i].image, src->images[i].size);
+    ((char *)im->image)[src->images[i].size] = 0;
+    p->nimages = i + 1;
+  }
+  if (p->nimages != src->nimages) {
+    ffn_program_destroy(p);
+    return rt_error(FFN_ERR_OUT_OF_MEMORY, "copying the -O0 program: out of host memory");
+  }
   *out = p;
   return FFN_OK;
 }
@@ -823,7 +833,7 @@ typedef struct {
 static const char usage[] =
     "usage: ffnc bench FILE.ffn... --tokens N[,N...] [--json OUT.json] [--plot PREFIX] [--reps N]\n"
     "                  [--no-graphs] [--no-ceilings] [--compile-only] [--arch sm_XX] [-O0..-O3]\n"
-    "                  [--precision KEY=TYPE]... [--ffn-fusion A..B]...\n"
+    "                  [--precision KEY=TYPE]... [--ffn-fusion A..B]... [-v]\n"
     "Times each model (up to 32) against an eager cuBLASLt baseline and cuBLASLt with its fused epilogues,\n"
     "after measuring the card's copy bandwidth and cuBLASLt bf16/fp8 GEMM rate; prints a table, writes JSON\n"
     "(--json) and PREFIX.dat/.gp for gnuplot (--plot; PREFIX.png too where gnuplot is installed).\n"

@@ -26,6 +26,28 @@ static int status_exit(ffn_status s) {
 
 int cli_status_exit(ffn_status s) { return status_exit(s); }
 
+/* The NVRTC step as it goes: with -v a line per program compiled and a summary; on a terminal
+ * a progress line, rewritten in place and erased at the end. Nothing otherwise. */
+typedef struct {
+  bool verbose, terminal;
+} Report;
+
+static void report_progress(void *user, const ffn_compile_progress *p) {
+  const Report *r = user;
+  if (r->terminal && p->done > 0)
+    fprintf(stderr, "\r%*s\r", 60, "");
+  if (r->verbose && p->done == 0)
+    fprintf(stderr, "nvrtc: %d program%s, %d thread%s\n", p->total, p->total == 1 ? "" : "s", p->threads,
+            p->threads == 1 ? "" : "s");
+  else if (r->verbose)
+    fprintf(stderr, "nvrtc:   %-28s %.2f s%s\n", p->unit, p->unit_seconds, p->unit_cached ? " (cache)" : "");
+  if (r->verbose && p->done == p->total)
+    fprintf(stderr, "nvrtc: %d program%s (%d from the cache), %d thread%s, %.2f s\n", p->total,
+            p->total == 1 ? "" : "s", p->cached, p->threads, p->threads == 1 ? "" : "s", p->seconds);
+  if (r->terminal && p->done < p->total)
+    fprintf(stderr, "nvrtc: compiling %d/%d (%d threads)", p->done, p->total, p->threads);
+}
+
 /* Options for the compile API from the command line. */
 ffn_status cli_options(const CompileArgs *ca, ffn_options **out) {
   ffn_options *o;
@@ -44,6 +66,10 @@ ffn_status cli_options(const CompileArgs *ca, ffn_options **out) {
   }
   for (int i = 0; i < ca->nfuse && s == FFN_OK; i++)
     s = ffn_options_add_ffn_fusion(o, ca->fuse[i].first, ca->fuse[i].last);
+  static Report verbose = {.verbose = true}, terminal = {.terminal = true}, both = {true, true};
+  bool tty = isatty(STDERR_FILENO);
+  if (s == FFN_OK && (ca->verbose || tty))
+    s = ffn_options_set_progress(o, report_progress, ca->verbose && tty ? &both : ca->verbose ? &verbose : &terminal);
   if (s != FFN_OK) {
     ffn_options_destroy(o);
     return s;
@@ -155,13 +181,14 @@ static int emit_stage(const CompileArgs *ca, const char *emit, int sm, const cha
 
 static const char usage[] =
     "usage: ffnc build FILE.ffn -o OUT [--arch sm_XX] [--emit ir|cuda|plan|ptx|cubin] [-O0..-O3]\n"
-    "                  [--precision KEY=TYPE]... [--ffn-fusion A..B]... [--dump-ir-after=PASS]\n"
+    "                  [--precision KEY=TYPE]... [--ffn-fusion A..B]... [--dump-ir-after=PASS] [-v]\n"
     "Compiles FILE ahead of time. Without --emit, OUT is what a host program needs to run the model with\n"
     "no compiler at run time (the launch plan and a cubin for the arch), loaded by\n"
     "ffn_program_load(); it is binary, so it goes to a file, not standard output. --emit writes one stage\n"
     "instead: ir (the IR after the passes of this -O level; -O0 prints the front end's IR), cuda\n"
     "(generated source), plan (launch plan, text), ptx or cubin; `-o -` writes it to standard output.\n"
-    "--arch defaults to the GPU's, or sm_90 without one.\n"
+    "--arch defaults to the GPU's, or sm_90 without one. -v: what NVRTC compiled, the time of each program\n"
+    "(kernel) and in all, on stderr (a terminal shows the progress anyway).\n"
     "PASS is one of frontend ffn_fusion canon normfold gateup fuse precision all.\n";
 
 enum { O_OUT, O_EMIT };

@@ -59,10 +59,11 @@ static int run_cpu(Graph *g, StFile *wf, StFile *inf, const char *out_path) {
 
 static const char usage[] =
     "usage: ffnc run FILE.ffn --weights W.safetensors --input IN.safetensors --output OUT.safetensors\n"
-    "                [--device gpu|cpu] [--arch sm_XX] [-O0..-O3] [--precision KEY=TYPE]... [--ffn-fusion A..B]...\n"
+    "                [--device gpu|cpu] [--arch sm_XX] [-O0..-O3] [--precision KEY=TYPE]... [--ffn-fusion A..B]... [-v]\n"
     "Compiles FILE (JIT) and runs it once. Inputs are read by their `input` names, outputs written by\n"
     "their `output` names; dynamic dims are bound from the input shapes. --device cpu runs the reference\n"
-    "interpreter and needs no GPU; the default is gpu where one is present, else cpu.\n";
+    "interpreter and needs no GPU; the default is gpu where one is present, else cpu. -v: what NVRTC compiled\n"
+    "and how long it took, on stderr.\n";
 
 enum { O_WEIGHTS, O_INPUT, O_OUTPUT, O_DEVICE };
 

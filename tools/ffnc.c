@@ -25,6 +25,7 @@ static const char environment[] =
     "environment:\n"
     "  FFNC_CACHE_DIR=DIR        the kernel cache (default $XDG_CACHE_HOME/ffnc or ~/.cache/ffnc)\n"
     "  FFNC_NO_CACHE=1           bypass the kernel cache\n"
+    "  FFNC_JIT_THREADS=N        NVRTC compiles at once (default: one per CPU)\n"
     "  FFNC_NVRTC_LIBRARY=PATH   the libnvrtc to load, before the usual search\n"
     "  FFNC_DISABLE_NVRTC=1      behave as if NVRTC were missing (AOT packages need none)\n"
     "  FFNC_GEMM_VARIANT=CONFIG  force a GEMM tile configuration (kernels/gemm_host.h; tuning)\n"

@@ -19,7 +19,7 @@
 #include "ewise.cuh"
 #include "gemm_sm80.cuh"
 #include "gemm_simt.cuh"
-#include "prep.cuh"
+#include "runtime.cuh"
 #include "gemm_sm90.cuh"
 
 // kernel k0: GEMM, 1 stream of 512 columns, K = 128, FMA; from examples/gpt2_tiny.ffn:21

@@ -19,7 +19,7 @@
 #include "ewise.cuh"
 #include "gemm_sm80.cuh"
 #include "gemm_simt.cuh"
-#include "prep.cuh"
+#include "runtime.cuh"
 #include "gemm_sm90.cuh"
 
 // kernel k0: GEMM, 2 streams of 704 columns, K = 256, tensor cores; from examples/llama3_tiny.ffn:19

@@ -19,7 +19,7 @@
 #include "ewise.cuh"
 #include "gemm_sm80.cuh"
 #include "gemm_simt.cuh"
-#include "prep.cuh"
+#include "runtime.cuh"
 #include "gemm_sm90.cuh"
 
 // kernel k0: rowwise over [M, 300]

@@ -1,6 +1,7 @@
 /* aot_load_test.c: ffn_program_load (no GPU, no NVRTC) reads back what ffn_program_save
- * wrote, and refuses damaged files and files of an ffnc with another op table or kernel ABI
- * with a clear error instead of crashing or loading them. */
+ * wrote (the plan and every image, in order), and refuses damaged files, files of an ffnc with
+ * another op table or kernel ABI and files of an older AOT format with a clear error instead
+ * of crashing or loading them. */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,16 +39,39 @@ static void expect_refused(const char *path, const char *want, int line) {
   ffn_program_destroy(p);
 }
 
+/* A file of AOT format fmt holding plan json and one image, as ffnc writes them (format 1: the
+ * image as "image"; 2: "image.0" and ffnc.images). */
+static void write_aot(const char *path, const char *fmt, const char *json, const void *image, size_t len) {
+  StWriter *w = st_writer_create();
+  int64_t size = (int64_t)len;
+  char err[512];
+  bool v1 = strcmp(fmt, "ffnc-aot-1") == 0;
+  int rc = st_writer_meta(w, "ffnc.format", fmt) | st_writer_meta(w, "ffnc.version", FFNC_VERSION) |
+           st_writer_meta(w, "ffnc.arch", "sm_90") | st_writer_meta(w, "ffnc.image", "cubin") |
+           st_writer_meta(w, "ffnc.plan", json);
+  if (!v1)
+    rc |= st_writer_meta(w, "ffnc.images", "1");
+  rc |= st_writer_add(w, v1 ? "image" : "image.0", DT_U8, 1, &size, image, len, err, sizeof err);
+  rc |= st_writer_save(w, path, err, sizeof err);
+  CHECK(rc == 0, "writing %s: %s", path, err);
+  st_writer_destroy(w);
+}
+
 int main(void) {
-  static unsigned char image[64] = "not really a cubin";
-  ffn_program prog = {.plan = compile_plan("examples/llama3_tiny.ffn"), .image = {image, sizeof image, false}};
+  static unsigned char image[64] = "not really a cubin", image2[48] = "another module";
+  Image images[2] = {{image, sizeof image, false}, {image2, sizeof image2, false}};
+  ffn_program prog = {.plan = compile_plan("examples/llama3_tiny.ffn"), .images = images, .nimages = 2};
   const char *good = "aot_load_good.ffnc", *bad = "aot_load_bad.ffnc";
   CHECK(ffn_program_save(&prog, good) == FFN_OK, "save: %s", ffn_last_error());
 
   ffn_program *back = NULL;
   CHECK(ffn_program_load(good, &back) == FFN_OK, "load: %s", ffn_last_error());
   if (back) {
-    CHECK(back->image.size == sizeof image && memcmp(back->image.image, image, sizeof image) == 0, "image differs");
+    CHECK(back->nimages == 2, "%d images, expected 2", back->nimages);
+    for (int i = 0; i < back->nimages && i < 2; i++)
+      CHECK(back->images[i].size == images[i].size &&
+                memcmp(back->images[i].image, images[i].image, images[i].size) == 0 && !back->images[i].ptx,
+            "image %d differs", i);
     CHECK(back->plan->nsteps == prog.plan->nsteps, "plan differs");
   }
   ffn_program_destroy(back);
@@ -57,19 +81,18 @@ int main(void) {
   json_t *root = json_loads(json, 0, NULL);
   json_object_set_new(root, "abi", json_string("0000000000000000"));
   char *stale = json_dumps(root, JSON_COMPACT);
-  StWriter *w = st_writer_create();
-  int64_t size = sizeof image;
-  char err[512];
-  int rc = st_writer_meta(w, "ffnc.format", "ffnc-aot-1") | st_writer_meta(w, "ffnc.version", FFNC_VERSION) |
-           st_writer_meta(w, "ffnc.arch", "sm_90") | st_writer_meta(w, "ffnc.image", "cubin") |
-           st_writer_meta(w, "ffnc.plan", stale);
-  rc |= st_writer_add(w, "image", DT_U8, 1, &size, image, sizeof image, err, sizeof err);
-  rc |= st_writer_save(w, bad, err, sizeof err);
-  CHECK(rc == 0, "writing the stale file: %s", err);
-  st_writer_destroy(w);
+  write_aot(bad, "ffnc-aot-2", stale, image, sizeof image);
   expect_refused(bad, "built by an incompatible ffnc", __LINE__);
   expect_refused(bad, "rebuild it with `ffnc build`", __LINE__);
   free(stale);
+
+  /* an older format (one image), even with a plan this ffnc would take */
+  write_aot(bad, "ffnc-aot-1", json, image, sizeof image);
+  expect_refused(bad, "built by an incompatible ffnc (AOT format ffnc-aot-1", __LINE__);
+  expect_refused(bad, "rebuild it with `ffnc build`", __LINE__);
+  write_aot(bad, "ffnc-aot-2", json, image, sizeof image); /* the same file in this format loads */
+  CHECK(ffn_program_load(bad, &back) == FFN_OK && back->nimages == 1, "format 2, one image: %s", ffn_last_error());
+  ffn_program_destroy(back);
   free(json);
   json_decref(root);
 
@@ -84,7 +107,7 @@ int main(void) {
   srand(5);
   for (int i = 0; i < 300; i++) {
     memcpy(copy, bytes, len);
-    size_t at = 8 + (size_t)rand() % (len - sizeof image - 8); /* the header, not the image bytes */
+    size_t at = 8 + (size_t)rand() % (len - sizeof image - sizeof image2 - 8); /* the header, not the images */
     copy[at] = (unsigned char)"{}[]\":,0x "[rand() % 10];
     if (copy[at] == bytes[at])
       continue;

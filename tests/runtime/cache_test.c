@@ -1,7 +1,8 @@
 /* cache_test.c: the NVRTC kernel cache and compile-failure reporting (no GPU needed).
  *
- *  - the first compile writes one entry into $FFNC_CACHE_DIR; a second compile of the same
- *    model hits it (no new entry, the same image); another model adds an entry;
+ *  - the first compile writes an entry per compile unit into $FFNC_CACHE_DIR (the runtime's
+ *    kernels, the model's kernel); a second compile of the same model hits them (no new entry,
+ *    the same images); another model adds only its own kernel's;
  *  - FFNC_NO_CACHE=1 compiles without reading or writing the cache;
  *  - NVRTC rejecting generated code gives FFN_ERR_COMPILE with NVRTC's log and the source with
  *    line numbers;
@@ -118,16 +119,29 @@ static ffn_program *compile(const char *src) {
   return p;
 }
 
+static bool same_images(const ffn_program *a, const ffn_program *b) {
+  if (!a || !b || a->nimages != b->nimages)
+    return false;
+  for (int i = 0; i < a->nimages; i++)
+    if (a->images[i].size != b->images[i].size || memcmp(a->images[i].image, b->images[i].image, a->images[i].size))
+      return false;
+  return true;
+}
+
+/* A program is compiled as several NVRTC programs, each its own entry: the runtime's kernels
+ * and, for these models, one rowwise kernel. */
 static void hits_and_misses(const char *dir) {
   use_dir(dir);
   ffn_program *a1 = compile(model_a);
-  CHECK(entries(dir) == 1, "first compile: %d entries, expected 1", entries(dir));
+  CHECK(a1 && a1->nimages == 2, "model a: %d images, expected 2 (the runtime's kernels, one kernel)",
+        a1 ? a1->nimages : -1);
+  CHECK(entries(dir) == 2, "first compile: %d entries, expected 2", entries(dir));
   ffn_program *a2 = compile(model_a);
-  CHECK(entries(dir) == 1, "second compile of the same model: %d entries, expected 1", entries(dir));
-  CHECK(a1 && a2 && a1->image.size == a2->image.size && memcmp(a1->image.image, a2->image.image, a1->image.size) == 0,
-        "the cached image differs from the compiled one");
+  CHECK(entries(dir) == 2, "second compile of the same model: %d entries, expected 2", entries(dir));
+  CHECK(same_images(a1, a2), "the cached images differ from the compiled ones");
   ffn_program *b = compile(model_b);
-  CHECK(entries(dir) == 2, "another model: %d entries, expected 2", entries(dir));
+  CHECK(entries(dir) == 3, "another model: %d entries, expected 3 (its kernel; the runtime's are shared)",
+        entries(dir));
   ffn_program_destroy(a1);
   ffn_program_destroy(a2);
   ffn_program_destroy(b);
@@ -140,6 +154,20 @@ static void hits_and_misses(const char *dir) {
   CHECK(s == FFN_ERR_COMPILE, "broken source: status %d", (int)s);
   CHECK(strstr(e, "nvrtcCompileProgram failed") && strstr(e, "undefined_thing") && strstr(e, "    2  "),
         "compile error lacks the log or the numbered source:\n%s", e);
+
+  /* compiled together with others, on several threads: the failure is the broken one's, with
+   * its name, and no image is handed out */
+  setenv("FFNC_JIT_THREADS", "3", 1);
+  CompileUnit units[] = {{"good_one", (char *)"extern \"C\" __global__ void g1(float *p) { p[0] = 1.0f; }\n", 1, 0},
+                         {"broken_one", (char *)"extern \"C\" __global__ void k() {\n  undefined_thing();\n}\n", 1, 1},
+                         {"good_two", (char *)"extern \"C\" __global__ void g2(float *p) { p[0] = 2.0f; }\n", 1, 2}};
+  Image imgs[3] = {{0}};
+  s = nvrtc_compile_units(units, 3, "sm_80", NULL, NULL, imgs);
+  e = ffn_last_error();
+  CHECK(s == FFN_ERR_COMPILE && strstr(e, "broken_one.cu") && strstr(e, "undefined_thing"),
+        "a broken unit among others: status %d, error:\n%s", (int)s, e);
+  CHECK(!imgs[0].image && !imgs[1].image && !imgs[2].image, "images were handed out after a failure");
+  unsetenv("FFNC_JIT_THREADS");
 }
 
 static void no_cache(const char *dir) {
