@@ -79,6 +79,30 @@ def gpt_layer(w):
     return fn
 
 
+def f8_rows(a):
+    """Rows of a (bf16) to e4m3 codes and f32 scales [rows, 1]: ffnc's rule (max |a| / 448 per row)."""
+    amax = a.float().abs().amax(dim=-1, keepdim=True)
+    s = torch.where(amax > 0, amax / 448.0, torch.ones_like(amax))
+    return (a.float() / s).clamp(-448, 448).to(torch.float8_e4m3fn), s
+
+
+def llama_f8(ws):
+    """The Llama sublayer with fp8 e4m3 products as torch runs them best: torch._scaled_mm with
+    row-wise scales (activations per row, weights per output channel), as ffnc's contract."""
+    w = ws[0]
+    q = {k: f8_rows(w[k]) for k in ("wg", "wu", "wd")}
+
+    def mm(a, k):
+        qa, sa = f8_rows(a)
+        qb, sb = q[k]
+        return torch._scaled_mm(qa, qb.t(), scale_a=sa, scale_b=sb.t(), out_dtype=torch.bfloat16)
+
+    def fn(x):
+        h = rmsnorm(x, w["g"])
+        return x + mm(F.silu(mm(h, "wg")) * mm(h, "wu"), "wd")
+    return fn
+
+
 def models(gen):
     """name (as ffnc bench prints the file) -> (torch function, d, weight bytes, flops per token)"""
     out = {}
@@ -93,6 +117,8 @@ def models(gen):
     l4 = llama_weights(4096, 14336, 4, gen)
     add("llama3_8b_4layers.ffn", llama_stack(l4), 4096, 4 * 3 * 4096 * 14336 * 2, 4 * 6 * 4096 * 14336)
     add("llama3_8b_4layers_fused.ffn", llama_fused(l4), 4096, 4 * 3 * 4096 * 14336 * 2, 4 * 6 * 4096 * 14336)
+    add("llama3_8b_layer_f8.ffn", llama_f8(l8), 4096, 3 * 4096 * 14336, 6 * 4096 * 14336)
+    add("llama3_70b_layer_f8.ffn", llama_f8(l70), 8192, 3 * 8192 * 28672, 6 * 8192 * 28672)
     return out
 
 

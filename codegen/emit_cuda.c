@@ -338,6 +338,8 @@ void emit_gemm_functor(Kgen *k, Buf *body) {
     slot(k, k->f8_b);
     slot(k, k->f8_sa);
     slot(k, k->f8_sb);
+    if (k->f8_stats >= 0) /* slot 4: A's row statistics (fp8.cuh), for the folded norm */
+      slot(k, k->f8_stats);
   } else if (k->wq_bits) { /* gemm_wq reads the codes as B and the scales from slot 2 */
     slot(k, gen_tensor_for(k->G, k->gr->a));
     slot(k, k->wq_codes);
@@ -375,10 +377,12 @@ void emit_gemm_entry(Kgen *k, const ffn_gemm_config *c, bool ext, Buf *body) {
                      : c->kind == FFN_GEMM_WQ   ? "gemm_wq"
                                                 : "gemm_simt";
   char params[160];
-  gemm_template_args(k, c, ext ? 0 : gr->stats, params, sizeof params);
+  bool f8_stats = k->f8 && k->f8_stats >= 0; /* the quantizer computed A's statistics */
+  gemm_template_args(k, c, ext || f8_stats ? 0 : gr->stats, params, sizeof params);
   char epi[128];
-  if (ext)
-    snprintf(epi, sizeof epi, "ffn::WithRowStats<Epi_@, %d>{epi, a.rowstats}", gr->streams);
+  if (ext || f8_stats)
+    snprintf(epi, sizeof epi, "ffn::WithRowStats<Epi_@, %d>{epi, %s}", gr->streams,
+             f8_stats ? "(const float *)a.p[4]" : "a.rowstats");
   else
     snprintf(epi, sizeof epi, "epi");
   char extra[64] = ""; /* gemm_wq: the scales (slot 2) and the i4 group length */

@@ -65,6 +65,7 @@ typedef struct {
   int wq_codes, wq_scales; /* the packed B and its scales (plan tensors), when wq_bits */
   DType f8;            /* DT_F8E4M3 / DT_F8E5M2: an fp8 product (fp8.cuh); DT_NONE: not */
   int f8_a, f8_sa, f8_b, f8_sb; /* its codes and scales of A (run time) and B (load time) */
+  int f8_stats;        /* A's row sums and sums of squares for a folded norm (the quantizer's), or -1 */
 } Kgen;
 
 /* Reports an error at n (without a location if n has none) and fails the generation. */

@@ -173,17 +173,21 @@ static int f8_quant_a(Gen *G, Kgen *k) {
   int src = gen_tensor_for(G, a);
   if (src < 0)
     return -1;
-  Node codes = {.dtype = DT_U8, .shape = a->shape}, scales = {.dtype = DT_F32, .shape = a->shape};
+  Node codes = {.dtype = DT_U8, .shape = a->shape}, scales = {.dtype = DT_F32, .shape = a->shape}, stats = scales;
   scales.shape.rank--;
+  stats.shape.d[stats.shape.rank - 1] = dim_static(2);
   k->f8_a = new_tensor(G, PT_SCRATCH, &codes);
   k->f8_sa = new_tensor(G, PT_SCRATCH, &scales);
+  k->f8_stats = k->gr->stats > 0 ? new_tensor(G, PT_SCRATCH, &stats) : -1;
   int64_t K = a->shape.d[a->shape.rank - 1].size;
   enum { THREADS = 256 };
   Buf body = {0};
   buf_printf(&body,
              "extern \"C\" __global__ void __launch_bounds__(%d) @(const __grid_constant__ ffn::KArgs a) {\n"
-             "  ffn::quant_rows_f8<%s, %d, %d>((const %s *)a.p[0], (ffn::u8 *)a.p[1], (float *)a.p[2], a.m, %lldLL);\n}\n",
-             THREADS, gen_ctype(a->dtype), k->f8 == DT_F8E5M2, THREADS, gen_ctype(a->dtype), (long long)K);
+             "  ffn::quant_rows_f8<%s, %d, %d>((const %s *)a.p[0], (ffn::u8 *)a.p[1], (float *)a.p[2], %s, a.m, "
+             "%lldLL);\n}\n",
+             THREADS, gen_ctype(a->dtype), k->f8 == DT_F8E5M2, THREADS, gen_ctype(a->dtype),
+             k->f8_stats >= 0 ? "(float *)a.p[3]" : "nullptr", (long long)K);
   PlanKernel pk = {.kind = KK_ROWWISE, .nvariants = 1, .n = K, .op = OP_COUNT};
   pk.variants[0] = (KernelVariant){.threads = THREADS};
   pk.variants[0].cfg.name = "rowwise";
@@ -197,7 +201,7 @@ static int f8_quant_a(Gen *G, Kgen *k) {
     emit_named(&G->src, name, body.s);
     G->kernels[kernel].variants[0].func = arena_printf(G->g->arena, "%s", name);
   }
-  Kgen q = {.G = G, .gr = k->gr, .nslots = 3, .slot_tensor = {src, k->f8_a, k->f8_sa}};
+  Kgen q = {.G = G, .gr = k->gr, .nslots = k->f8_stats >= 0 ? 4 : 3, .slot_tensor = {src, k->f8_a, k->f8_sa, k->f8_stats}};
   add_step(G, kernel, &q, &a->shape);
   buf_free(&body);
   return 0;
@@ -249,7 +253,7 @@ static PlanKernel gemm_kernel(Kgen *k, Buf *body) {
     /* for the largest M every column of tiles would recompute A's row statistics (about 10% of
      * the GEMM, kernels/NOTES.md): ffn_row_stats computes them once, just before. Up to 512
      * rows the extra launch costs more than it saves (measured: 128 tokens 3-7% slower). */
-    bool ext = tc && c->max_m == 0 && gr->stats > 0;
+    bool ext = tc && c->max_m == 0 && gr->stats > 0 && !k->f8; /* fp8: the quantizer's statistics */
     emit_gemm_entry(k, c, ext, body);
     pk.variants[pk.nvariants++] = (KernelVariant){
         .threads = c->threads, .smem = (int)ffn_gemm_smem_bytes(c), .max_m = c->max_m, .cfg = *c, .ext_stats = ext};
@@ -258,7 +262,7 @@ static PlanKernel gemm_kernel(Kgen *k, Buf *body) {
 }
 
 static void lower_gemm(Gen *G, Group *gr) {
-  Kgen k = {.G = G, .gr = gr, .full = gr->shape};
+  Kgen k = {.G = G, .gr = gr, .full = gr->shape, .f8_stats = -1};
   k.ncols = gr->shape.d[gr->shape.rank - 1].size;
   int64_t K = gr->a->shape.d[gr->a->shape.rank - 1].size;
   if (k.ncols > FFN_MAX_DIM || K > FFN_MAX_DIM) { /* each is within it, a concatenation may not be */
@@ -300,7 +304,7 @@ static void lower_gemm(Gen *G, Group *gr) {
 /* ---- rowwise groups ---- */
 
 static void lower_rowwise(Gen *G, Group *gr) {
-  Kgen k = {.G = G, .gr = gr, .full = gr->shape};
+  Kgen k = {.G = G, .gr = gr, .full = gr->shape, .f8_stats = -1};
   k.ncols = gr->shape.rank ? gr->shape.d[gr->shape.rank - 1].size : 1;
   if (gr->shape.rank && gr->shape.d[gr->shape.rank - 1].sym >= 0) {
     fail(G, gr->nodes.items[0], "a rowwise kernel over the dynamic dim %s is not supported",

@@ -55,20 +55,42 @@ template <class T> __device__ __forceinline__ void load8(const T *p, float (&f)[
   }
 }
 
-// x [m, K] of T (bf16, f16 or f32) -> q [m, K] fp8 codes, s [m] f32; K % 16 == 0.
+// Block-wide sum of v for THREADS threads through red[THREADS / 32] (every thread gets it).
+template <int THREADS> __device__ __forceinline__ float quant_block_sum(float v, float *red) {
+  v = warp_sum(v);
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+  __syncthreads();
+  v = threadIdx.x < THREADS / 32 ? red[threadIdx.x] : 0.f;
+  return warp_sum(v);
+}
+
+// x [m, K] of T (bf16, f16 or f32) -> q [m, K] fp8 codes, s [m] f32; K % 16 == 0. stats (or
+// NULL): [m][2] the sum and the sum of squares of each row of x (f32, as ffn_row_stats), for a
+// product whose epilogue applies a folded norm (FFN Fusion folds the gains into the weights).
 template <class T, int E5M2, int THREADS>
 __device__ __forceinline__ void quant_rows_f8(const T *__restrict__ x, u8 *__restrict__ q, float *__restrict__ s,
-                                              long long m, long long K) {
+                                              float *__restrict__ stats, long long m, long long K) {
   __shared__ float red[THREADS / 32];
   const int tid = threadIdx.x;
   for (long long row = blockIdx.x; row < m; row += gridDim.x) {
     const T *xr = x + row * K;
-    float amax = 0.f;
+    float amax = 0.f, sum = 0.f, sumsq = 0.f;
     for (long long c = tid; c < K / 8; c += THREADS) {
       float f[8];
       load8(xr + 8 * c, f);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(f[i])); // skips NaN, as the reference's fmax
+      for (int i = 0; i < 8; ++i) {
+        amax = fmaxf(amax, fabsf(f[i])); // skips NaN, as the reference's fmax
+        sum += f[i];
+        sumsq += f[i] * f[i];
+      }
+    }
+    if (stats) { // uniform branch: stats is a kernel argument
+      sum = quant_block_sum<THREADS>(sum, red);
+      sumsq = quant_block_sum<THREADS>(sumsq, red);
+      if (tid == 0) stats[2 * row] = sum, stats[2 * row + 1] = sumsq;
+      __syncthreads(); // red is reused below
     }
     amax = warp_max(amax);
     if ((tid & 31) == 0) red[tid >> 5] = amax;
