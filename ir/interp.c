@@ -839,7 +839,9 @@ static int eval_node(Ctx *c, const Node *n, RefTensor *const *args, RefTensor *o
   case OP_WQ_SCALE:
   case OP_WQ_PACK:
   case OP_F8_SCALE:
-  case OP_F8_PACK: /* the verifier keeps them out of graphs */
+  case OP_F8_PACK:
+  case OP_F8_SCALES:
+  case OP_F8_DEQUANT: /* the verifier keeps them out of graphs */
     return fail(c->err, c->errlen, "%%%d: %s is a GPU packing step, not a graph op", n->id, op_info[n->op].name);
   }
   /* data movement: the values are already rounded to their operands' types */
