@@ -8,6 +8,8 @@
  *   rowwise groups: a per-row loop.
  * Kernels whose generated text is identical (the same block inlined in every layer) are
  * emitted once. Constant tensors the kernels read are computed by load-time prep steps.
+ * Pre-quantized fp8 weights are bound as their codes; their values are an f8_dequant step,
+ * and an fp8 product of the codes' type reads the stored rows as they are (f8_rows).
  */
 #include "gen.h"
 
