@@ -37,6 +37,9 @@ typedef struct {
   Compile *c;
   Graph *g;
   int *tensor_of; /* node id -> plan tensor, -1 */
+  /* pre-quantized weight node id -> its codes (the bound tensor, u8) and its f8_scales tensor
+   * (f32 [rows, 1]), -1; tensor_of holds its value (f8_dequant), made only if read */
+  int *codes_of, *scales_of;
   PlanTensor *tensors;
   int nt, capt;
   PrepStep *prep;

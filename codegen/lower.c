@@ -8,6 +8,8 @@
  *   rowwise groups: a per-row loop.
  * Kernels whose generated text is identical (the same block inlined in every layer) are
  * emitted once. Constant tensors the kernels read are computed by load-time prep steps.
+ * Pre-quantized fp8 weights are bound as their codes; their values are an f8_dequant step,
+ * and an fp8 product of the codes' type reads the stored rows as they are (f8_rows).
  */
 #include "gen.h"
 
@@ -39,6 +41,42 @@ static int add_prep(Gen *G, const Node *n, const int *args) {
   return t;
 }
 
+/* A load-time step op(args) over plan tensors, with ival i0, i1; its shape by the IR's rule
+ * (a failure is reported at node `at`). Returns its tensor. */
+static int tensor_step(Gen *G, const Node *at, Op op, DType dtype, const int *args, int nargs, int64_t i0, int64_t i1) {
+  Node operands[8], *ptrs[8];
+  for (int i = 0; i < nargs; i++) {
+    const PlanTensor *t = &G->tensors[args[i]];
+    operands[i] = (Node){.dtype = t->dtype, .shape = {.rank = t->rank}};
+    memcpy(operands[i].shape.d, t->dims, sizeof(Dim) * (size_t)t->rank);
+    ptrs[i] = &operands[i];
+  }
+  Node n = {.op = op, .dtype = dtype, .nargs = nargs, .ival = {i0, i1}};
+  char why[256];
+  if (!ir_infer_shape(G->g, op, ptrs, nargs, &n, &n.shape, why, sizeof why))
+    return fail(G, at, "%s", why);
+  return add_prep(G, &n, args);
+}
+
+/* A pre-quantized fp8 weight (ir/prequant.h): its codes, the tensor bound from the checkpoint
+ * (u8 in the weight's shape), and its scales as stored, f32 [rows, 1] (step f8_scales: the
+ * runtime uploads the scales it kept when it bound the weight). */
+static int stored_tensors(Gen *G, const Node *w, int *codes, int *scales) {
+  if (G->codes_of[w->id] < 0) {
+    Node bytes = {.dtype = DT_U8, .shape = w->shape};
+    int t = new_tensor(G, PT_WEIGHT, &bytes);
+    G->tensors[t].name = w->name;
+    G->tensors[t].stored = w->stored;
+    G->tensors[t].scale = w->scale;
+    int s = tensor_step(G, w, OP_F8_SCALES, DT_F32, &t, 1, 0, 0);
+    if (s < 0)
+      return -1;
+    G->codes_of[w->id] = t, G->scales_of[w->id] = s;
+  }
+  *codes = G->codes_of[w->id], *scales = G->scales_of[w->id];
+  return 0;
+}
+
 int gen_tensor_for(Gen *G, Node *n) {
   if (G->tensor_of[n->id] >= 0)
     return G->tensor_of[n->id];
@@ -47,6 +85,12 @@ int gen_tensor_for(Gen *G, Node *n) {
     t = new_tensor(G, PT_INPUT, n);
     G->tensors[t].index = (int)n->ival[0];
     G->tensors[t].name = n->name;
+  } else if (n->op == OP_WEIGHT && n->stored != DT_NONE) {
+    /* its value, code * scale in f32, wherever the program reads it (interp.c) */
+    int args[2];
+    if (stored_tensors(G, n, &args[0], &args[1]) != 0 ||
+        (t = tensor_step(G, n, OP_F8_DEQUANT, DT_F32, args, 2, n->stored == DT_F8E5M2, 0)) < 0)
+      return -1;
   } else if (n->op == OP_WEIGHT) {
     t = new_tensor(G, PT_WEIGHT, n);
     G->tensors[t].name = n->name;
@@ -122,21 +166,125 @@ static int wq_prep(Gen *G, Kgen *k, int bits, int group) {
   return 0;
 }
 
-/* The load-time steps that quantize B of fp8 GEMM k (kernels/numfmt.cuh). */
-static int f8_prep(Gen *G, Kgen *k) {
-  Node *b = k->gr->b_nk;
-  int args[2] = {gen_tensor_for(G, b), -1};
-  if (args[0] < 0)
+/* ---- B of fp8 GEMMs ---- */
+
+/* B's rows as codes (u8 [R, C]) and scales (f32 [R, 1]), plan tensors. */
+typedef struct {
+  int codes, scales;
+} F8Rows;
+
+/* x [R, C] (or, with cols, the columns of b [K, N]) quantized row by row from its values
+ * (kernels/numfmt.cuh, the contract at the top of interp.c). */
+static int f8_quantize(Gen *G, Node *x, bool cols, DType t, F8Rows *out) {
+  int v = gen_tensor_for(G, x);
+  if (v >= 0 && cols)
+    v = tensor_step(G, x, OP_TRANSPOSE, x->dtype, &v, 1, 0, 0);
+  if (v < 0 || (out->scales = tensor_step(G, x, OP_F8_SCALE, DT_F32, &v, 1, t == DT_F8E5M2, 0)) < 0)
     return -1;
-  Node sc = {.op = OP_F8_SCALE, .dtype = DT_F32, .nargs = 1, .ival = {k->f8 == DT_F8E5M2}}, pk = sc;
-  pk.op = OP_F8_PACK, pk.dtype = DT_U8, pk.nargs = 2;
-  Node *nodes[2] = {b, &sc};
-  char why[256];
-  if (!ir_infer_shape(G->g, OP_F8_SCALE, nodes, 1, &sc, &sc.shape, why, sizeof why) ||
-      !ir_infer_shape(G->g, OP_F8_PACK, nodes, 2, &pk, &pk.shape, why, sizeof why))
-    return fail(G, k->gr->mm, "%s", why);
-  args[1] = k->f8_sb = add_prep(G, &sc, args);
-  k->f8_b = add_prep(G, &pk, args);
+  int args[2] = {v, out->scales};
+  return (out->codes = tensor_step(G, x, OP_F8_PACK, DT_U8, args, 2, t == DT_F8E5M2, 0)) < 0 ? -1 : 0;
+}
+
+enum { ROWS_STORED = 1, ROWS_OTHER = 2 };
+
+/* Which rows of x [R, C] (with cols: which columns of b = x [K, N]) are whole stored rows of
+ * pre-quantized weights of type t, by the reference's rule (interp.c: stored_row_scales and
+ * stored_col_scales): a weight of rank 2, moved by transposes, slices (of columns of a
+ * [R, C], or of a [K, N]'s output columns), concatenations along rows and interleaving.
+ * ROWS_STORED, ROWS_OTHER or both (a slice of columns of b counts all it slices). */
+static int stored_rows(const Node *x, DType t, bool cols) {
+  int which = 0;
+  switch (x->op) {
+  case OP_WEIGHT:
+    return !cols && x->stored == t && x->shape.rank == 2 ? ROWS_STORED : ROWS_OTHER;
+  case OP_TRANSPOSE:
+    return stored_rows(x->args[0], t, !cols);
+  case OP_SLICE:
+    return stored_rows(x->args[0], t, cols);
+  case OP_CONCAT:
+  case OP_INTERLEAVE:
+    if (x->op == OP_CONCAT ? x->ival[0] != (cols ? 1 : 0) : cols)
+      return ROWS_OTHER;
+    for (int i = 0; i < x->nargs; i++)
+      which |= stored_rows(x->args[i], t, cols);
+    return which;
+  default:
+    return ROWS_OTHER;
+  }
+}
+
+/* Rows [off, off + len) of a 2-D plan tensor: transposed, sliced, transposed back. */
+static int row_range(Gen *G, const Node *at, int t, int64_t off, int64_t len) {
+  DType dt = G->tensors[t].dtype;
+  if ((t = tensor_step(G, at, OP_TRANSPOSE, dt, &t, 1, 0, 0)) < 0 || (t = tensor_step(G, at, OP_SLICE, dt, &t, 1, off, len)) < 0)
+    return -1;
+  return tensor_step(G, at, OP_TRANSPOSE, dt, &t, 1, 0, 0);
+}
+
+/* B's rows for x (cols: b's columns), following the moves of stored_rows with mirror steps over
+ * the codes and over the scales, so that a stored row keeps its codes and scale exactly as
+ * the checkpoint has them; what holds no stored row is quantized from its values. */
+static int f8_rows(Gen *G, Node *x, DType t, bool cols, F8Rows *out) {
+  int which = stored_rows(x, t, cols);
+  if (which == ROWS_OTHER)
+    return f8_quantize(G, x, cols, t, out);
+  switch (x->op) {
+  case OP_WEIGHT:
+    return stored_tensors(G, x, &out->codes, &out->scales);
+  case OP_TRANSPOSE:
+    return f8_rows(G, x->args[0], t, !cols, out);
+  case OP_SLICE: {
+    F8Rows all;
+    if (!cols && which != ROWS_STORED) /* per row: codes for some, a fresh max over the slice for others */
+      return fail(G, x, "an fp8 product whose weight is a slice along K of pre-quantized and other rows together "
+                  "is not supported by the GPU code generator");
+    if (f8_rows(G, x->args[0], t, cols, &all) != 0)
+      return -1;
+    if (!cols) { /* a slice of every row's codes; each keeps its scale */
+      out->scales = all.scales;
+      out->codes = tensor_step(G, x, OP_SLICE, DT_U8, &all.codes, 1, x->ival[0], x->ival[1]);
+      return out->codes < 0 ? -1 : 0;
+    }
+    out->codes = row_range(G, x, all.codes, x->ival[0], x->ival[1]);
+    out->scales = out->codes < 0 ? -1 : row_range(G, x, all.scales, x->ival[0], x->ival[1]);
+    return out->scales < 0 ? -1 : 0;
+  }
+  case OP_CONCAT:
+  case OP_INTERLEAVE: {
+    int codes[8], scales[8];
+    if (x->nargs > 8)
+      return fail(G, x, "a load-time %s with more than 8 operands is not supported", op_info[x->op].name);
+    for (int i = 0; i < x->nargs; i++) {
+      F8Rows part;
+      if (f8_rows(G, x->args[i], t, cols, &part) != 0)
+        return -1;
+      codes[i] = part.codes, scales[i] = part.scales;
+    }
+    int n = x->nargs;
+    if (x->op == OP_INTERLEAVE && n > 1) { /* it stacks its operands first */
+      if ((codes[0] = tensor_step(G, x, OP_CONCAT, DT_U8, codes, n, 0, 0)) < 0 ||
+          (scales[0] = tensor_step(G, x, OP_CONCAT, DT_F32, scales, n, 0, 0)) < 0)
+        return -1;
+      n = 1;
+    }
+    int64_t i0 = x->op == OP_CONCAT ? 0 : x->ival[0], i1 = x->op == OP_CONCAT ? 0 : x->ival[1];
+    if ((out->codes = tensor_step(G, x, x->op, DT_U8, codes, n, i0, i1)) < 0)
+      return -1;
+    return (out->scales = tensor_step(G, x, x->op, DT_F32, scales, n, i0, i1)) < 0 ? -1 : 0;
+  }
+  default: /* stored_rows finds stored rows under the ops above only */
+    return fail(G, x, "internal error: stored fp8 rows under %s", op_info[x->op].name);
+  }
+}
+
+/* The load-time steps that make B of fp8 GEMM k (kernels/numfmt.cuh): its codes and scales
+ * per row (an output column), quantized from its values, or, for rows that are stored rows of
+ * pre-quantized weights of the product's type, those rows' codes and scales as stored. */
+static int f8_prep(Gen *G, Kgen *k) {
+  F8Rows b;
+  if (f8_rows(G, k->gr->b_nk, k->f8, false, &b) != 0)
+    return -1;
+  k->f8_b = b.codes, k->f8_sb = b.scales;
   return 0;
 }
 
@@ -411,6 +559,8 @@ static void gen_free(Gen *G) {
     free(G->dedup[i].body);
   free(G->dedup);
   free(G->tensor_of);
+  free(G->codes_of);
+  free(G->scales_of);
   free(G->tensors);
   free(G->prep);
   free(G->kernels);
@@ -422,8 +572,10 @@ int codegen_cuda(Compile *c, Plan **out) {
   Graph *g = c->g;
   Gen G = {.c = c, .g = g};
   G.tensor_of = ffn_xmalloc(sizeof(int) * (size_t)(g->next_id + 1));
+  G.codes_of = ffn_xmalloc(sizeof(int) * (size_t)(g->next_id + 1));
+  G.scales_of = ffn_xmalloc(sizeof(int) * (size_t)(g->next_id + 1));
   for (int i = 0; i <= g->next_id; i++)
-    G.tensor_of[i] = -1;
+    G.tensor_of[i] = G.codes_of[i] = G.scales_of[i] = -1;
   emit_prelude(&G);
   for (int i = 0; i < g->nodes.len; i++) /* every input, used or not, is part of the interface */
     if (GRAPH_NODE(g, i)->op == OP_INPUT)

@@ -305,8 +305,8 @@ static void read_tensor(Reader *r, json_t *o, PlanTensor *t) {
     t->stored = json_is_string(stored) ? dtype_from_name(json_string_value(stored)) : DT_NONE;
     t->scale = json_is_string(scale) ? arena_strdup(p->arena, json_string_value(scale)) : NULL;
     if (t->kind != PT_WEIGHT || (t->stored != DT_F8E4M3 && t->stored != DT_F8E5M2) || !t->scale || !t->scale[0] ||
-        t->dtype != DT_F32)
-      bad(r, "a pre-quantized tensor must be an f32 weight with f8e4m3 or f8e5m2 codes and a named scale");
+        t->dtype != DT_U8)
+      bad(r, "a pre-quantized tensor must be a u8 weight (its codes) of f8e4m3 or f8e5m2 and a named scale");
   }
 }
 
@@ -458,6 +458,8 @@ void plan_print(const Plan *p, FILE *out) {
     fprintf(out, "]");
     if (t->name)
       fprintf(out, " \"%s\"", t->name);
+    if (t->stored != DT_NONE)
+      fprintf(out, " %s codes, scale \"%s\"", dtype_name(t->stored), t->scale);
     if (t->kind == PT_SCRATCH)
       fprintf(out, " live %d..%d", t->first, t->last);
     fprintf(out, "\n");

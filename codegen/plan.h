@@ -32,8 +32,11 @@ typedef struct {
   bool keep;        /* PT_WEIGHT, PT_DERIVED: needed at run time (else freed after prep) */
   /* PT_WEIGHT from a pre-quantized fp8 checkpoint (the IR weight's Node.stored/.scale): the
    * tensor `name` holds `stored` codes, the tensor `scale` their scales (ir/prequant.h), and
-   * dtype is the value type, f32. ffn_model_bind_weights_file reads and checks both and keeps
-   * them as ffn_model.prequant[t]. DT_NONE and NULL otherwise. */
+   * dtype is DT_U8: the device tensor is the codes' bytes, in the weight's shape.
+   * ffn_model_bind_weights_file reads and checks both, uploads the codes and keeps the scales
+   * on the host as ffn_model.prequant[t]; the load-time step f8_scales uploads them, and
+   * f8_dequant makes the weight's f32 value where the program reads it. DT_NONE and NULL
+   * otherwise. */
   DType stored;
   const char *scale;
 } PlanTensor;

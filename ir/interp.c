@@ -34,6 +34,9 @@
  *         result[r,n] = round(sa[r] * s[n] * sum_k qa[r,k] * code[n,k]).
  *     Every other column, and every other use of the weight (another policy, elementwise
  *     ops), sees the value code * s like any f32 value.
+ *     (GPU: codegen/lower.c follows the same moves in f8_rows, mirroring them over the bound
+ *     codes and the f8_scales of each weight; values come from one f8_dequant step. A change
+ *     to stored_row_scales / stored_col_scales must be made there too.)
  * Divisions by a scale are done in double with the scale as stored (a float). Without a
  * `precision matmul` or `precision weights` setting the operands are used as they are.
  * `precision accumulate` and `precision norm` do not change the reference: it always
@@ -839,7 +842,9 @@ static int eval_node(Ctx *c, const Node *n, RefTensor *const *args, RefTensor *o
   case OP_WQ_SCALE:
   case OP_WQ_PACK:
   case OP_F8_SCALE:
-  case OP_F8_PACK: /* the verifier keeps them out of graphs */
+  case OP_F8_PACK:
+  case OP_F8_SCALES:
+  case OP_F8_DEQUANT: /* the verifier keeps them out of graphs */
     return fail(c->err, c->errlen, "%%%d: %s is a GPU packing step, not a graph op", n->id, op_info[n->op].name);
   }
   /* data movement: the values are already rounded to their operands' types */

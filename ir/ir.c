@@ -386,10 +386,23 @@ bool ir_infer_shape(const Graph *g, Op op, Node *const *args, int nargs, const N
     int64_t R = a->d[0].size, K = a->d[1].size;
     if (op == OP_F8_PACK) {
       const Shape *s = &args[1]->shape;
-      if (s->rank != 1 || !shape_is_static(s) || s->d[0].size != R)
-        FAIL("fp8 codes of %s need scales [%lld]", shape_str(g, a, sa, sizeof sa), (long long)R);
+      if (s->rank != 2 || !shape_is_static(s) || s->d[0].size != R || s->d[1].size != 1)
+        FAIL("fp8 codes of %s need scales [%lld, 1]", shape_str(g, a, sa, sizeof sa), (long long)R);
     }
-    *out = op == OP_F8_SCALE ? (Shape){1, {dim_static(R)}} : (Shape){2, {dim_static(R), dim_static(K)}};
+    *out = (Shape){2, {dim_static(R), dim_static(op == OP_F8_SCALE ? 1 : K)}};
+    return true;
+  }
+  case OP_F8_SCALES:
+  case OP_F8_DEQUANT: {
+    if (!shape_is_static(a))
+      FAIL("a pre-quantized weight has a static shape, got %s", shape_str(g, a, sa, sizeof sa));
+    int64_t R = a->rank ? a->d[0].size : 1;
+    if (op == OP_F8_DEQUANT) {
+      const Shape *s = &args[1]->shape;
+      if (s->rank != 2 || !shape_is_static(s) || s->d[0].size != R || s->d[1].size != 1)
+        FAIL("fp8 codes %s need scales [%lld, 1]", shape_str(g, a, sa, sizeof sa), (long long)R);
+    }
+    *out = op == OP_F8_SCALES ? (Shape){2, {dim_static(R), dim_static(1)}} : *a;
     return true;
   }
   }
@@ -462,12 +475,14 @@ void ir_print(const Graph *g, FILE *out) {
       break;
     case OP_F8_SCALE:
     case OP_F8_PACK:
+    case OP_F8_DEQUANT:
       fprintf(out, " %s", n->ival[0] ? "e5m2" : "e4m3");
       break;
     case OP_MATMUL: /* no parameters; an OTHER op must say here which it prints */
     case OP_TRANSPOSE:
     case OP_LN_MEAN:
     case OP_ROWSUM:
+    case OP_F8_SCALES:
 #define LEAF_OP(e, name) case OP_##e:
 #define UNARY_OP(e, math, dsl) case OP_##e:
 #define BINARY_OP(e, math, dsl) case OP_##e:
@@ -548,7 +563,8 @@ int ir_verify(const Graph *g, char *err, size_t errlen) {
     CHECK(n->op == OP_WEIGHT || (n->stored == DT_NONE && !n->scale), "only weights are stored pre-quantized");
     if (n->op == OP_CONCAT || n->op == OP_INTERLEAVE || n->op == OP_ROWSUM)
       CHECK(n->konst, "load-time op applied to a run-time value");
-    CHECK(n->op != OP_WQ_SCALE && n->op != OP_WQ_PACK && n->op != OP_F8_SCALE && n->op != OP_F8_PACK,
+    CHECK(n->op != OP_WQ_SCALE && n->op != OP_WQ_PACK && n->op != OP_F8_SCALE && n->op != OP_F8_PACK &&
+              n->op != OP_F8_SCALES && n->op != OP_F8_DEQUANT,
           "weight packing for the GPU appears in a graph");
     pos[n->id] = i + 1;
 #undef CHECK

@@ -1,5 +1,7 @@
 /* prequant.h: pre-quantized fp8 weights as checkpoints store them, read and checked once for
- * the reference interpreter (interp.c) and the runtime's weight binding (runtime/api.c).
+ * the reference interpreter (interp.c) and the runtime's weight binding (runtime/api.c; on the
+ * GPU the codes are the weight's tensor and the scales reach the device through the load-time
+ * step f8_scales, ops.def).
  *
  * `weight w : [N, K] f8e4m3 scale = "x.weight"` reads two tensors: "x.weight", the fp8 codes
  * q (F8_E4M3 or F8_E5M2, the declared shape), and its scale tensor ("x.weight_scale" unless

@@ -73,6 +73,7 @@ __device__ inline void prep_store(void *p, int dt, long long i, double v) {
     ((unsigned short *)p)[i] = r;
     break;
   }
+  case DT_U8: ((unsigned char *)p)[i] = (unsigned char)v; break; // fp8 codes moved as bytes (0..255, exact)
   default: break; // the code generator only emits prep steps into the types above
   }
 }
@@ -232,7 +233,7 @@ extern "C" __global__ void ffn_prep_wq_pack(const ffn::PrepArgs a) {
 // the top of ir/interp.c), for b [R, K] (the GEMM's B, a row per output column). a.rows = R,
 // a.cols = K, a.inner = 1 for e5m2 (0: e4m3).
 
-// out f32 [R]: a warp per row, the largest magnitude in double.
+// out f32 [R, 1]: a warp per row, the largest magnitude in double.
 extern "C" __global__ void ffn_prep_f8_scale(const ffn::PrepArgs a) {
   const long long R = a.rows, K = a.cols;
   const int lane = threadIdx.x & 31;
@@ -254,4 +255,15 @@ extern "C" __global__ void ffn_prep_f8_pack(const ffn::PrepArgs a) {
   const float *scale = (const float *)a.b;
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < R * K; i += (long long)gridDim.x * blockDim.x)
     ((unsigned char *)a.out)[i] = (unsigned char)ffn_f8_code(ffn::prep_load(a.a, a.dta, i), scale[i / K], (int)a.inner);
+}
+
+// Pre-quantized fp8 weights (ir/prequant.h): the value of codes a [R, cols] (bytes of the
+// stored type, a.inner = 1 for e5m2) with the row scales b f32 [R, 1]: code * scale, one f32
+// multiplication as prequant_dequantize does it, stored as f32. a.rows = R, a.cols = cols.
+extern "C" __global__ void ffn_prep_f8_dequant(const ffn::PrepArgs a) {
+  const long long R = a.rows, C = a.cols;
+  const unsigned char *codes = (const unsigned char *)a.a;
+  const float *scale = (const float *)a.b;
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < R * C; i += (long long)gridDim.x * blockDim.x)
+    ((float *)a.out)[i] = __fmul_rn((float)ffn::f8_to_double(codes[i], !a.inner), scale[i / C]);
 }

@@ -20,23 +20,6 @@ static int refuse(Compile *c, PrecClass cls, const char *fmt, const char *a, con
   return -1;
 }
 
-/* Pre-quantized fp8 weights (`weight w : [N, K] f8e4m3 scale`) run on the CPU reference; the
- * GPU side (binding: runtime/api.c keeps the codes and scales, ir/prequant.h) is the next
- * step. Reported at the first such weight. */
-static int check_prequant(Compile *c) {
-  Graph *g = c->g;
-  for (int i = 0; i < g->nodes.len; i++) {
-    Node *n = GRAPH_NODE(g, i);
-    if (n->dead || n->op != OP_WEIGHT || n->stored == DT_NONE)
-      continue;
-    diag_error(c->diags, c->src, n->loc, "fp8 checkpoints on the GPU: not yet (weight `%s` is stored as %s codes "
-               "with the scale tensor \"%s\")", n->var ? n->var : n->name, dtype_name(n->stored), n->scale);
-    diag_note(c->diags, "pre-quantized weights run on the CPU reference: ffnc run --device cpu");
-    return -1;
-  }
-  return 0;
-}
-
 static int check_policy(Compile *c) {
   Graph *g = c->g;
   DType mm = g->prec.type[PREC_MATMUL], w = g->prec.type[PREC_WEIGHTS];
@@ -100,7 +83,7 @@ static int check_gemm(Compile *c, Group *gr) {
 
 int pass_precision(Compile *c) {
   Graph *g = c->g;
-  if (check_prequant(c) != 0 || check_policy(c) != 0)
+  if (check_policy(c) != 0)
     return -1;
   for (int i = 0; i < g->nodes.len; i++) {
     Node *n = GRAPH_NODE(g, i);

@@ -422,6 +422,7 @@ static ffn_status load_module(ffn_model *m) {
               {&m->prep_rowsum, "ffn_prep_rowsum"},       {&m->prep_matmul, "ffn_prep_matmul"},
               {&m->prep_wq_scale, "ffn_prep_wq_scale"}, {&m->prep_wq_pack, "ffn_prep_wq_pack"},
               {&m->prep_f8_scale, "ffn_prep_f8_scale"}, {&m->prep_f8_pack, "ffn_prep_f8_pack"},
+              {&m->prep_f8_dequant, "ffn_prep_f8_dequant"},
               {&m->row_stats, "ffn_row_stats"}};
   for (size_t i = 0; i < sizeof prep / sizeof prep[0]; i++)
     if ((s = find_function(m, prep[i].name, prep[i].f)) != FFN_OK)
@@ -552,7 +553,7 @@ static int lookup_st(void *ctx, const char *name, RawTensor *out) {
  * rule, ir/prequant.c); the codes uploaded as the tensor, the scales kept on the host. */
 static ffn_status bind_prequant(ffn_model *m, int t, StFile *f, const char *path) {
   const PlanTensor *pt = &m->prog->plan->tensors[t];
-  Node w = {.op = OP_WEIGHT, .dtype = pt->dtype, .name = pt->name, .stored = pt->stored, .scale = pt->scale};
+  Node w = {.op = OP_WEIGHT, .dtype = DT_F32, .name = pt->name, .stored = pt->stored, .scale = pt->scale};
   w.shape.rank = pt->rank;
   for (int d = 0; d < pt->rank; d++)
     w.shape.d[d] = pt->dims[d];

@@ -177,6 +177,11 @@ static ffn_status prep_kernel(ffn_model *m, const PrepStep *s, CUdeviceptr out) 
     if (s->op == OP_F8_SCALE) /* a warp per row */
       return launch1d(m, m->prep_f8_scale, a.n * 32, &a);
     return launch1d(m, m->prep_f8_pack, a.n, &a);
+  case OP_F8_DEQUANT:
+    if (o->dtype != DT_F32 || ta->dtype != DT_U8 || tb->dtype != DT_F32)
+      break;
+    a.rows = tb->dims[0].size, a.cols = a.rows ? a.n / a.rows : 0, a.inner = s->ival[0] != 0;
+    return launch1d(m, m->prep_f8_dequant, a.n, &a);
   case OP_MATMUL:
     if (s->ival[0] != 0 && s->ival[0] != 8 && s->ival[0] != 4)
       break;
@@ -194,6 +199,24 @@ static ffn_status prep_kernel(ffn_model *m, const PrepStep *s, CUdeviceptr out) 
   return rt_error(FFN_ERR_UNSUPPORTED, "computing %s at load time is not supported", op_info[s->op].name);
 }
 
+/* The scales of pre-quantized weight s->args[0] as its checkpoint gave them (ffn_model.prequant,
+ * kept on the host when the weight was bound), uploaded as f32 [rows, 1]. */
+static ffn_status prep_stored_scales(ffn_model *m, const PrepStep *s, CUdeviceptr out) {
+  const Plan *p = m->prog->plan;
+  const PlanTensor *w = &p->tensors[s->args[0]];
+  const PrequantWeight *pw = &m->prequant[s->args[0]];
+  int64_t rows = plan_numel(p, s->out, NULL);
+  if (w->kind != PT_WEIGHT || w->stored == DT_NONE || w->dtype != DT_U8)
+    return rt_error(FFN_ERR_IO, "launch plan: load-time f8_scales reads tensor %d, not a pre-quantized weight",
+                    s->args[0]);
+  if (!pw->scale || pw->rows != rows)
+    return rt_error(FFN_ERR_TENSOR, "weight '%s' is pre-quantized (%s codes, scale '%s'): bind it from its checkpoint "
+                    "with ffn_model_bind_weights_file", w->name, dtype_name(w->stored), w->scale);
+  if (rows)
+    CU_CHECK(m->cu, m->cu->cuMemcpyHtoD(out, pw->scale, sizeof(float) * (size_t)rows));
+  return FFN_OK;
+}
+
 static ffn_status prep_one(ffn_model *m, const PrepStep *s) {
   CUdeviceptr out;
   ffn_status st = check_prep(m->prog->plan, s);
@@ -203,6 +226,8 @@ static ffn_status prep_one(ffn_model *m, const PrepStep *s) {
     return st;
   if (s->op == OP_SLICE || s->op == OP_CONCAT)
     return prep_copy_blocks(m, s, out);
+  if (s->op == OP_F8_SCALES)
+    return prep_stored_scales(m, s, out);
   return prep_kernel(m, s, out);
 }
 

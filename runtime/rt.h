@@ -144,6 +144,7 @@ struct ffn_model {
   CUfunction prep_fill, prep_ewise, prep_transpose, prep_interleave, prep_rowsum, prep_matmul;
   CUfunction prep_wq_scale, prep_wq_pack; /* weight-only quantization (kernels/quant.cuh) */
   CUfunction prep_f8_scale, prep_f8_pack; /* fp8 weights (kernels/numfmt.cuh) */
+  CUfunction prep_f8_dequant;             /* pre-quantized fp8 weights' values */
   CUfunction row_stats; /* for GEMM variants with row statistics from memory */
   CUdeviceptr *tensor; /* per plan tensor: device memory of weights and derived tensors */
   bool *owned;         /* we allocated tensor[i] (and free it) */

@@ -18,3 +18,4 @@ foreach(model examples/llama3_tiny tests/gpu/models/rowwise_ops examples/gpt2_ti
 endforeach()
 ffn_c_test(plan_json_test SOURCES codegen/plan_json_test.c LABELS codegen)
 ffn_c_test(memplan_test SOURCES codegen/memplan_test.c LABELS codegen)
+ffn_c_test(prequant_plan_test SOURCES codegen/prequant_plan_test.c LABELS codegen)

@@ -39,12 +39,13 @@ endforeach()
 # GPU needed), as the JIT does: the AOT package, one NVRTC program per kernel (runtime/units.c);
 # and the examples' source whole, as `--emit cubin` shows it.
 file(GLOB FFNC_EXAMPLE_MODELS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/examples/*.ffn)
-# fp8 models (f8_*) also for sm_89 (mma.sync with fp8 operands), and for sm_80 they must fail
-# with the compile error that names the arch (exit 1), never fall back.
+# fp8 models (f8_*, and examples *_fp8 under `precision matmul f8...`) also for sm_89 (mma.sync
+# with fp8 operands), and for sm_80 they must fail with the compile error that names the arch
+# (exit 1), never fall back.
 foreach(m ${FFNC_EXAMPLE_MODELS} ${GPU_TEST_MODELS})
   get_filename_component(base ${m} NAME_WE)
   set(archs sm_80 sm_90)
-  if(base MATCHES "^f8_")
+  if(base MATCHES "^f8_|_fp8$")
     set(archs sm_89 sm_90)
     add_test(NAME nvrtc_${base}_sm_80_refused
       COMMAND sh -c "out=$(\"$0\" build \"$1\" --emit cubin --arch sm_80 -o \"$2\" 2>&1); rc=$?; echo \"$out\"; \

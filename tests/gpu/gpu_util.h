@@ -20,6 +20,7 @@
 #include "ir/interp.h"
 #include "runtime/dlpack_dtype.h"
 #include "runtime/randinit.h"
+#include "runtime/safetensors.h"
 
 #define SKIP 77
 
@@ -188,8 +189,22 @@ static inline void make_weights(const Graph *g, uint64_t seed, TensorSet *w) {
       if (randinit_prequant(n, seed, mean, std, &codes, &nbytes, &scale) != 0)
         abort();
       int64_t sshape[2] = {n->shape.rank ? n->shape.d[0].size : 1, 1};
+      int srank = 2;
+      if (strstr(n->scale, "per_tensor")) {
+        /* a scale named *per_tensor*: one scale [] for the tensor, the largest row scale, so most
+         * rows' largest code is below the format's max (quantizing their values again would
+         * give other codes: the GPU must use the stored ones) */
+        float top = 0;
+        for (int64_t r = 0; r < sshape[0]; r++)
+          top = scale[r] > top ? scale[r] : top;
+        for (int64_t j = 0; j < numel; j++) {
+          int64_t r = sshape[0] ? j / (numel / sshape[0]) : 0;
+          dtype_store(n->stored, codes, (size_t)j, dtype_load(n->stored, codes, (size_t)j) * scale[r] / top);
+        }
+        scale[0] = top, sshape[0] = 1, srank = 0;
+      }
       set_add(w, n->name, n->stored, n->shape.rank, shape, codes, nbytes);
-      set_add(w, n->scale, DT_F32, 2, sshape, scale, sizeof(float) * (size_t)sshape[0]);
+      set_add(w, n->scale, DT_F32, srank, sshape, scale, sizeof(float) * (size_t)sshape[0]);
       continue;
     }
     void *p = randinit_tensor(n->name, seed, n->dtype, numel, mean, std, &nbytes);
@@ -212,7 +227,47 @@ static inline void make_inputs(const Graph *g, int64_t tokens, uint64_t seed, Te
   }
 }
 
+/* fp8 checkpoints (pre-quantized weights: codes and scales) bind from a file, as they ship. */
+static inline int bind_weights_through_file(ffn_model *m, const TensorSet *w) {
+  char path[] = "/tmp/ffnc-weights-XXXXXX", err[512];
+  int fd = mkstemp(path);
+  if (fd < 0) {
+    printf("FAIL: mkstemp\n");
+    return -1;
+  }
+  close(fd);
+  StWriter *st = st_writer_create();
+  int rc = 0;
+  for (int i = 0; i < w->n && rc == 0; i++) {
+    const RawTensor *t = &w->items[i].t;
+    rc = st_writer_add(st, w->items[i].name, t->dtype, t->rank, t->shape, t->data, t->nbytes, err, sizeof err);
+  }
+  if (rc == 0)
+    rc = st_writer_save(st, path, err, sizeof err);
+  st_writer_destroy(st);
+  if (rc != 0)
+    printf("FAIL: writing the weights: %s\n", err);
+  else if (ffn_model_bind_weights_file(m, path) != FFN_OK) {
+    printf("FAIL: bind %s: %s\n", path, ffn_last_error());
+    rc = -1;
+  }
+  unlink(path);
+  return rc;
+}
+
 static inline int bind_weights(ffn_model *m, const TensorSet *w) {
+  bool checkpoint = false;
+  for (int i = 0; i < w->n; i++)
+    checkpoint |= w->items[i].t.dtype == DT_F8E4M3 || w->items[i].t.dtype == DT_F8E5M2;
+  if (checkpoint) {
+    if (bind_weights_through_file(m, w) != 0)
+      return -1;
+    if (ffn_model_prepare(m) != FFN_OK) {
+      printf("FAIL: prepare: %s\n", ffn_last_error());
+      return -1;
+    }
+    return 0;
+  }
   for (int i = 0; i < w->n; i++) {
     const RawTensor *t = &w->items[i].t;
     DLTensor d = {(void *)t->data, {kDLCPU, 0}, t->rank, dl_of(t->dtype), (int64_t *)t->shape, NULL, 0};
