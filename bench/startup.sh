@@ -15,5 +15,5 @@ for i in $(seq "$runs"); do
   b=$(now)
   FFNC_CACHE_DIR="$cache" "$ffnc" build "$model" --arch "$arch" -o "$out/p.ffnx"
   c=$(now)
-  printf 'cold %.2f s  warm %.3f s  (%s)\n' "$(echo "$b - $a" | bc)" "$(echo "$c - $b" | bc)" "$(tail -n 1 "$out/err")"
+  awk -v a="$a" -v b="$b" -v c="$c" -v s="$(tail -n 1 "$out/err")" 'BEGIN { printf "cold %.2f s  warm %.3f s  (%s)\n", b - a, c - b, s }'
 done

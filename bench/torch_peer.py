@@ -178,7 +178,9 @@ def bench_model(name, fn, d, tokens, reps, compiled, ours):
             cgs[0].replay()
             torch.cuda.synchronize()
             err = rel_err(couts[0], ref)
-            assert err < 2e-2, f"{name} T={t}: torch.compile differs from eager by {err}"
+            # fp8: compiled and eager quantize slightly different activations (fused norms round
+            # differently), so their results differ by about the quantization error itself
+            assert err < (6e-2 if "_f8" in name else 2e-2), f"{name} T={t}: torch.compile differs from eager by {err}"
             res["compile+graph"] = time_calls(lambda r: cgs[r].replay(), rotations, reps)
             del cgs, couts
         best = min(res, key=res.get)

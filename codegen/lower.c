@@ -536,6 +536,8 @@ static Plan *plan_of(Gen *G) {
     p->tensors[i] = G->tensors[i];
     if (G->tensors[i].name)
       p->tensors[i].name = arena_strdup(a, G->tensors[i].name);
+    if (G->tensors[i].scale) /* the graph's arena goes with the graph */
+      p->tensors[i].scale = arena_strdup(a, G->tensors[i].scale);
   }
   p->nprep = G->nprep;
   p->prep = arena_alloc(a, sizeof(PrepStep) * (size_t)(G->nprep + 1));

@@ -11,8 +11,8 @@ rm -rf .devcarry/build
 mkdir -p .devcarry/lib
 cp -a build .devcarry/build
 cd .devcarry/build
-find . \( -name "*.o" -o -name "*.cubin" -o -name "*.safetensors" -o -name "*.a" \) -delete
-rm -rf Testing tests/no_gpu host_examples analyze_* install* test-kernel-cache
+find . \( -name "*.o" -o -name "*.cubin" -o -name "*.ffnx" -o -name "*.safetensors" -o -name "*.st" -o -name "*.a" \) -delete
+rm -rf Testing tests/no_gpu tests/jit_units tests/cli_outputs host_examples analyze_* install* test-kernel-cache
 find . -path "*corpus*" -prune -exec rm -rf {} + 2>/dev/null || true
 find . -type f -perm -u+x | while read -r f; do
   if file "$f" | grep -q ELF; then strip "$f"; fi

@@ -1,5 +1,5 @@
 #!/bin/sh
-# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32]
+# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] ...
 # What one call on the lent GPU machine runs, with a build made here and carried there (that
 # machine has no flex, bison or jansson headers). The build has absolute paths under
 # /work/main, so the copy is linked there first; the kernel cache in build/test-kernel-cache
@@ -85,6 +85,30 @@ for part in "$@"; do
     PYTHONUNBUFFERED=1 timeout 150 python3 /work/main/bench/torch_peer.py --ffnc "$out/mid.json" --tokens 128,256,512 \
       --models llama3_8b_layer,llama3_70b_layer,llama3_8b_4layers.ffn,gpt_gelu >"$out/torchmid.txt" 2>&1
     echo "torch mid: exit $?"; grep -E "T=|^\|" "$out/torchmid.txt"
+    ;;
+  startup)
+    # cold (empty cache) and warm JIT start-up of the Llama-3-8B example on this machine's cores
+    timeout 60 sh /work/main/bench/startup.sh /work/main/build/ffnc /work/main/examples/llama3_8b.ffn sm_90 3 \
+      >"$out/startup.txt" 2>&1
+    echo "startup: exit $?"; cat "$out/startup.txt"
+    ;;
+  fp8acc)
+    # what fp8 costs in accuracy: ffnc analyze on the GPU beside torch's per-tensor and row-wise fp8
+    timeout 200 sh /work/main/bench/gpu_fp8_accuracy.sh /work/main/build/ffnc /tmp/fp8acc >"$out/fp8acc.txt" 2>&1
+    echo "fp8 accuracy: exit $?"; cat "$out/fp8acc.txt"
+    ;;
+  lowp)
+    # low precision beside bf16, and torch's fp8 (torch._scaled_mm, row-wise) on the same shapes
+    S=/work/main/bench/suite
+    timeout 300 ./ffnc bench $S/llama3_8b_layer_f8.ffn $S/llama3_70b_layer_f8.ffn $S/llama3_8b_layer.ffn \
+      $S/llama3_70b_layer.ffn --tokens 1,16,128,1024,8192 --reps 20 --json "$out/lowp.json" >"$out/lowp.txt" 2>&1
+    echo "lowp bench: exit $?"; grep -E "suite|ceilings|  ffnc" "$out/lowp.txt"
+    timeout 120 ./ffnc bench $S/llama3_8b_layer_i4g128.ffn $S/llama3_70b_layer_i4g128.ffn $S/llama3_8b_layer_i8.ffn \
+      $S/llama3_70b_layer_i8.ffn --tokens 1,16,128 --reps 10 --no-graphs >"$out/int.txt" 2>&1
+    echo "int bench: exit $?"; grep -E "suite|  ffnc" "$out/int.txt"
+    PYTHONUNBUFFERED=1 timeout 200 python3 /work/main/bench/torch_peer.py --ffnc "$out/lowp.json" \
+      --models llama3_8b_layer,llama3_70b_layer --reps 20 >"$out/torch_lowp.txt" 2>&1
+    echo "torch lowp: exit $?"; grep -E "^\|" "$out/torch_lowp.txt"
     ;;
   bench)
     timeout 420 sh /work/main/bench/run_suite.sh /work/main/build/ffnc "$out" >"$out/bench.log" 2>&1

@@ -61,7 +61,11 @@ test $rc -eq 1 && test ! -e \"$2\" && echo \"$out\" | grep -q 'fp8 matrix produc
 endforeach()
 foreach(m ${FFNC_EXAMPLE_MODELS})
   get_filename_component(base ${m} NAME_WE)
-  foreach(arch sm_80 sm_90)
+  set(archs sm_80 sm_90)
+  if(base MATCHES "^f8_|_fp8$")
+    set(archs sm_89 sm_90)
+  endif()
+  foreach(arch ${archs})
     add_test(NAME nvrtc_whole_${base}_${arch}
       COMMAND ffnc build ${m} --emit cubin --arch ${arch} -o ${CMAKE_CURRENT_BINARY_DIR}/${base}_${arch}.cubin)
     set_tests_properties(nvrtc_whole_${base}_${arch} PROPERTIES LABELS nvrtc
