@@ -523,7 +523,9 @@ static Tolerance widened(const Graph *g, DType narrow, bool source, double e) {
  * passes round in other places (values kept in f32 inside kernels, gains folded into weights),
  * and a value one 16-bit ulp (or one fp8 code) away upstream is amplified by what follows (x^2
  * over layers, a steep tanh), on a few elements only. Measured on 3000 programs: at most 1.2%
- * (seed 247), or one element where there are few. Against the compiled program's own graph (GPU mode) none may be. */
+ * (seed 247), or one element where there are few. Against the compiled program's own graph (GPU mode) none may be,
+ * except in fp8 programs (measured on the H200, 125 programs: one fp8 e5m2 program, seed 34, had
+ * one element of 224 outside, rel_l2 0.215 against a widened bound of 1.1). */
 #define SOURCE_OUTLIERS 0.02
 
 static DType narrower(DType a, DType b) {
@@ -579,6 +581,19 @@ static int check_cpu(uint64_t seed, const char *text, Graph *g0, const TensorSet
   return 0;
 }
 
+/* The weights of w that prog reads, as a view (the items' data stay w's): the passes drop a
+ * weight whose value no output needs, and binding a weight the program does not read is an error. */
+static TensorSet weights_read(const ffn_program *prog, const TensorSet *w) {
+  TensorSet v = {calloc((size_t)w->n + 1, sizeof(Named)), 0};
+  for (int i = 0; i < w->n; i++)
+    for (int j = 0; j < ffn_program_num_weights(prog); j++)
+      if (strcmp(ffn_program_weight_name(prog, j), w->items[i].name) == 0) {
+        v.items[v.n++] = w->items[i];
+        break;
+      }
+  return v;
+}
+
 /* GPU mode: compile, bind, run at every token count, compare with both references. */
 static int check_gpu(uint64_t seed, const char *text, Graph *g0, bool nonfinite, const Options *opt) {
   size_t len = strlen(text);
@@ -612,10 +627,12 @@ static int check_gpu(uint64_t seed, const char *text, Graph *g0, bool nonfinite,
   }
   TensorSet w = {0};
   make_weights(g0, seed, &w);
-  if (bind_weights(m, &w) != 0) {
+  TensorSet read = weights_read(prog, &w);
+  if (bind_weights(m, &read) != 0) {
     report(seed, text, "gpu", "binding the weights failed (above)");
     failed = 1;
   }
+  free(read.items);
   DType narrow = narrower(narrowest_type(g0), narrowest_type(gp));
   for (int k = 0; k < opt->ntokens && !failed; k++) {
     int64_t tokens = opt->tokens[k];
@@ -666,8 +683,10 @@ static int check_gpu(uint64_t seed, const char *text, Graph *g0, bool nonfinite,
         report(seed, text, "gpu", what);
       for (int i = 0; i < nout && rc == 0; i++) {
         DType dt = ref[i].dtype;
+        /* fp8: the GPU and the reference are two equally valid fp8 results (gpu_util.h,
+         * tolerance_of), so outliers as against the source; fp8_quality below is the check */
         rc |= compare(label, "program", g0->outputs[i].name, widened(g0, narrow, false, err[i]), NULL, dt, bufs[i],
-                      &refp[i], &twin[i], 0);
+                      &refp[i], &twin[i], exact ? SOURCE_OUTLIERS : 0);
         rc |= compare(label, "source", g0->outputs[i].name, widened(g0, narrow, true, err[i]), NULL, dt, bufs[i],
                       &ref[i], &twin[i], SOURCE_OUTLIERS);
         if (exact)
