@@ -86,6 +86,16 @@ for part in "$@"; do
       --models llama3_8b_layer,llama3_70b_layer,llama3_8b_4layers.ffn,gpt_gelu >"$out/torchmid.txt" 2>&1
     echo "torch mid: exit $?"; grep -E "T=|^\|" "$out/torchmid.txt"
     ;;
+  diff)
+    # random programs on the GPU against the reference, in batches of 25 seeds for at most ~4 minutes
+    t0=$(date +%s) s=1
+    while [ $(($(date +%s) - t0)) -lt 240 ]; do
+      timeout 90 ./tests/ffn_diffgen --mode gpu --count 25 --seed $s --tokens 1,7,64,300 >"$out/diff_$s.log" 2>&1
+      echo "diff seeds $s..$((s + 24)): exit $? $(tail -n 1 "$out/diff_$s.log")"
+      s=$((s + 25))
+    done
+    grep -h "^FAIL seed" "$out"/diff_*.log | head -20
+    ;;
   startup)
     # cold (empty cache) and warm JIT start-up of the Llama-3-8B example on this machine's cores
     timeout 60 sh /work/main/bench/startup.sh /work/main/build/ffnc /work/main/examples/llama3_8b.ffn sm_90 3 \
