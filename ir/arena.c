@@ -1,6 +1,8 @@
 /* arena.c: bump allocation for everything that lives as long as one compilation. */
 #include "ir.h"
 
+#include <stdarg.h>
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -112,4 +114,22 @@ void ptrvec_push(Arena *a, PtrVec *v, void *item) {
     v->cap = cap;
   }
   v->items[v->len++] = item;
+}
+
+int ffn_errf(char *err, size_t errlen, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  if (errlen)
+    vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+  return -1;
+}
+
+const char *ffn_shape_text(int rank, const int64_t *shape, char *buf, size_t len) {
+  size_t o = (size_t)snprintf(buf, len, "[");
+  for (int i = 0; i < rank && o < len; i++)
+    o += (size_t)snprintf(buf + o, len - o, "%s%lld", i ? ", " : "", (long long)shape[i]);
+  if (o < len)
+    snprintf(buf + o, len - o, "]");
+  return buf;
 }

@@ -70,26 +70,7 @@ void ref_free(RefTensor *t) {
   t->data = NULL;
 }
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  if (errlen)
-    vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return -1;
-}
 
-static const char *raw_shape_str(int rank, const int64_t *shape, char *buf, size_t len) {
-  size_t used = 0;
-  buf[0] = 0;
-  used += (size_t)snprintf(buf, len, "[");
-  for (int i = 0; i < rank && used < len; i++)
-    used += (size_t)snprintf(buf + used, len - used, "%s%lld", i ? ", " : "", (long long)shape[i]);
-  if (used < len)
-    snprintf(buf + used, len - used, "]");
-  return buf;
-}
 
 static bool raw_shape_valid(const RawTensor *t) {
   if (t->rank < 0 || t->rank > FFN_MAX_RANK)
@@ -113,8 +94,8 @@ static int check_nbytes(const char *kind, const char *name, const RawTensor *t, 
   size_t need = dtype_bytes(t->dtype, raw_numel(t));
   if (t->nbytes != need || (need && !t->data)) {
     char s[256];
-    return fail(err, errlen, "%s '%s': %s %s needs %zu bytes, got %zu", kind, name,
-                raw_shape_str(t->rank, t->shape, s, sizeof s), dtype_name(t->dtype), need, t->data ? t->nbytes : 0);
+    return ffn_errf(err, errlen, "%s '%s': %s %s needs %zu bytes, got %zu", kind, name,
+                ffn_shape_text(t->rank, t->shape, s, sizeof s), dtype_name(t->dtype), need, t->data ? t->nbytes : 0);
   }
   return 0;
 }
@@ -127,7 +108,7 @@ int interp_bind_dims(const Graph *g, const InterpSources *src, int64_t *dims, ch
   if (!bound_by || !dim_names) {
     free(bound_by);
     free(dim_names);
-    return fail(err, errlen, "out of host memory");
+    return ffn_errf(err, errlen, "out of host memory");
   }
   for (int i = 0; i < g->ndims; i++)
     dim_names[i] = g->dims[i].name;
@@ -142,11 +123,11 @@ int interp_bind_dims(const Graph *g, const InterpSources *src, int64_t *dims, ch
     RawTensor t;
     memset(&t, 0, sizeof t);
     if (!src->inputs || src->inputs(src->inputs_ctx, n->name, &t) != 0) {
-      fail(err, errlen, "missing input '%s'", n->name);
+      ffn_errf(err, errlen, "missing input '%s'", n->name);
       goto out;
     }
     if (!raw_shape_valid(&t)) {
-      fail(err, errlen, "input '%s': invalid shape (rank %d)", n->name, t.rank);
+      ffn_errf(err, errlen, "input '%s': invalid shape (rank %d)", n->name, t.rank);
       goto out;
     }
     int axis;
@@ -154,29 +135,29 @@ int interp_bind_dims(const Graph *g, const InterpSources *src, int64_t *dims, ch
     if (bound == DIMS_RANK || bound == DIMS_SIZE) {
       char why[600];
       dims_mismatch_str(bound, axis, n->shape.d, n->shape.rank, dim_names, t.rank, t.shape, dims, why, sizeof why);
-      fail(err, errlen, "input '%s': %s", n->name, why);
+      ffn_errf(err, errlen, "input '%s': %s", n->name, why);
       goto out;
     }
     if (t.dtype != n->dtype) {
-      fail(err, errlen, "input '%s': expected %s %s, got %s %s", n->name, shape_str(g, &n->shape, want, sizeof want),
-           dtype_name(n->dtype), raw_shape_str(t.rank, t.shape, got, sizeof got), dtype_name(t.dtype));
+      ffn_errf(err, errlen, "input '%s': expected %s %s, got %s %s", n->name, shape_str(g, &n->shape, want, sizeof want),
+           dtype_name(n->dtype), ffn_shape_text(t.rank, t.shape, got, sizeof got), dtype_name(t.dtype));
       goto out;
     }
     if (bound == DIMS_LIMIT) {
-      fail(err, errlen, "input '%s': dim %d is %lld, above the limit of %lld (kernels index with 32-bit int)", n->name,
+      ffn_errf(err, errlen, "input '%s': dim %d is %lld, above the limit of %lld (kernels index with 32-bit int)", n->name,
            axis, (long long)t.shape[axis], (long long)FFN_MAX_DIM);
       goto out;
     }
     int64_t numel;
     ShapeLimit why = shape_check_limits(t.rank, t.shape, &numel);
     if (why != SHAPE_OK) {
-      fail(err, errlen, "input '%s': shape %s is too large: %s", n->name, raw_shape_str(t.rank, t.shape, got, sizeof got),
+      ffn_errf(err, errlen, "input '%s': shape %s is too large: %s", n->name, ffn_shape_text(t.rank, t.shape, got, sizeof got),
            shape_limit_words(why));
       goto out;
     }
     if (bound == DIMS_CONFLICT) {
       int sym = n->shape.d[axis].sym;
-      fail(err, errlen, "input '%s': dim %s is %lld here but %lld in input '%s'", n->name, g->dims[sym].name,
+      ffn_errf(err, errlen, "input '%s': dim %s is %lld here but %lld in input '%s'", n->name, g->dims[sym].name,
            (long long)t.shape[axis], (long long)dims[sym], bound_by[sym] ? bound_by[sym]->name : n->name);
       goto out;
     }
@@ -195,21 +176,21 @@ out:
 
 int interp_check_weight(const Graph *g, const Node *w, const RawTensor *t, char *err, size_t errlen) {
   if (!t)
-    return fail(err, errlen, "missing weight '%s'", w->name);
+    return ffn_errf(err, errlen, "missing weight '%s'", w->name);
   char want[256], got[256];
   if (!shape_is_static(&w->shape))
-    return fail(err, errlen, "weight '%s': declared with dynamic shape %s; weights need static shapes", w->name,
+    return ffn_errf(err, errlen, "weight '%s': declared with dynamic shape %s; weights need static shapes", w->name,
                 shape_str(g, &w->shape, want, sizeof want));
   if (!raw_shape_valid(t))
-    return fail(err, errlen, "weight '%s': invalid shape (rank %d)", w->name, t->rank);
+    return ffn_errf(err, errlen, "weight '%s': invalid shape (rank %d)", w->name, t->rank);
   DType as_stored = w->stored != DT_NONE ? w->stored : w->dtype; /* pre-quantized: the codes */
   bool ok = t->rank == w->shape.rank && t->dtype == as_stored;
   for (int d = 0; ok && d < t->rank; d++)
     ok = w->shape.d[d].size == t->shape[d];
   if (!ok)
-    return fail(err, errlen, "weight '%s': expected shape %s %s, got %s %s", w->name,
+    return ffn_errf(err, errlen, "weight '%s': expected shape %s %s, got %s %s", w->name,
                 shape_str(g, &w->shape, want, sizeof want), dtype_name(as_stored),
-                raw_shape_str(t->rank, t->shape, got, sizeof got), dtype_name(t->dtype));
+                ffn_shape_text(t->rank, t->shape, got, sizeof got), dtype_name(t->dtype));
   return check_nbytes("weight", w->name, t, err, errlen);
 }
 
@@ -229,7 +210,7 @@ static float *alloc_values(Ctx *c, const Node *n, int64_t count) {
   bool overflow = count < 0 || ckd_mul_size(&bytes, sizeof(float), (size_t)(count > 0 ? count : 1));
   float *p = overflow ? NULL : malloc(bytes);
   if (!p)
-    fail(c->err, c->errlen, "%%%d (%s): out of host memory for %lld values", n->id, op_info[n->op].name,
+    ffn_errf(c->err, c->errlen, "%%%d (%s): out of host memory for %lld values", n->id, op_info[n->op].name,
          (long long)count);
   return p;
 }
@@ -241,7 +222,7 @@ static int resolve_shape(Ctx *c, const Node *n, RefTensor *out) {
   for (int d = 0; d < n->shape.rank; d++) {
     Dim dim = n->shape.d[d];
     if (dim.sym >= 0 && c->dims[dim.sym] < 0)
-      return fail(c->err, c->errlen, "dim %s is not bound by any input", c->g->dims[dim.sym].name);
+      return ffn_errf(c->err, c->errlen, "dim %s is not bound by any input", c->g->dims[dim.sym].name);
     out->shape[d] = dim.sym >= 0 ? c->dims[dim.sym] : dim.size;
   }
   /* Every value's size is checked here, so ref_numel of any evaluated tensor is exact. */
@@ -249,8 +230,8 @@ static int resolve_shape(Ctx *c, const Node *n, RefTensor *out) {
   ShapeLimit why = shape_check_limits(out->rank, out->shape, &numel);
   if (why != SHAPE_OK) {
     char s[256];
-    return fail(c->err, c->errlen, "%%%d (%s): shape %s is too large: %s", n->id, op_info[n->op].name,
-                raw_shape_str(out->rank, out->shape, s, sizeof s), shape_limit_words(why));
+    return ffn_errf(c->err, c->errlen, "%%%d (%s): shape %s is too large: %s", n->id, op_info[n->op].name,
+                ffn_shape_text(out->rank, out->shape, s, sizeof s), shape_limit_words(why));
   }
   return 0;
 }
@@ -292,11 +273,11 @@ static int load_leaf(Ctx *c, const Node *n, RefTensor *out) {
     if (interp_check_weight(c->g, n, found ? &t : NULL, c->err, c->errlen))
       return -1;
   } else if (!c->src->inputs || c->src->inputs(c->src->inputs_ctx, n->name, &t) != 0) {
-    return fail(c->err, c->errlen, "missing input '%s'", n->name); /* bound before, gone now */
+    return ffn_errf(c->err, c->errlen, "missing input '%s'", n->name); /* bound before, gone now */
   }
   int64_t count = ref_numel(out);
   if ((size_t)count != raw_numel(&t))
-    return fail(c->err, c->errlen, "input '%s' changed shape during the run", n->name);
+    return ffn_errf(c->err, c->errlen, "input '%s' changed shape during the run", n->name);
   if (!(out->data = alloc_values(c, n, count)))
     return -1;
   /* The stored values are already of the node's type (checked), so they need no rounding.
@@ -651,14 +632,14 @@ static int eval_matmul(Ctx *c, const Node *n, const RefTensor *a, const RefTenso
   int rc = -1;
   bool quant_b = wq != DT_NONE && ir_is_const(n->args[1]);
   if (quant_b && wq != DT_I8 && wq != DT_I4) {
-    fail(c->err, c->errlen, "%%%d (matmul): precision weights %s is not supported (i8 or i4)", n->id,
+    ffn_errf(c->err, c->errlen, "%%%d (matmul): precision weights %s is not supported (i8 or i4)", n->id,
          dtype_name(wq));
     goto out;
   }
   bool round_ops = mm == DT_F32 || mm == DT_F16 || mm == DT_BF16;
   bool fp8 = mm == DT_F8E4M3 || mm == DT_F8E5M2;
   if (mm != DT_NONE && !round_ops && !fp8) {
-    fail(c->err, c->errlen, "%%%d (matmul): precision matmul %s is not supported", n->id, dtype_name(mm));
+    ffn_errf(c->err, c->errlen, "%%%d (matmul): precision matmul %s is not supported", n->id, dtype_name(mm));
     goto out;
   }
   if (quant_b || round_ops || fp8) {
@@ -683,7 +664,7 @@ static int eval_matmul(Ctx *c, const Node *n, const RefTensor *a, const RefTenso
     sa = malloc(sizeof(double) * (size_t)(M + 1));
     sb = malloc(sizeof(double) * (size_t)(N + 1));
     if (!sa || !sb) {
-      fail(c->err, c->errlen, "%%%d (matmul): out of host memory", n->id);
+      ffn_errf(c->err, c->errlen, "%%%d (matmul): out of host memory", n->id);
       goto out;
     }
     quantize_fp8(qa, M, K, K, 1, mm, sa);
@@ -695,7 +676,7 @@ static int eval_matmul(Ctx *c, const Node *n, const RefTensor *a, const RefTenso
     for (int64_t col = 0; col < N; col++) {
       if (stored && stored[col] > 0) {
         if (recover_codes(qb + col, K, N, stored[col], mm)) {
-          fail(c->err, c->errlen, "%%%d (matmul): internal error: column %lld is not the stored codes times %g", n->id,
+          ffn_errf(c->err, c->errlen, "%%%d (matmul): internal error: column %lld is not the stored codes times %g", n->id,
                (long long)col, stored[col]);
           goto out;
         }
@@ -705,7 +686,7 @@ static int eval_matmul(Ctx *c, const Node *n, const RefTensor *a, const RefTenso
     }
   }
   if (matmul_f64(pa, pb, M, K, N, sa, sb, out->data, n->dtype)) {
-    fail(c->err, c->errlen, "%%%d (matmul): out of host memory", n->id);
+    ffn_errf(c->err, c->errlen, "%%%d (matmul): out of host memory", n->id);
     goto out;
   }
   rc = 0;
@@ -845,7 +826,7 @@ static int eval_node(Ctx *c, const Node *n, RefTensor *const *args, RefTensor *o
   case OP_F8_PACK:
   case OP_F8_SCALES:
   case OP_F8_DEQUANT: /* the verifier keeps them out of graphs */
-    return fail(c->err, c->errlen, "%%%d: %s is a GPU packing step, not a graph op", n->id, op_info[n->op].name);
+    return ffn_errf(c->err, c->errlen, "%%%d: %s is a GPU packing step, not a graph op", n->id, op_info[n->op].name);
   }
   /* data movement: the values are already rounded to their operands' types */
   for (int i = 0; i < n->nargs; i++)
@@ -861,7 +842,7 @@ int interp_run(const Graph *g, const InterpSources *src, RefTensor *outputs, cha
     memset(&outputs[i], 0, sizeof outputs[i]);
   char why[512];
   if (ir_verify(g, why, sizeof why))
-    return fail(err, errlen, "invalid graph: %s", why);
+    return ffn_errf(err, errlen, "invalid graph: %s", why);
 
   int count = g->nodes.len, rc = -1;
   int64_t *dims = malloc(sizeof(int64_t) * (size_t)(g->ndims + 1));
@@ -872,7 +853,7 @@ int interp_run(const Graph *g, const InterpSources *src, RefTensor *outputs, cha
   float **row_scale = calloc((size_t)g->next_id + 1, sizeof(float *));
   RefTensor *args[64];
   if (!dims || !pos || !uses || !needed || !vals || !row_scale) {
-    fail(err, errlen, "out of host memory");
+    ffn_errf(err, errlen, "out of host memory");
     goto out;
   }
   if (interp_bind_dims(g, src, dims, err, errlen))
@@ -926,7 +907,7 @@ int interp_run(const Graph *g, const InterpSources *src, RefTensor *outputs, cha
       int64_t numel = ref_numel(&vals[p]);
       outputs[i].data = malloc(sizeof(float) * (size_t)(numel > 0 ? numel : 1));
       if (!outputs[i].data) {
-        fail(err, errlen, "out of host memory copying output '%s'", g->outputs[i].name);
+        ffn_errf(err, errlen, "out of host memory copying output '%s'", g->outputs[i].name);
         goto out;
       }
       memcpy(outputs[i].data, vals[p].data, sizeof(float) * (size_t)numel);

@@ -35,6 +35,10 @@ void *ffn_xmalloc(size_t n);
 void *ffn_xcalloc(size_t n, size_t size);
 void *ffn_xrealloc(void *p, size_t n);
 char *ffn_xstrdup(const char *s);
+/* The readers' convention above, written once: formats into err (when errlen > 0), returns -1. */
+int ffn_errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* A raw shape as messages print it, "[2, 3]" (rank 0: "[]"); returns buf. */
+const char *ffn_shape_text(int rank, const int64_t *shape, char *buf, size_t len);
 
 typedef struct Arena Arena;
 

@@ -6,15 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int fail(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  if (errlen)
-    vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return -1;
-}
 
 void prequant_dims(const Node *w, int64_t *rows, int64_t *cols) {
   *rows = w->shape.rank ? w->shape.d[0].size : 1;
@@ -23,14 +14,6 @@ void prequant_dims(const Node *w, int64_t *rows, int64_t *cols) {
     *cols *= w->shape.d[d].size;
 }
 
-static const char *shape_text(int rank, const int64_t *shape, char *buf, size_t len) {
-  size_t o = (size_t)snprintf(buf, len, "[");
-  for (int i = 0; i < rank && o < len; i++)
-    o += (size_t)snprintf(buf + o, len - o, "%s%lld", i ? ", " : "", (long long)shape[i]);
-  if (o < len)
-    snprintf(buf + o, len - o, "]");
-  return buf;
-}
 
 int prequant_read(const Graph *g, const Node *w, const RawTensor *codes, const RawTensor *scale, PrequantWeight *out,
                   char *err, size_t errlen) {
@@ -39,32 +22,32 @@ int prequant_read(const Graph *g, const Node *w, const RawTensor *codes, const R
     return -1;
   const char *T = dtype_name(w->stored);
   if (!scale)
-    return fail(err, errlen, "weight '%s': its scale tensor '%s' is missing (an %s weight with `scale` needs one)",
+    return ffn_errf(err, errlen, "weight '%s': its scale tensor '%s' is missing (an %s weight with `scale` needs one)",
                 w->name, w->scale, T);
   int64_t rows, cols;
   prequant_dims(w, &rows, &cols);
   char got[128];
   if (scale->dtype != DT_F32 && scale->dtype != DT_BF16 && scale->dtype != DT_F16)
-    return fail(err, errlen, "scale '%s' of weight '%s': dtype %s; scales are F32, BF16 or F16", w->scale, w->name,
+    return ffn_errf(err, errlen, "scale '%s' of weight '%s': dtype %s; scales are F32, BF16 or F16", w->scale, w->name,
                 dtype_st_name(scale->dtype) ? dtype_st_name(scale->dtype) : dtype_name(scale->dtype));
   bool per_tensor = scale->rank == 0 || (scale->rank == 1 && scale->shape[0] == 1);
   bool per_row = (scale->rank == 1 && scale->shape[0] == rows) ||
                  (scale->rank == 2 && scale->shape[0] == rows && scale->shape[1] == 1);
   if (!per_tensor && !per_row)
-    return fail(err, errlen,
+    return ffn_errf(err, errlen,
                 "scale '%s' of weight '%s': shape %s; expected [%lld] or [%lld, 1] (one per output row) or [] or [1] "
                 "(one for the tensor)",
-                w->scale, w->name, scale->rank >= 0 && scale->rank <= FFN_MAX_RANK ? shape_text(scale->rank, scale->shape, got, sizeof got) : "(bad rank)",
+                w->scale, w->name, scale->rank >= 0 && scale->rank <= FFN_MAX_RANK ? ffn_shape_text(scale->rank, scale->shape, got, sizeof got) : "(bad rank)",
                 (long long)rows, (long long)rows);
   int64_t count = per_row ? rows : 1;
   size_t need = dtype_bytes(scale->dtype, (size_t)count);
   if (scale->nbytes != need || !scale->data)
-    return fail(err, errlen, "scale '%s' of weight '%s': %s %s needs %zu bytes, got %zu", w->scale, w->name,
-                shape_text(scale->rank, scale->shape, got, sizeof got), dtype_name(scale->dtype), need,
+    return ffn_errf(err, errlen, "scale '%s' of weight '%s': %s %s needs %zu bytes, got %zu", w->scale, w->name,
+                ffn_shape_text(scale->rank, scale->shape, got, sizeof got), dtype_name(scale->dtype), need,
                 scale->data ? scale->nbytes : 0);
   float *s = malloc(sizeof(float) * (size_t)(rows > 0 ? rows : 1));
   if (!s)
-    return fail(err, errlen, "weight '%s': out of host memory for its scales", w->name);
+    return ffn_errf(err, errlen, "weight '%s': out of host memory for its scales", w->name);
   for (int64_t i = 0; i < count; i++) {
     double v = dtype_load(scale->dtype, scale->data, (size_t)i);
     const char *why = isnan(v) ? "is NaN" : isinf(v) ? "is infinite" : v == 0 ? "is zero" : v < 0 ? "is negative"
@@ -72,7 +55,7 @@ int prequant_read(const Graph *g, const Node *w, const RawTensor *codes, const R
                                                                           : NULL;
     if (why) {
       free(s);
-      return fail(err, errlen, "scale '%s' of weight '%s': element %lld (%g) %s; scales must be positive finite numbers",
+      return ffn_errf(err, errlen, "scale '%s' of weight '%s': element %lld (%g) %s; scales must be positive finite numbers",
                   w->scale, w->name, (long long)i, v, why);
     }
     s[i] = (float)v;

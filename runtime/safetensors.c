@@ -86,14 +86,6 @@ static const char *json_kind(const json_t *v) {
   return "an unknown JSON value";
 }
 
-static const char *shape_text(const int64_t *shape, int rank, char *buf, size_t len) {
-  size_t o = (size_t)snprintf(buf, len, "[");
-  for (int i = 0; i < rank && o < len; i++)
-    o += (size_t)snprintf(buf + o, len - o, "%s%lld", i ? ", " : "", (long long)shape[i]);
-  if (o < len)
-    snprintf(buf + o, len - o, "]");
-  return buf;
-}
 
 /* ---- the file --------------------------------------------------------- */
 
@@ -283,7 +275,7 @@ static bool read_offsets(const Diag *d, const char *name, const json_t *v, Entry
 static bool check_size(const Diag *d, const char *name, const Entry *e) {
   const StTensor *t = &e->t;
   char shape[200];
-  shape_text(t->shape, t->rank, shape, sizeof shape);
+  ffn_shape_text(t->rank, t->shape, shape, sizeof shape);
   uint64_t numel = 1, nbytes;
   for (int i = 0; i < t->rank; i++)
     if (__builtin_mul_overflow(numel, (uint64_t)t->shape[i], &numel))
@@ -606,11 +598,11 @@ static bool check_add(const StWriter *w, const Diag *d, const char *name, DType 
   /* dtype_bytes rounds bits up to bytes: leave it room for the +7. */
   if (__builtin_mul_overflow(numel, (uint64_t)dtype_bits(dtype), &need) || need > UINT64_MAX - 7)
     return fail(d, name, "byte size of shape %s overflows 64 bits",
-                shape_text(shape, rank, text, sizeof text));
+                ffn_shape_text(rank, shape, text, sizeof text));
   need = dtype_bytes(dtype, numel);
   if (nbytes != need)
     return fail(d, name, "%zu bytes given but shape %s of %s needs %llu", nbytes,
-                shape_text(shape, rank, text, sizeof text), dtype_st_name(dtype),
+                ffn_shape_text(rank, shape, text, sizeof text), dtype_st_name(dtype),
                 (unsigned long long)need);
   if (nbytes > 0 && !data)
     return fail(d, name, "no data for %zu bytes", nbytes);

@@ -8,7 +8,9 @@
 
 #include "codegen/driver.h"
 
-static inline Plan *compile_plan(const char *rel) {
+/* A model of the source tree (FFNC_SOURCE_DIR/rel) compiled for sm_<sm> at -O<opt_level>: its plan,
+ * and its optimized graph in *graph when graph is not NULL. Exits on any error. */
+static inline Plan *compile_plan_ex(const char *rel, int sm, int opt_level, Graph **graph) {
   char path[4096], *text, err[512];
   size_t len;
   snprintf(path, sizeof path, "%s/%s", getenv("FFNC_SOURCE_DIR") ? getenv("FFNC_SOURCE_DIR") : ".", rel);
@@ -18,9 +20,9 @@ static inline Plan *compile_plan(const char *rel) {
   }
   Diags d;
   diags_init(&d);
-  DriverOptions o = {.sm = 90, .opt_level = 3};
+  DriverOptions o = {.sm = sm, .opt_level = opt_level};
   Plan *p = NULL;
-  if (driver_compile(text, len, path, &o, &d, &p, NULL) != 0) {
+  if (driver_compile(text, len, path, &o, &d, &p, graph) != 0) {
     fprintf(stderr, "%s", d.text);
     exit(1);
   }
@@ -28,5 +30,8 @@ static inline Plan *compile_plan(const char *rel) {
   free(text);
   return p;
 }
+
+/* The same for sm_90 at -O3, the plan only. */
+static inline Plan *compile_plan(const char *rel) { return compile_plan_ex(rel, 90, 3, NULL); }
 
 #endif

@@ -14,30 +14,12 @@
 #include "gpu/gpu_util.h"
 
 #include "check.h"
+#include "plan_util.h"
 #include "kernels/abi.cuh"
 #include "kernels/numfmt.cuh"
 
 /* A model of the source tree compiled for sm_90 at -O3: its plan and its optimized graph. */
-static Plan *compile(const char *rel, Graph **graph) {
-  char path[4096], *text, err[512];
-  size_t len;
-  snprintf(path, sizeof path, "%s/%s", getenv("FFNC_SOURCE_DIR") ? getenv("FFNC_SOURCE_DIR") : ".", rel);
-  if (read_file(path, &text, &len, err, sizeof err) != 0) {
-    fprintf(stderr, "%s\n", err);
-    exit(1);
-  }
-  Diags d;
-  diags_init(&d);
-  DriverOptions o = {.sm = 90, .opt_level = 3};
-  Plan *p = NULL;
-  if (driver_compile(text, len, path, &o, &d, &p, graph) != 0) {
-    fprintf(stderr, "%s", d.text);
-    exit(1);
-  }
-  diags_free(&d);
-  free(text);
-  return p;
-}
+static Plan *compile(const char *rel, Graph **graph) { return compile_plan_ex(rel, 90, 3, graph); }
 
 static int count_prep(const Plan *p, Op op) {
   int n = 0;

@@ -11,29 +11,11 @@
 #include <string.h>
 
 #include "check.h"
+#include "plan_util.h"
 #include "codegen/driver.h"
 #include "runtime/rt.h"
 
-static Plan *plan_of(const char *rel, int sm, int opt_level) {
-  char path[4096], *text, err[512];
-  size_t len;
-  snprintf(path, sizeof path, "%s/%s", getenv("FFNC_SOURCE_DIR") ? getenv("FFNC_SOURCE_DIR") : ".", rel);
-  if (read_file(path, &text, &len, err, sizeof err) != 0) {
-    fprintf(stderr, "%s\n", err);
-    exit(1);
-  }
-  Diags d;
-  diags_init(&d);
-  DriverOptions o = {.sm = sm, .opt_level = opt_level};
-  Plan *p = NULL;
-  if (driver_compile(text, len, path, &o, &d, &p, NULL) != 0) {
-    fprintf(stderr, "%s", d.text);
-    exit(1);
-  }
-  diags_free(&d);
-  free(text);
-  return p;
-}
+static Plan *plan_of(const char *rel, int sm, int opt_level) { return compile_plan_ex(rel, sm, opt_level, NULL); }
 
 static const char ENTRY[] = "extern \"C\" __global__ void ";
 
