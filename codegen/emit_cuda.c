@@ -549,11 +549,6 @@ void emit_rowwise_kernel(Kgen *k, int threads, Buf *body) {
   memo_free(&es.memo);
 }
 
-void emit_rowwise_text(Kgen *k, const char *name, const char *body) {
-  buf_printf(&k->G->src, "\n// kernel %s: rowwise over [%s, %lld]\n", name, "M", (long long)k->ncols);
-  emit_named(&k->G->src, name, body);
-}
-
 /* ---- the whole program ---- */
 
 void emit_prelude(Gen *G) {

@@ -119,8 +119,7 @@ void emit_gemm_functor(Kgen *k, Buf *body);
 void emit_gemm_entry(Kgen *k, const ffn_gemm_config *c, bool ext, Buf *body);
 /* The __global__ function of rowwise group k->gr, for blocks of `threads` threads per row. */
 void emit_rowwise_kernel(Kgen *k, int threads, Buf *body);
-/* Kernel text into the program: a heading comment, then body with '@' replaced by name. */
+/* GEMM kernel text into the program: a heading comment, then body with '@' replaced by name. */
 void emit_gemm_text(Kgen *k, const char *name, bool tc, const char *body);
-void emit_rowwise_text(Kgen *k, const char *name, const char *body);
 
 #endif

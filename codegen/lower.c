@@ -314,6 +314,24 @@ static void add_step(Gen *G, int kernel, Kgen *k, const Shape *rows_of) {
   memcpy(s->rowdims, rows_of->d, sizeof(Dim) * (size_t)s->nrowdims);
 }
 
+/* The one-variant rowwise kernel with this text (a block of `threads` per row, `n` columns),
+ * emitted under the heading "kernel NAME: what" if it is new; returns its index. */
+static int rowwise_kernel(Gen *G, const char *body, int64_t n, int threads, Op op, const char *what) {
+  PlanKernel pk = {.kind = KK_ROWWISE, .nvariants = 1, .n = n, .op = op};
+  pk.variants[0] = (KernelVariant){.threads = threads};
+  pk.variants[0].cfg.name = "rowwise";
+  bool is_new;
+  int kernel = add_kernel(G, body, &pk, &is_new);
+  if (is_new) {
+    char name[32];
+    snprintf(name, sizeof name, "k%d", kernel);
+    buf_printf(&G->src, "\n// kernel %s: %s\n", name, what);
+    emit_named(&G->src, name, body);
+    G->kernels[kernel].variants[0].func = arena_printf(G->g->arena, "%s", name);
+  }
+  return kernel;
+}
+
 /* The run-time step that quantizes A of fp8 GEMM k row by row (fp8.cuh) into two scratch
  * tensors, its codes and its row scales; sets k->f8_a and k->f8_sa. */
 static int f8_quant_a(Gen *G, Kgen *k) {
@@ -336,19 +354,10 @@ static int f8_quant_a(Gen *G, Kgen *k) {
              "%lldLL);\n}\n",
              THREADS, gen_ctype(a->dtype), k->f8 == DT_F8E5M2, THREADS, gen_ctype(a->dtype),
              k->f8_stats >= 0 ? "(float *)a.p[3]" : "nullptr", (long long)K);
-  PlanKernel pk = {.kind = KK_ROWWISE, .nvariants = 1, .n = K, .op = OP_COUNT};
-  pk.variants[0] = (KernelVariant){.threads = THREADS};
-  pk.variants[0].cfg.name = "rowwise";
-  bool is_new;
-  int kernel = add_kernel(G, body.s, &pk, &is_new);
-  if (is_new) {
-    char name[32];
-    snprintf(name, sizeof name, "k%d", kernel);
-    buf_printf(&G->src, "\n// kernel %s: %s activations to %s codes and row scales, K = %lld\n", name,
-               dtype_name(a->dtype), dtype_name(k->f8), (long long)K);
-    emit_named(&G->src, name, body.s);
-    G->kernels[kernel].variants[0].func = arena_printf(G->g->arena, "%s", name);
-  }
+  char what[128];
+  snprintf(what, sizeof what, "%s activations to %s codes and row scales, K = %lld", dtype_name(a->dtype),
+           dtype_name(k->f8), (long long)K);
+  int kernel = rowwise_kernel(G, body.s, K, THREADS, OP_COUNT, what);
   Kgen q = {.G = G, .gr = k->gr, .nslots = k->f8_stats >= 0 ? 4 : 3, .slot_tensor = {src, k->f8_a, k->f8_sa, k->f8_stats}};
   add_step(G, kernel, &q, &a->shape);
   buf_free(&body);
@@ -463,19 +472,10 @@ static void lower_rowwise(Gen *G, Group *gr) {
   int threads = N >= 256 ? 256 : N >= 128 ? 128 : N >= 64 ? 64 : 32;
   Buf body = {0};
   emit_rowwise_kernel(&k, threads, &body);
-  PlanKernel pk = {.kind = KK_ROWWISE, .nvariants = 1, .n = N, .op = OP_COUNT};
-  if (gr->nodes.len == 1 && gr->stores.len == 1)
-    pk.op = ((Node *)gr->nodes.items[0])->op;
-  pk.variants[0] = (KernelVariant){.threads = threads};
-  pk.variants[0].cfg.name = "rowwise";
-  bool is_new;
-  int kernel = add_kernel(G, body.s, &pk, &is_new);
-  if (is_new) {
-    char name[32];
-    snprintf(name, sizeof name, "k%d", kernel);
-    emit_rowwise_text(&k, name, body.s);
-    G->kernels[kernel].variants[0].func = arena_printf(G->g->arena, "%s", name);
-  }
+  char what[64];
+  snprintf(what, sizeof what, "rowwise over [M, %lld]", (long long)N);
+  Op op = gr->nodes.len == 1 && gr->stores.len == 1 ? ((Node *)gr->nodes.items[0])->op : OP_COUNT;
+  int kernel = rowwise_kernel(G, body.s, N, threads, op, what);
   add_step(G, kernel, &k, &gr->shape);
   buf_free(&body);
 }
