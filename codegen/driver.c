@@ -57,14 +57,20 @@ Graph *driver_model_graph(const char *text, size_t len, const char *name, const 
   number_inputs(g);
   SourceFile src = {name, text, len};
   Compile c = {.g = g, .src = &src, .diags = d, .arch = o->sm, .opt_level = o->opt_level};
-  if (pass_ffn_fusion(&c) != 0 || c.broken) {
+  if (pass_ffn_fusion(&c) != 0 || c.broken || (o->grad && (pass_grad(&c) != 0 || c.broken))) {
     graph_destroy(g);
     return NULL;
   }
+  number_inputs(g); /* again: the backward graph has an input per output gradient */
   return g;
 }
 
 int driver_compile_graph(Graph *g, const SourceFile *src, const DriverOptions *o, Diags *d, Plan **plan) {
+  if (o->grad) { /* sum_to, matmul_at and run-time concat have no kernels yet */
+    diag_plain(d, "backward on the GPU: not yet: the code generator has no kernels for the reductions of backward "
+                  "graphs (weight gradients summed over tokens); `--emit ir` shows the backward graph");
+    return -1;
+  }
   Compile c = {.g = g, .src = src, .diags = d, .arch = o->sm, .opt_level = o->opt_level};
   int rc = passes_run(&c, o->dump_after, o->dump ? o->dump : stdout);
   if (rc == 0 && plan)
@@ -75,7 +81,7 @@ int driver_compile_graph(Graph *g, const SourceFile *src, const DriverOptions *o
 int driver_compile(const char *text, size_t len, const char *name, const DriverOptions *o, Diags *d, Plan **plan,
                    Graph **graph_out) {
   FrontendOptions fo = {o->prec, o->nprec, o->fuse, o->nfuse};
-  Graph *g = frontend_compile_string(text, len, name, &fo, d);
+  Graph *g = o->grad ? driver_model_graph(text, len, name, o, d) : frontend_compile_string(text, len, name, &fo, d);
   if (!g)
     return -1;
   number_inputs(g);

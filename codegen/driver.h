@@ -13,6 +13,7 @@ typedef struct {
   int nfuse;
   const char *dump_after; /* --dump-ir-after */
   FILE *dump;
+  bool grad;     /* the backward graph (passes/grad.c) instead of the program */
 } DriverOptions;
 
 /* Parses, checks, optimizes and generates code. plan and graph_out (the optimized graph)
@@ -26,8 +27,8 @@ int driver_compile_graph(Graph *g, const SourceFile *src, const DriverOptions *o
 
 /* The model's function as the user wrote it: the checked IR with the requested FFN Fusion
  * applied (it changes the function), before any optimization. This is what the CPU
- * reference runs and what compiled programs are compared against. NULL with diagnostics
- * in d on error. */
+ * reference runs and what compiled programs are compared against. With o->grad, the
+ * backward graph of that function. NULL with diagnostics in d on error. */
 Graph *driver_model_graph(const char *text, size_t len, const char *name, const DriverOptions *o, Diags *d);
 
 /* "sm_90" -> 90; sm_80 and newer only. */

@@ -698,6 +698,21 @@ out:
   return rc;
 }
 
+/* a^T b for a [M, K], b [M, N] (leading dims flattened into M): the product of a's
+ * transpose, so that the sum over M is the blocked product's accumulation in double. */
+static int eval_matmul_at(Ctx *c, const Node *n, const RefTensor *a, const RefTensor *b, RefTensor *out) {
+  int64_t K = out->shape[0], N = out->shape[1], M = K ? ref_numel(a) / K : 0;
+  float *at = alloc_values(c, n, M * K);
+  if (!at)
+    return -1;
+  for (int64_t m = 0; m < M; m++)
+    for (int64_t k = 0; k < K; k++)
+      at[k * M + m] = a->data[m * K + k];
+  int rc = matmul_f64(at, b->data, K, M, N, NULL, NULL, out->data, n->dtype);
+  free(at);
+  return rc ? fail(c->err, c->errlen, "%%%d (matmul_at): out of host memory", n->id) : 0;
+}
+
 /* ---- data movement (values are copied; rounded only if the node's type differs) ---- */
 
 static void eval_transpose(const RefTensor *a, RefTensor *out) {
@@ -757,6 +772,31 @@ static void eval_row_stat(const Node *n, const RefTensor *x, RefTensor *out) {
   }
 }
 
+/* SUM_TO: each element of x added into the element of out it was broadcast from. */
+static int eval_sum_to(Ctx *c, const Node *n, const RefTensor *x, RefTensor *out) {
+  int64_t count = ref_numel(out), stride[FFN_MAX_RANK] = {0}, idx[FFN_MAX_RANK] = {0}, s = 1;
+  double *acc = calloc((size_t)(count > 0 ? count : 1), sizeof *acc);
+  if (!acc)
+    return fail(c->err, c->errlen, "%%%d (sum_to): out of host memory", n->id);
+  int lead = x->rank - out->rank;
+  for (int d = x->rank - 1; d >= lead; d--) { /* the leading dims and the summed ones: stride 0 */
+    stride[d] = out->shape[d - lead] == 1 ? 0 : s;
+    s *= out->shape[d - lead];
+  }
+  for (int64_t i = 0, total = ref_numel(x); i < total; i++) {
+    int64_t o = 0;
+    for (int d = 0; d < x->rank; d++)
+      o += idx[d] * stride[d];
+    acc[o] += x->data[i];
+    for (int d = x->rank - 1; d >= 0 && ++idx[d] == x->shape[d]; d--) /* odometer */
+      idx[d] = 0;
+  }
+  for (int64_t i = 0; i < count; i++)
+    out->data[i] = (float)round_to_dtype(acc[i], n->dtype);
+  free(acc);
+  return 0;
+}
+
 static void eval_rowsum(const Node *n, const RefTensor *a, RefTensor *out) {
   int64_t K = a->shape[a->rank - 1], rows = ref_numel(out);
   for (int64_t r = 0; r < rows; r++) {
@@ -808,6 +848,10 @@ static int eval_node(Ctx *c, const Node *n, RefTensor *const *args, RefTensor *o
   case OP_ROWSUM:
     eval_rowsum(n, a, out);
     return 0;
+  case OP_SUM_TO:
+    return eval_sum_to(c, n, a, out);
+  case OP_MATMUL_AT:
+    return eval_matmul_at(c, n, a, args[1], out);
   case OP_TRANSPOSE:
     eval_transpose(a, out);
     break;

@@ -313,6 +313,27 @@ bool ir_infer_shape(const Graph *g, Op op, Node *const *args, int nargs, const N
     out->d[a->rank - 1] = dim_static(len);
     return true;
   }
+  case OP_SUM_TO: {
+    int rank = proto ? (int)proto->ival[0] : 0;
+    int64_t mask = proto ? proto->ival[1] : 0;
+    if (rank < 0 || rank > a->rank || mask < 0 || mask >= ((int64_t)1 << rank))
+      FAIL("sum_to rank %d (dims %lld) does not fit %s", rank, (long long)mask, shape_str(g, a, sa, sizeof sa));
+    out->rank = rank;
+    for (int i = 0; i < rank; i++)
+      out->d[i] = mask >> i & 1 ? dim_static(1) : a->d[a->rank - rank + i];
+    return true;
+  }
+  case OP_MATMUL_AT: {
+    const Shape *b = &args[1]->shape;
+    bool ok = a->rank >= 1 && b->rank == a->rank;
+    for (int i = 0; ok && i < a->rank - 1; i++)
+      ok = dim_eq(a->d[i], b->d[i]);
+    if (!ok)
+      FAIL("matmul_at needs [..., K] and [..., N] with equal leading dims, got %s and %s",
+           shape_str(g, a, sa, sizeof sa), shape_str(g, b, sb, sizeof sb));
+    *out = (Shape){2, {a->d[a->rank - 1], b->d[b->rank - 1]}};
+    return true;
+  }
   case OP_CONCAT: {
     int axis = proto ? (int)proto->ival[0] : 0;
     if (axis < 0 || axis >= a->rank)
@@ -462,6 +483,9 @@ void ir_print(const Graph *g, FILE *out) {
     case OP_CONCAT:
       fprintf(out, " axis=%lld", (long long)n->ival[0]);
       break;
+    case OP_SUM_TO:
+      fprintf(out, " rank=%lld dims=%lld", (long long)n->ival[0], (long long)n->ival[1]);
+      break;
     case OP_INTERLEAVE:
       fprintf(out, " group=%lld streams=%lld", (long long)n->ival[0], (long long)n->ival[1]);
       break;
@@ -480,6 +504,7 @@ void ir_print(const Graph *g, FILE *out) {
       break;
     case OP_MATMUL: /* no parameters; an OTHER op must say here which it prints */
     case OP_TRANSPOSE:
+    case OP_MATMUL_AT:
     case OP_LN_MEAN:
     case OP_ROWSUM:
     case OP_F8_SCALES:
@@ -561,7 +586,7 @@ int ir_verify(const Graph *g, char *err, size_t errlen) {
       CHECK((n->stored == DT_F8E4M3 || n->stored == DT_F8E5M2) && n->scale && n->dtype == DT_F32,
             "a pre-quantized weight holds f8e4m3 or f8e5m2 codes, names its scale tensor and has the value type f32");
     CHECK(n->op == OP_WEIGHT || (n->stored == DT_NONE && !n->scale), "only weights are stored pre-quantized");
-    if (n->op == OP_CONCAT || n->op == OP_INTERLEAVE || n->op == OP_ROWSUM)
+    if (n->op == OP_INTERLEAVE || n->op == OP_ROWSUM) /* concat also joins the gradients of chunks */
       CHECK(n->konst, "load-time op applied to a run-time value");
     CHECK(n->op != OP_WQ_SCALE && n->op != OP_WQ_PACK && n->op != OP_F8_SCALE && n->op != OP_F8_PACK &&
               n->op != OP_F8_SCALES && n->op != OP_F8_DEQUANT,

@@ -8,6 +8,8 @@
  *                 with the accurate library functions (expf, erff, tanhf; no fast math);
  *   prep.cuh      OPMATH_FLOAT 0, device, namespace ffn: load-time transforms, exact like the
  *                 reference.
+ * op_<math>_grad(x) is the derivative of a unary op (d op_<math> / dx), for the backward
+ * graphs of passes/grad.c: it is an op of its own (ops.def), so its math lives here too.
  * In C++ the float and double functions are overloads. It includes nothing: <math.h> (C) or
  * the CUDA math library must be visible. Constants are cast to the number type, so the f32
  * code never computes in double.
@@ -31,18 +33,42 @@
 
 OPM_FN OPM_T op_neg(OPM_T x) { return -x; }
 OPM_FN OPM_T op_relu(OPM_T x) { return x > 0 ? x : (OPM_T)0; }
+OPM_FN OPM_T op_relu_grad(OPM_T x) { return x > 0 ? (OPM_T)1 : (OPM_T)0; }
 OPM_FN OPM_T op_gelu(OPM_T x) {
   const OPM_T k = (OPM_T)0.70710678118654752440; /* 1 / sqrt(2) */
   return (OPM_T)0.5 * x * ((OPM_T)1 + OPM_LIB(erf)(x * k));
+}
+OPM_FN OPM_T op_gelu_grad(OPM_T x) { /* Phi(x) + x phi(x) */
+  const OPM_T k = (OPM_T)0.70710678118654752440, c = (OPM_T)0.39894228040143267794; /* 1 / sqrt(2 pi) */
+  return (OPM_T)0.5 * ((OPM_T)1 + OPM_LIB(erf)(x * k)) + x * c * OPM_LIB(exp)((OPM_T)-0.5 * x * x);
 }
 OPM_FN OPM_T op_gelu_tanh(OPM_T x) {
   const OPM_T k = (OPM_T)0.79788456080286535588; /* sqrt(2 / pi) */
   return (OPM_T)0.5 * x * ((OPM_T)1 + OPM_LIB(tanh)(k * (x + (OPM_T)0.044715 * x * x * x)));
 }
+OPM_FN OPM_T op_gelu_tanh_grad(OPM_T x) {
+  const OPM_T k = (OPM_T)0.79788456080286535588;
+  OPM_T t = OPM_LIB(tanh)(k * (x + (OPM_T)0.044715 * x * x * x));
+  return (OPM_T)0.5 * ((OPM_T)1 + t) +
+         (OPM_T)0.5 * x * ((OPM_T)1 - t * t) * k * ((OPM_T)1 + (OPM_T)3 * (OPM_T)0.044715 * x * x);
+}
 OPM_FN OPM_T op_silu(OPM_T x) { return x / ((OPM_T)1 + OPM_LIB(exp)(-x)); }
+OPM_FN OPM_T op_silu_grad(OPM_T x) { /* s (1 + x (1 - s)), s = sigmoid(x) */
+  OPM_T s = (OPM_T)1 / ((OPM_T)1 + OPM_LIB(exp)(-x));
+  return s * ((OPM_T)1 + x * ((OPM_T)1 - s));
+}
 OPM_FN OPM_T op_sigmoid(OPM_T x) { return (OPM_T)1 / ((OPM_T)1 + OPM_LIB(exp)(-x)); }
+OPM_FN OPM_T op_sigmoid_grad(OPM_T x) {
+  OPM_T s = (OPM_T)1 / ((OPM_T)1 + OPM_LIB(exp)(-x));
+  return s * ((OPM_T)1 - s);
+}
 OPM_FN OPM_T op_tanh(OPM_T x) { return OPM_LIB(tanh)(x); }
+OPM_FN OPM_T op_tanh_grad(OPM_T x) {
+  OPM_T t = OPM_LIB(tanh)(x);
+  return (OPM_T)1 - t * t;
+}
 OPM_FN OPM_T op_square(OPM_T x) { return x * x; }
+OPM_FN OPM_T op_square_grad(OPM_T x) { return (OPM_T)2 * x; }
 /* The rounding to the result's element type is the whole op; whoever stores the value (or,
  * inside a kernel, the code generator) rounds it. */
 OPM_FN OPM_T op_cast(OPM_T x) { return x; }

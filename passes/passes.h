@@ -61,6 +61,9 @@ int pass_gateup(Compile *c);
 int pass_normfold(Compile *c);
 int pass_fuse(Compile *c);
 int pass_precision(Compile *c);
+/* grad.c: the program becomes its backward graph (not in the pipeline: driver_model_graph
+ * applies it for --grad, after ffn_fusion; the forward nodes stay, gradients are appended). */
+int pass_grad(Compile *c);
 
 /* normfold.c: x normalized by the row statistics of `norm` (an rmsnorm or layernorm node of
  * x, giving the kind and eps), times w_nk^T, where w_nk [N, K] already holds the gain; the

@@ -76,6 +76,7 @@ typedef struct {
   int opt_level;    /* -O0..-O3, default 3 */
   const char *dump_after;
   bool verbose;     /* -v: what the NVRTC step did, on stderr */
+  bool grad;        /* --grad (build): the backward graph */
 } CompileArgs;
 
 /* Ids from 1000 up, so that a command's own ids (small) never meet them. */

@@ -155,13 +155,26 @@ static int emit_image(const CompileArgs *ca, const Plan *plan, bool ptx, const c
   return rc;
 }
 
+/* --grad --emit ir: the backward graph (passes/grad.c), before any optimization. */
+static int emit_grad_ir(const DriverOptions *o, const char *text, size_t len, const char *file, const char *out,
+                        Diags *d) {
+  Graph *g = driver_model_graph(text, len, file, o, d);
+  if (!g)
+    return EXIT_USER;
+  int rc = write_printed(out, g, NULL);
+  graph_destroy(g);
+  return rc;
+}
+
 /* One stage of the compiler (--emit) for arch sm, through the internal driver. */
 static int emit_stage(const CompileArgs *ca, const char *emit, int sm, const char *text, size_t len, const char *out,
                       Diags *d) {
-  if (strcmp(emit, "ir") == 0 && ca->opt_level == 0 && !ca->dump_after)
+  if (strcmp(emit, "ir") == 0 && ca->opt_level == 0 && !ca->dump_after && !ca->grad)
     return emit_frontend_ir(ca, text, len, out, d);
   DriverOptions o = {.sm = sm, .opt_level = ca->opt_level, .prec = ca->prec, .nprec = ca->nprec, .fuse = ca->fuse,
-                     .nfuse = ca->nfuse, .dump_after = ca->dump_after, .dump = stdout};
+                     .nfuse = ca->nfuse, .dump_after = ca->dump_after, .dump = stdout, .grad = ca->grad};
+  if (ca->grad && strcmp(emit, "ir") == 0)
+    return emit_grad_ir(&o, text, len, ca->file, out, d);
   Graph *g = NULL;
   Plan *plan = NULL;
   bool ir = strcmp(emit, "ir") == 0;
@@ -181,7 +194,7 @@ static int emit_stage(const CompileArgs *ca, const char *emit, int sm, const cha
 
 static const char usage[] =
     "usage: ffnc build FILE.ffn -o OUT [--arch sm_XX] [--emit ir|cuda|plan|ptx|cubin] [-O0..-O3]\n"
-    "                  [--precision KEY=TYPE]... [--ffn-fusion A..B]... [--dump-ir-after=PASS] [-v]\n"
+    "                  [--precision KEY=TYPE]... [--ffn-fusion A..B]... [--dump-ir-after=PASS] [-v] [--grad]\n"
     "Compiles FILE ahead of time. Without --emit, OUT is what a host program needs to run the model with\n"
     "no compiler at run time (the launch plan and a cubin for the arch), loaded by\n"
     "ffn_program_load(); it is binary, so it goes to a file, not standard output. --emit writes one stage\n"
@@ -189,13 +202,16 @@ static const char usage[] =
     "(generated source), plan (launch plan, text), ptx or cubin; `-o -` writes it to standard output.\n"
     "--arch defaults to the GPU's, or sm_90 without one. -v: what NVRTC compiled, the time of each program\n"
     "(kernel) and in all, on stderr (a terminal shows the progress anyway).\n"
-    "PASS is one of frontend ffn_fusion canon normfold gateup fuse precision all.\n";
+    "PASS is one of frontend ffn_fusion canon normfold gateup fuse precision all.\n"
+    "--grad: the backward graph instead (inputs grad.OUTPUT, outputs grad.INPUT and grad.WEIGHT); only\n"
+    "--emit ir for now (unoptimized): the GPU code generator does not compile backward graphs yet.\n";
 
-enum { O_OUT, O_EMIT };
+enum { O_OUT, O_EMIT, O_GRAD };
 
 /* Parses the command line; returns -1 to go on, else the exit status. */
 static int parse_build_args(int argc, char **argv, CompileArgs *ca, const char **out, const char **emit) {
-  static const CliOpt opts[] = {CLI_OPT("-o", "OUT", O_OUT), CLI_OPT("--emit", "STAGE", O_EMIT), CLI_PASS_OPTIONS,
+  static const CliOpt opts[] = {CLI_OPT("-o", "OUT", O_OUT), CLI_OPT("--emit", "STAGE", O_EMIT),
+                                CLI_OPT("--grad", NULL, O_GRAD), CLI_PASS_OPTIONS,
                                 CLI_TARGET_OPTIONS, CLI_DUMP_OPTION, {0}};
   const char *v;
   CliParser p;
@@ -209,6 +225,8 @@ static int parse_build_args(int argc, char **argv, CompileArgs *ca, const char *
       *out = v;
     else if (id == O_EMIT)
       *emit = v;
+    else if (id == O_GRAD)
+      ca->grad = true;
     else if (id == CLI_ARG && ca->file)
       return cli_error("build: unexpected argument '%s' (one FILE.ffn)", v), EXIT_USAGE;
     else if (id == CLI_ARG)
@@ -245,7 +263,7 @@ int cmd_build(int argc, char **argv) {
     cli_error("%s", err);
     return EXIT_USAGE;
   }
-  if (!emit)
+  if (!emit && !ca.grad)
     return build_aot(&ca, out);
   char *text;
   size_t len;
@@ -255,7 +273,7 @@ int cmd_build(int argc, char **argv) {
   }
   Diags d;
   diags_init(&d);
-  rc = emit_stage(&ca, emit, ca.arch ? sm : cu_default_arch(), text, len, out, &d);
+  rc = emit_stage(&ca, emit ? emit : "cubin", ca.arch ? sm : cu_default_arch(), text, len, out, &d);
   if (d.len)
     fputs(d.text, stderr);
   diags_free(&d);

@@ -40,7 +40,13 @@ static bool spell(Op op, const char *a, const char *b, const char *type, const c
   }
 }
 
-static bool is_elementwise(int op) { return op_info[op].cls == OPC_UNARY || op_info[op].cls == OPC_BINARY; }
+/* the derivative ops (`silu_grad`) have no spelling: only backward graphs (passes/grad.c) hold them */
+static bool is_elementwise(int op) {
+  const char *name = op_info[op].name;
+  size_t n = strlen(name);
+  bool derivative = n > 5 && strcmp(name + n - 5, "_grad") == 0;
+  return (op_info[op].cls == OPC_UNARY || op_info[op].cls == OPC_BINARY) && !derivative;
+}
 
 /* Appends the model's text to buf; returns false if an op has no spelling. */
 static bool write_model(const char *type, char *buf, size_t len) {

@@ -1,0 +1,278 @@
+/* grad.c: reverse-mode differentiation. The program becomes its backward graph, in the same IR:
+ *
+ *   inputs   the program's inputs and, for each output y, `grad.y` (dL/dy, y's shape and type)
+ *   outputs  `grad.<name>` for every input and every weight (dL/d of it, f32)
+ *
+ * The forward nodes stay (the backward recomputes what it reads from them); the gradient
+ * nodes are appended, walking the forward graph from its outputs back, one rule per op
+ * (backprop below). Gradients are f32 (the reference computes them in double and rounds each
+ * to f32). A unary op `f` differentiates through its derivative op `f_grad` (ops.def, the
+ * math next to f's in kernels/opmath.cuh); broadcasting is undone by sum_to, and a weight's
+ * gradient is a matmul_at, the sum over tokens. An op without a rule is an error at its line.
+ */
+#include "passes.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+  Compile *c;
+  Node **grad;    /* by forward node id: dL/d node so far, or NULL */
+  bool *need;     /* by id: depends on an input or a weight (has a gradient to pass on) */
+  PtrVec *slices; /* by id: the slices of the node whose gradients are known, until it is reached */
+} Grad;
+
+static Node *new1(Grad *G, Op op, Node *a) { return pass_new(G->c, op, DT_F32, &a, 1, NULL); }
+static Node *new2(Grad *G, Op op, Node *a, Node *b) { return pass_new(G->c, op, DT_F32, (Node *[]){a, b}, 2, NULL); }
+static Node *scalar(Grad *G, double v) { return ir_scalar(G->c->g, v, DT_F32, (SrcLoc){0}); }
+static Node *with_ival(Grad *G, Op op, Node **args, int nargs, int64_t i0, int64_t i1) {
+  Node proto = {.ival = {i0, i1}, .loc = args[0]->loc};
+  return pass_new(G->c, op, DT_F32, args, nargs, &proto);
+}
+/* zeros of x's shape (the gradient of an input or weight the outputs do not read) */
+static Node *zeros_like(Grad *G, Node *x) { return new2(G, OP_MUL, x, scalar(G, 0)); }
+
+static void accumulate(Grad *G, Node *x, Node *dx) {
+  G->grad[x->id] = G->grad[x->id] ? new2(G, OP_ADD, G->grad[x->id], dx) : dx;
+}
+
+/* dy of a broadcast result, summed back to the shape of operand x */
+static Node *sum_to(Grad *G, Node *dy, const Node *x) {
+  if (shape_eq(&dy->shape, &x->shape))
+    return dy;
+  int64_t dims = 0;
+  for (int i = 0, lead = dy->shape.rank - x->shape.rank; i < x->shape.rank; i++) {
+    Dim d = x->shape.d[i], o = dy->shape.d[lead + i];
+    if (d.sym < 0 && d.size == 1 && !(o.sym < 0 && o.size == 1))
+      dims |= (int64_t)1 << i;
+  }
+  return with_ival(G, OP_SUM_TO, &dy, 1, x->shape.rank, dims);
+}
+
+static Node *transposed(Grad *G, Node *b) { return b->op == OP_TRANSPOSE ? b->args[0] : new1(G, OP_TRANSPOSE, b); }
+
+static Node *row_mean(Grad *G, Node *v) { return new1(G, OP_LN_MEAN, v); }
+
+/* y = xhat * gain (+ bias), xhat = (x - mean) * rstd (rmsnorm: mean 0):
+ *   dx = rstd * (u - mean(u) - xhat * mean(u * xhat)), u = dy * gain (rmsnorm: no mean(u));
+ *   dgain = sum over rows of dy * xhat; dbias = sum over rows of dy. */
+static void norm_backward(Grad *G, Node *n, Node *dy) {
+  Node *x = n->args[0], *gain = n->args[1];
+  bool rms = n->op == OP_RMSNORM;
+  Node proto = {.fval = n->fval, .loc = n->loc};
+  Node *rstd = pass_new(G->c, rms ? OP_RMS_RSTD : OP_LN_RSTD, DT_F32, &x, 1, &proto);
+  Node *centered = rms ? x : new2(G, OP_SUB, x, row_mean(G, x));
+  Node *xhat = new2(G, OP_MUL, centered, rstd);
+  if (G->need[x->id]) {
+    Node *u = new2(G, OP_MUL, dy, gain);
+    Node *v = new2(G, OP_MUL, xhat, row_mean(G, new2(G, OP_MUL, u, xhat)));
+    Node *w = rms ? new2(G, OP_SUB, u, v) : new2(G, OP_SUB, new2(G, OP_SUB, u, row_mean(G, u)), v);
+    accumulate(G, x, new2(G, OP_MUL, w, rstd));
+  }
+  if (G->need[gain->id])
+    accumulate(G, gain, sum_to(G, new2(G, OP_MUL, dy, xhat), gain));
+  if (n->nargs > 2 && G->need[n->args[2]->id])
+    accumulate(G, n->args[2], sum_to(G, dy, n->args[2]));
+}
+
+/* The row statistics that `fuse ffn` leaves (over D = the last dim of x):
+ *   d rms_rstd / dx = -rstd^3 x / D,  d ln_rstd / dx = -rstd^3 (x - mean) / D,  d ln_mean / dx = 1 / D */
+static void stat_backward(Grad *G, Node *n, Node *dy) {
+  Node *x = n->args[0];
+  double D = (double)x->shape.d[x->shape.rank - 1].size;
+  if (n->op == OP_LN_MEAN) {
+    accumulate(G, x, new2(G, OP_ADD, zeros_like(G, x), new2(G, OP_MUL, dy, scalar(G, 1 / D))));
+    return;
+  }
+  Node *cube = new2(G, OP_MUL, n, new2(G, OP_MUL, n, n));
+  Node *k = new2(G, OP_MUL, new2(G, OP_MUL, dy, cube), scalar(G, -1 / D));
+  Node *centered = n->op == OP_RMS_RSTD ? x : new2(G, OP_SUB, x, row_mean(G, x));
+  accumulate(G, x, new2(G, OP_MUL, centered, k));
+}
+
+/* columns [at, at + len) of dy along the concatenated dim: a slice (of the transpose, for rows) */
+static void concat_backward(Grad *G, Node *n, Node *dy) {
+  bool rows = n->ival[0] != n->shape.rank - 1;
+  Node *cols = rows ? new1(G, OP_TRANSPOSE, dy) : dy;
+  for (int64_t i = 0, at = 0; i < n->nargs; i++) {
+    Node *a = n->args[i];
+    int64_t len = a->shape.d[n->ival[0]].size;
+    Node *part = with_ival(G, OP_SLICE, &cols, 1, at, len);
+    if (G->need[a->id])
+      accumulate(G, a, rows ? new1(G, OP_TRANSPOSE, part) : part);
+    at += len;
+  }
+}
+
+static Op derivative_op(Op op) {
+  char name[64];
+  snprintf(name, sizeof name, "%s_grad", op_info[op].name);
+  return op_from_name(name);
+}
+
+/* the gradient of each operand of n, given dy = dL/dn; -1 after reporting an op with no rule */
+static int backprop(Grad *G, Node *n, Node *dy) {
+  Node *a = n->nargs > 0 ? n->args[0] : NULL, *b = n->nargs > 1 ? n->args[1] : NULL;
+  bool da = a && G->need[a->id], db = b && G->need[b->id];
+  switch (n->op) {
+  case OP_NEG:
+    accumulate(G, a, new1(G, OP_NEG, dy));
+    return 0;
+  case OP_CAST: /* the rounding passes the gradient through */
+    accumulate(G, a, dy);
+    return 0;
+  case OP_ADD:
+  case OP_SUB:
+    if (da)
+      accumulate(G, a, sum_to(G, dy, a));
+    if (db)
+      accumulate(G, b, sum_to(G, n->op == OP_SUB ? new1(G, OP_NEG, dy) : dy, b));
+    return 0;
+  case OP_MUL:
+    if (da)
+      accumulate(G, a, sum_to(G, new2(G, OP_MUL, dy, b), a));
+    if (db)
+      accumulate(G, b, sum_to(G, new2(G, OP_MUL, dy, a), b));
+    return 0;
+  case OP_DIV: /* d(a/b)/db = -(a/b)/b */
+    if (da)
+      accumulate(G, a, sum_to(G, new2(G, OP_DIV, dy, b), a));
+    if (db)
+      accumulate(G, b, sum_to(G, new1(G, OP_NEG, new2(G, OP_DIV, new2(G, OP_MUL, dy, n), b)), b));
+    return 0;
+  case OP_MATMUL: /* y = a b:  da = dy b^T,  db = a^T dy (summed over a's leading dims) */
+    if (da)
+      accumulate(G, a, new2(G, OP_MATMUL, dy, transposed(G, b)));
+    if (db)
+      accumulate(G, b, new2(G, OP_MATMUL_AT, a, dy));
+    return 0;
+  case OP_TRANSPOSE:
+    accumulate(G, a, new1(G, OP_TRANSPOSE, dy));
+    return 0;
+  case OP_RMSNORM:
+  case OP_LAYERNORM:
+    norm_backward(G, n, dy);
+    return 0;
+  case OP_RMS_RSTD:
+  case OP_LN_RSTD:
+  case OP_LN_MEAN:
+    if (a->shape.d[a->shape.rank - 1].sym < 0) {
+      stat_backward(G, n, dy);
+      return 0;
+    }
+    break;
+  case OP_CONCAT: /* the weights `fuse ffn` joins: each gets its part of dy */
+    if (n->ival[0] == n->shape.rank - 1 || (n->ival[0] == 0 && n->shape.rank == 2)) {
+      concat_backward(G, n, dy);
+      return 0;
+    }
+    break;
+  case OP_SLICE: /* joined with the other slices of a when a is reached (slices_grad) */
+    ptrvec_push(G->c->g->arena, &G->slices[a->id], n);
+    return 0;
+  default:
+    if (op_info[n->op].cls == OPC_UNARY && derivative_op(n->op) != OP_COUNT) {
+      accumulate(G, a, new2(G, OP_MUL, dy, new1(G, derivative_op(n->op), a)));
+      return 0;
+    }
+    break;
+  }
+  diag_error(G->c->diags, G->c->src, n->loc, "cannot differentiate %s: the backward graph has no rule for it",
+             op_info[n->op].name);
+  return -1;
+}
+
+static int by_offset(const void *p, const void *q) {
+  const Node *a = *(Node *const *)p, *b = *(Node *const *)q;
+  return (a->ival[0] > b->ival[0]) - (a->ival[0] < b->ival[0]);
+}
+
+/* dL/dx from the gradients of x's slices, in runs of slices that do not overlap (a chunk is
+ * one run): each run is the slices' gradients in order, with zeros between them, joined
+ * along the last dim; runs add up. */
+static Node *slices_grad(Grad *G, Node *x, PtrVec *slices) {
+  qsort(slices->items, (size_t)slices->len, sizeof(Node *), by_offset);
+  int64_t width = x->shape.d[x->shape.rank - 1].size;
+  int last = x->shape.rank - 1, i = 0;
+  Node *sum = NULL;
+  while (i < slices->len) {
+    Node *parts[64];
+    int nparts = 0;
+    int64_t at = 0;
+    for (; i < slices->len && nparts < 62; i++) {
+      Node *s = slices->items[i];
+      if (s->ival[0] < at)
+        break; /* overlaps: the next run */
+      if (s->ival[0] > at)
+        parts[nparts++] = zeros_like(G, with_ival(G, OP_SLICE, &x, 1, at, s->ival[0] - at));
+      parts[nparts++] = G->grad[s->id];
+      at = s->ival[0] + s->ival[1];
+    }
+    if (at < width)
+      parts[nparts++] = zeros_like(G, with_ival(G, OP_SLICE, &x, 1, at, width - at));
+    Node *run = nparts == 1 ? parts[0] : with_ival(G, OP_CONCAT, parts, nparts, last, 0);
+    sum = sum ? new2(G, OP_ADD, sum, run) : run;
+  }
+  return sum;
+}
+
+/* the new input dL/dy for output y */
+static Node *seed(Grad *G, const Output *o) {
+  Graph *g = G->c->g;
+  const char *name = arena_printf(g->arena, "grad.%s", o->name);
+  for (int i = 0; i < g->nodes.len; i++)
+    if (GRAPH_NODE(g, i)->op == OP_INPUT && strcmp(GRAPH_NODE(g, i)->name, name) == 0) {
+      diag_error(G->c->diags, G->c->src, GRAPH_NODE(g, i)->loc,
+                 "input '%s' has the name of the gradient of output '%s' in the backward graph", name, o->name);
+      return NULL;
+    }
+  return ir_input(g, name, o->node->shape, o->node->dtype, o->node->loc);
+}
+
+static int backward(Grad *G) {
+  Graph *g = G->c->g;
+  int nforward = g->nodes.len;
+  for (int i = 0; i < nforward; i++) {
+    Node *n = GRAPH_NODE(g, i);
+    G->need[n->id] = n->op == OP_INPUT || n->op == OP_WEIGHT;
+    for (int j = 0; j < n->nargs; j++)
+      G->need[n->id] |= G->need[n->args[j]->id];
+  }
+  for (int i = 0; i < g->noutputs; i++) {
+    Node *dy = seed(G, &g->outputs[i]);
+    if (!dy)
+      return -1;
+    if (G->need[g->outputs[i].node->id])
+      accumulate(G, g->outputs[i].node, dy);
+  }
+  for (int i = nforward - 1; i >= 0; i--) {
+    Node *n = GRAPH_NODE(g, i);
+    if (n->dead || !G->need[n->id])
+      continue;
+    if (G->slices[n->id].len)
+      accumulate(G, n, slices_grad(G, n, &G->slices[n->id]));
+    if (G->grad[n->id] && n->nargs && backprop(G, n, G->grad[n->id]) != 0)
+      return -1;
+  }
+  g->noutputs = 0;
+  for (int i = 0; i < nforward; i++) {
+    Node *n = GRAPH_NODE(g, i);
+    if (!n->dead && (n->op == OP_INPUT || n->op == OP_WEIGHT))
+      graph_add_output(g, arena_printf(g->arena, "grad.%s", n->name), G->grad[n->id] ? G->grad[n->id] : zeros_like(G, n));
+  }
+  return 0;
+}
+
+int pass_grad(Compile *c) {
+  Graph *g = c->g;
+  /* the gradient nodes get ids from next_id on; the arrays cover them too (seed inputs) */
+  size_t ids = (size_t)g->next_id + (size_t)g->noutputs + 1;
+  Grad G = {c, ffn_xcalloc(ids, sizeof(Node *)), ffn_xcalloc(ids, sizeof(bool)), ffn_xcalloc(ids, sizeof(PtrVec))};
+  int rc = backward(&G);
+  free(G.grad);
+  free(G.need);
+  free(G.slices);
+  if (rc == 0)
+    ir_compact(g);
+  return rc;
+}
