@@ -710,7 +710,7 @@ static int eval_matmul_at(Ctx *c, const Node *n, const RefTensor *a, const RefTe
       at[k * M + m] = a->data[m * K + k];
   int rc = matmul_f64(at, b->data, K, M, N, NULL, NULL, out->data, n->dtype);
   free(at);
-  return rc ? fail(c->err, c->errlen, "%%%d (matmul_at): out of host memory", n->id) : 0;
+  return rc ? ffn_errf(c->err, c->errlen, "%%%d (matmul_at): out of host memory", n->id) : 0;
 }
 
 /* ---- data movement (values are copied; rounded only if the node's type differs) ---- */
@@ -777,7 +777,7 @@ static int eval_sum_to(Ctx *c, const Node *n, const RefTensor *x, RefTensor *out
   int64_t count = ref_numel(out), stride[FFN_MAX_RANK] = {0}, idx[FFN_MAX_RANK] = {0}, s = 1;
   double *acc = calloc((size_t)(count > 0 ? count : 1), sizeof *acc);
   if (!acc)
-    return fail(c->err, c->errlen, "%%%d (sum_to): out of host memory", n->id);
+    return ffn_errf(c->err, c->errlen, "%%%d (sum_to): out of host memory", n->id);
   int lead = x->rank - out->rank;
   for (int d = x->rank - 1; d >= lead; d--) { /* the leading dims and the summed ones: stride 0 */
     stride[d] = out->shape[d - lead] == 1 ? 0 : s;
