@@ -56,8 +56,10 @@ Graph *driver_model_graph(const char *text, size_t len, const char *name, const 
     return NULL;
   number_inputs(g);
   SourceFile src = {name, text, len};
-  Compile c = {.g = g, .src = &src, .diags = d, .arch = o->sm, .opt_level = o->opt_level};
-  if (pass_ffn_fusion(&c) != 0 || c.broken || (o->grad && (pass_grad(&c) != 0 || c.broken))) {
+  Compile c = {.g = g, .src = &src, .diags = d, .arch = o->sm, .opt_level = o->opt_level, .tp = o->tp,
+               .tp_rank = o->tp_rank};
+  if (pass_ffn_fusion(&c) != 0 || c.broken || pass_tp(&c) != 0 || c.broken ||
+      (o->grad && (pass_grad(&c) != 0 || c.broken))) {
     graph_destroy(g);
     return NULL;
   }
@@ -71,7 +73,8 @@ int driver_compile_graph(Graph *g, const SourceFile *src, const DriverOptions *o
                   "graphs (weight gradients summed over tokens); `--emit ir` shows the backward graph");
     return -1;
   }
-  Compile c = {.g = g, .src = src, .diags = d, .arch = o->sm, .opt_level = o->opt_level};
+  Compile c = {.g = g, .src = src, .diags = d, .arch = o->sm, .opt_level = o->opt_level, .tp = o->tp,
+               .tp_rank = o->tp_rank};
   int rc = passes_run(&c, o->dump_after, o->dump ? o->dump : stdout);
   if (rc == 0 && plan)
     rc = codegen_cuda(&c, plan);

@@ -11,6 +11,7 @@ typedef struct {
   int nprec;
   const FuseRequest *fuse;
   int nfuse;
+  int tp, tp_rank;        /* tensor parallel: rank tp_rank's share over tp ranks (0 or 1: none) */
   const char *dump_after; /* --dump-ir-after */
   FILE *dump;
   bool grad;     /* the backward graph (passes/grad.c) instead of the program */
@@ -26,8 +27,9 @@ int driver_compile(const char *text, size_t len, const char *name, const DriverO
 int driver_compile_graph(Graph *g, const SourceFile *src, const DriverOptions *o, Diags *d, Plan **plan);
 
 /* The model's function as the user wrote it: the checked IR with the requested FFN Fusion
- * applied (it changes the function), before any optimization. This is what the CPU
- * reference runs and what compiled programs are compared against. With o->grad, the
+ * applied (it changes the function), before any optimization; with o->tp > 1, rank
+ * o->tp_rank's share of it (passes/tp.c; run the ranks together with interp_run_tp). This is what
+ * the CPU reference runs and what compiled programs are compared against. With o->grad, the
  * backward graph of that function. NULL with diagnostics in d on error. */
 Graph *driver_model_graph(const char *text, size_t len, const char *name, const DriverOptions *o, Diags *d);
 

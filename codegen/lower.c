@@ -458,6 +458,18 @@ static void lower_gemm(Gen *G, Group *gr) {
   buf_free(&body);
 }
 
+/* ---- all-reduce (tensor parallel): a step of its own, the runtime's collective ---- */
+
+static void lower_allreduce(Gen *G, Group *gr) {
+  Node *n = gr->nodes.items[0];
+  int src = gen_tensor_for(G, n->args[0]), dst = gen_tensor_for(G, n);
+  if (src < 0 || dst < 0)
+    return;
+  GROW(G->steps, G->nsteps, G->capsteps);
+  G->steps[G->nsteps++] = (PlanStep){.kind = STEP_ALLREDUCE, .src = src, .dst = dst, .kernel = -1,
+                                     .ranks = (int)n->ival[0]};
+}
+
 /* ---- rowwise groups ---- */
 
 static void lower_rowwise(Gen *G, Group *gr) {
@@ -523,6 +535,8 @@ static Plan *plan_of(Gen *G) {
   Arena *a = p->arena;
   p->model = arena_strdup(a, g->model ? g->model : "model");
   p->arch = arena_printf(a, "sm_%d", G->c->arch);
+  p->tp = G->c->tp > 1 ? G->c->tp : 1;
+  p->tp_rank = G->c->tp > 1 ? G->c->tp_rank : 0;
   p->ndims = g->ndims;
   p->dim_names = arena_alloc(a, sizeof(char *) * (size_t)(g->ndims + 1));
   for (int i = 0; i < g->ndims; i++)
@@ -586,6 +600,8 @@ int codegen_cuda(Compile *c, Plan **out) {
   for (int i = 0; i < c->ngroups && G.rc == 0; i++) {
     if (c->groups[i]->kind == GK_GEMM)
       lower_gemm(&G, c->groups[i]);
+    else if (c->groups[i]->kind == GK_ALLREDUCE)
+      lower_allreduce(&G, c->groups[i]);
     else
       lower_rowwise(&G, c->groups[i]);
   }

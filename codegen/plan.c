@@ -50,6 +50,10 @@ char *plan_to_json(const Plan *p) {
   json_object_set_new(root, "abi", json_string(plan_abi_hash()));
   json_object_set_new(root, "model", json_string(p->model));
   json_object_set_new(root, "arch", json_string(p->arch));
+  if (p->tp > 1) {
+    json_object_set_new(root, "tp", json_integer(p->tp));
+    json_object_set_new(root, "tp_rank", json_integer(p->tp_rank));
+  }
   json_t *dims = json_array();
   for (int i = 0; i < p->ndims; i++)
     json_array_append_new(dims, json_string(p->dim_names[i]));
@@ -121,6 +125,11 @@ char *plan_to_json(const Plan *p) {
       json_object_set_new(o, "kernel", json_integer(s->kernel));
       json_object_set_new(o, "args", ints_json(s->args, s->nargs));
       json_object_set_new(o, "rows", dims_json(p, s->rowdims, s->nrowdims));
+    } else if (s->kind == STEP_ALLREDUCE) {
+      json_object_set_new(o, "kind", json_string("allreduce"));
+      json_object_set_new(o, "src", json_integer(s->src));
+      json_object_set_new(o, "dst", json_integer(s->dst));
+      json_object_set_new(o, "ranks", json_integer(s->ranks));
     } else {
       json_object_set_new(o, "kind", json_string("copy"));
       json_object_set_new(o, "src", json_integer(s->src));
@@ -256,6 +265,11 @@ static void read_header(Reader *r, json_t *root) {
   }
   p->model = string(r, root, "model");
   p->arch = string(r, root, "arch");
+  p->tp = 1;
+  if (json_object_get(root, "tp")) {
+    p->tp = (int)integer(r, root, "tp", 2, 1 << 20);
+    p->tp_rank = (int)integer(r, root, "tp_rank", 0, p->tp - 1);
+  }
   if (!r->bad && (strncmp(p->arch, "sm_", 3) != 0 || atoi(p->arch + 3) < 10))
     bad(r, "arch '%s' is not of the form sm_XX", p->arch);
   json_t *dims = array(r, root, "dims", 64, &p->ndims);
@@ -392,6 +406,11 @@ static void read_step(Reader *r, json_t *o, PlanStep *s) {
     s->kind = STEP_COPY;
     s->src = (int)integer(r, o, "src", 0, p->ntensors - 1);
     s->dst = (int)integer(r, o, "dst", 0, p->ntensors - 1);
+  } else if (strcmp(kind, "allreduce") == 0) {
+    s->kind = STEP_ALLREDUCE;
+    s->src = (int)integer(r, o, "src", 0, p->ntensors - 1);
+    s->dst = (int)integer(r, o, "dst", 0, p->ntensors - 1);
+    s->ranks = (int)integer(r, o, "ranks", 2, 1 << 20);
   } else
     bad(r, "kind '%s' unknown", kind);
 }
@@ -475,6 +494,10 @@ void plan_print(const Plan *p, FILE *out) {
     const PlanStep *s = &p->steps[i];
     if (s->kind == STEP_COPY) {
       fprintf(out, "step %d copy %d -> %d\n", i, s->src, s->dst);
+      continue;
+    }
+    if (s->kind == STEP_ALLREDUCE) {
+      fprintf(out, "step %d allreduce %d -> %d (sum over %d ranks)\n", i, s->src, s->dst, s->ranks);
       continue;
     }
     const PlanKernel *k = &p->kernels[s->kernel];

@@ -78,7 +78,10 @@ typedef struct {
   Op op;
 } PlanKernel;
 
-typedef enum { STEP_LAUNCH, STEP_COPY } StepKind;
+/* STEP_ALLREDUCE (tensor parallel): dst = the sum of src over the `ranks` ranks of the
+ * program (each rank runs its own plan, compiled with its --tp-rank), NCCL's ncclAllReduce
+ * with ncclSum in src's element type; src and dst have the same shape and type. */
+typedef enum { STEP_LAUNCH, STEP_COPY, STEP_ALLREDUCE } StepKind;
 
 typedef struct {
   StepKind kind;
@@ -87,13 +90,15 @@ typedef struct {
   int args[FFN_KARGS_SLOTS]; /* tensor ids, in the order the kernel's KArgs.p[] expects */
   int nrowdims;        /* M = product of these dims (the leading dims of the rows) */
   Dim rowdims[FFN_MAX_RANK];
-  int src, dst;        /* STEP_COPY */
+  int src, dst;        /* STEP_COPY, STEP_ALLREDUCE */
+  int ranks;           /* STEP_ALLREDUCE */
 } PlanStep;
 
 typedef struct Plan {
   Arena *arena;
   const char *model;
   const char *arch;     /* "sm_90" */
+  int tp, tp_rank;      /* tensor parallel: this is rank tp_rank's share over tp ranks (tp 1: none) */
   int ndims;
   const char **dim_names;
   int ninputs, noutputs;

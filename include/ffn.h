@@ -83,6 +83,11 @@ FFN_API ffn_status ffn_options_set_arch(ffn_options *o, const char *arch);
 FFN_API ffn_status ffn_options_set_precision(ffn_options *o, const char *key, const char *value);
 /* FFN Fusion of sublayers [first, last) (in addition to the file's `fuse ffn`). */
 FFN_API ffn_status ffn_options_add_ffn_fusion(ffn_options *o, int first, int last);
+/* Tensor parallel: compile rank `rank`'s share of the program over `ranks` ranks (each FFN
+ * sublayer's hidden columns split `ranks` ways, one all-reduce of its [T, D] partial sums).
+ * ranks = 1: the whole program (the default). Running such a program on the GPU needs NCCL
+ * and is not implemented yet: ffn_model_create refuses it (FFN_ERR_UNSUPPORTED). */
+FFN_API ffn_status ffn_options_set_tensor_parallel(ffn_options *o, int ranks, int rank);
 /* 0: no fusion (one kernel per op, for debugging); 1..3: full (default 3). */
 FFN_API ffn_status ffn_options_set_opt_level(ffn_options *o, int level);
 

@@ -203,6 +203,7 @@ typedef struct {
   char *err;
   size_t errlen;
   float **row_scale; /* by node id: a pre-quantized weight's scales [rows], once loaded */
+  const InterpComm *comm; /* tensor parallel (interp_run_tp), else NULL */
 } Ctx;
 
 static float *alloc_values(Ctx *c, const Node *n, int64_t count) {
@@ -864,6 +865,12 @@ static int eval_node(Ctx *c, const Node *n, RefTensor *const *args, RefTensor *o
   case OP_INTERLEAVE:
     eval_interleave(n, args, out);
     break;
+  case OP_ALLREDUCE:
+    if (!c->comm)
+      return ffn_errf(c->err, c->errlen, "%%%d: an all-reduce: this graph is one rank's share of a tensor-parallel "
+                                         "program; run the ranks together (interp_run_tp)", n->id);
+    memcpy(out->data, a->data, sizeof(float) * (size_t)count);
+    return c->comm->allreduce(c->comm->ctx, out->data, count, n->dtype, c->err, c->errlen);
   case OP_WQ_SCALE:
   case OP_WQ_PACK:
   case OP_F8_SCALE:
@@ -882,6 +889,11 @@ static int eval_node(Ctx *c, const Node *n, RefTensor *const *args, RefTensor *o
 }
 
 int interp_run(const Graph *g, const InterpSources *src, RefTensor *outputs, char *err, size_t errlen) {
+  return interp_run_rank(g, src, NULL, outputs, err, errlen);
+}
+
+int interp_run_rank(const Graph *g, const InterpSources *src, const InterpComm *comm, RefTensor *outputs, char *err,
+                    size_t errlen) {
   for (int i = 0; i < g->noutputs; i++)
     memset(&outputs[i], 0, sizeof outputs[i]);
   char why[512];
@@ -902,7 +914,7 @@ int interp_run(const Graph *g, const InterpSources *src, RefTensor *outputs, cha
   }
   if (interp_bind_dims(g, src, dims, err, errlen))
     goto out;
-  Ctx c = {g, src, dims, err, errlen, row_scale};
+  Ctx c = {g, src, dims, err, errlen, row_scale, comm};
 
   /* Evaluate only what the outputs need, and count uses among those nodes so that each
    * value is freed right after its last user (ir_use_counts would count unneeded users

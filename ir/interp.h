@@ -62,4 +62,25 @@ int interp_check_weight(const Graph *g, const Node *w, const RawTensor *t, char 
  * ref_free. Returns 0, or -1 with one line in err (missing tensor, wrong shape/dtype...). */
 int interp_run(const Graph *g, const InterpSources *src, RefTensor *outputs, char *err, size_t errlen);
 
+/* ---- tensor parallel (interp.c, interp_tp.c) ---- */
+
+/* Tensor parallel: allreduce sums the n values of an ALLREDUCE (already rounded to dt) over
+ * the ranks in place and rounds the sums to dt; 0, or -1 with err. interp_run refuses a
+ * graph with an ALLREDUCE (one rank's share alone is not the model); interp_run_rank runs
+ * one rank of interp_run_tp with its communicator. */
+typedef struct {
+  int (*allreduce)(void *ctx, float *data, int64_t n, DType dt, char *err, size_t errlen);
+  void *ctx;
+} InterpComm;
+int interp_run_rank(const Graph *g, const InterpSources *src, const InterpComm *comm, RefTensor *outputs, char *err,
+                    size_t errlen);
+
+/* Runs the graphs of the ranks 0..n-1 of a tensor-parallel program (passes/tp.c) in
+ * lockstep, one thread each, every ALLREDUCE summing the ranks' values in f64 in rank order
+ * (so every rank gets the same bits). All ranks read the same weights and inputs (src's
+ * allreduce is ignored). outputs[r * noutputs + i] is rank r's output i (every rank computes
+ * every output). Returns 0, or -1 with the first failing rank's error. */
+int interp_run_tp(const Graph *const *ranks, int n, const InterpSources *src, RefTensor *outputs, char *err,
+                  size_t errlen);
+
 #endif

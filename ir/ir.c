@@ -375,6 +375,13 @@ bool ir_infer_shape(const Graph *g, Op op, Node *const *args, int nargs, const N
     *out = *a;
     out->d[a->rank - 1] = dim_static(1);
     return true;
+  case OP_ALLREDUCE:
+    if (a->rank < 1)
+      FAIL("an all-reduce needs a tensor of rank >= 1");
+    if (proto && proto->ival[0] < 2)
+      FAIL("an all-reduce needs at least 2 ranks, got %lld", (long long)proto->ival[0]);
+    *out = *a;
+    return true;
   case OP_ROWSUM:
     if (a->rank < 1)
       FAIL("rowsum needs a tensor of rank >= 1");
@@ -493,6 +500,9 @@ void ir_print(const Graph *g, FILE *out) {
     case OP_LN_RSTD:
       fprintf(out, " eps=%.9g", n->fval);
       break;
+    case OP_ALLREDUCE:
+      fprintf(out, " ranks=%lld", (long long)n->ival[0]);
+      break;
     case OP_WQ_SCALE:
     case OP_WQ_PACK:
       fprintf(out, " bits=%lld group=%lld", (long long)n->ival[0], (long long)n->ival[1]);
@@ -588,6 +598,7 @@ int ir_verify(const Graph *g, char *err, size_t errlen) {
     CHECK(n->op == OP_WEIGHT || (n->stored == DT_NONE && !n->scale), "only weights are stored pre-quantized");
     if (n->op == OP_INTERLEAVE || n->op == OP_ROWSUM) /* concat also joins the gradients of chunks */
       CHECK(n->konst, "load-time op applied to a run-time value");
+    CHECK(n->op != OP_ALLREDUCE || !n->konst, "an all-reduce of a load-time value (each rank computes it alone)");
     CHECK(n->op != OP_WQ_SCALE && n->op != OP_WQ_PACK && n->op != OP_F8_SCALE && n->op != OP_F8_PACK &&
               n->op != OP_F8_SCALES && n->op != OP_F8_DEQUANT,
           "weight packing for the GPU appears in a graph");

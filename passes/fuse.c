@@ -120,6 +120,8 @@ static bool readable(Fuser *f, Group *g, Node *o) {
 static bool can_join(Fuser *f, Group *g, Node *n) {
   Shape rs = row_shape(&g->shape);
   bool stat = is_stat(n->op), norm = is_norm(n->op);
+  if (g->kind == GK_ALLREDUCE)
+    return false;
   if (n->op == OP_SLICE) {
     /* a rowwise kernel reads a slice of a tensor in memory at a column offset */
     Node *o = n->args[0];
@@ -308,6 +310,10 @@ int pass_fuse(Compile *c) {
         continue;
       if (pass == 0 && floating(n))
         continue;
+      if (n->op == OP_ALLREDUCE) { /* a collective between kernels, never inside one */
+        add(&f, new_group(&f, GK_ALLREDUCE, n->shape), n);
+        continue;
+      }
       if (n->op == OP_MATMUL) {
         rc = floating(n->args[0]) ? rowwise_group(&f, n->args[0]) : 0;
         if (rc == 0)

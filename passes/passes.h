@@ -2,6 +2,9 @@
  *
  *   ffn_fusion `fuse ffn A..B`: a run of residual FFN sublayers becomes one wider FFN on the
  *              run's input (changes the model; only on request, at every -O level)
+ *   tp         `--tp N --tp-rank R`: rank R's share of the program; every residual FFN
+ *              sublayer column-parallel up/gate, row-parallel down, one ALLREDUCE of its
+ *              [T, D] partial sums (changes the program: at every level, only on request)
  *   canon      drop no-op casts and dead code
  *   normfold   rmsnorm/layernorm before a projection: the gain (and layernorm's bias) go
  *              into the weights at load time; the per-row statistics stay as ops that the
@@ -23,7 +26,8 @@
 
 #include "../frontend/frontend.h"
 
-typedef enum { GK_GEMM, GK_ROWWISE } GroupKind;
+/* GK_ALLREDUCE: one ALLREDUCE node, no kernel (a launch-plan step of its own) */
+typedef enum { GK_GEMM, GK_ROWWISE, GK_ALLREDUCE } GroupKind;
 
 /* A kernel group: the nodes one kernel computes. */
 typedef struct {
@@ -50,12 +54,14 @@ typedef struct {
   Group **groups;        /* set by fuse, in execution order */
   int ngroups;
   bool broken;           /* a pass built an invalid node (pass_new reported it) */
+  int tp, tp_rank;        /* tensor parallel: ranks (1: none) and this program's rank */
   struct StatTable *stats; /* normfold's statistics nodes by (op, x, eps) while it runs, else NULL */
 } Compile;
 
 typedef int (*PassFn)(Compile *c); /* 0, or -1 after reporting into c->diags */
 
 int pass_ffn_fusion(Compile *c);
+int pass_tp(Compile *c);
 int pass_canon(Compile *c);
 int pass_gateup(Compile *c);
 int pass_normfold(Compile *c);

@@ -12,12 +12,13 @@ typedef struct {
 
 static const Pass pipeline[] = {
     {"ffn_fusion", pass_ffn_fusion, 0}, /* changes the model: at every level, only on request */
+    {"tp", pass_tp, 0}, /* changes the program (one rank's share): at every level, only on request */
     {"canon", pass_canon, 0}, {"normfold", pass_normfold, 1}, {"gateup", pass_gateup, 1},
     {"fuse", pass_fuse, 0},   {"precision", pass_precision, 0},
 };
 #define NPASSES (int)(sizeof pipeline / sizeof pipeline[0])
 
-const char *const pass_names[] = {"frontend", "ffn_fusion", "canon", "normfold", "gateup", "fuse", "precision", NULL};
+const char *const pass_names[] = {"frontend", "ffn_fusion", "tp", "canon", "normfold", "gateup", "fuse", "precision", NULL};
 
 static int verify(Compile *c, const char *after) {
 #ifdef FFNC_VERIFY_PASSES
@@ -55,6 +56,8 @@ int passes_run(Compile *c, const char *dump_after, FILE *dump) {
   for (int i = 0; i < NPASSES; i++) {
     if (c->opt_level < pipeline[i].min_opt)
       continue;
+    if (pipeline[i].fn == pass_tp && c->tp <= 1)
+      continue; /* not a step of an ordinary compile: its dumps stay as they were */
     if (pipeline[i].fn(c) != 0 || c->broken)
       return -1;
     if (verify(c, pipeline[i].name) != 0)

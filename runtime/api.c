@@ -56,6 +56,7 @@ struct ffn_options {
   int nprec;
   FuseRequest fuse[16];
   int nfuse;
+  int tp, tp_rank;
   ffn_progress_fn progress;
   void *progress_user;
 };
@@ -105,6 +106,15 @@ ffn_status ffn_options_add_ffn_fusion(ffn_options *o, int first, int last) {
   return FFN_OK;
 }
 
+ffn_status ffn_options_set_tensor_parallel(ffn_options *o, int ranks, int rank) {
+  ARG(o, "NULL argument");
+  ARG(ranks >= 1 && ranks <= 4096, "ranks must be 1..4096");
+  ARG(rank >= 0 && rank < ranks, "rank must be 0..ranks-1");
+  o->tp = ranks;
+  o->tp_rank = rank;
+  return FFN_OK;
+}
+
 ffn_status ffn_options_set_opt_level(ffn_options *o, int level) {
   ARG(o && level >= 0 && level <= 3, "level must be 0..3");
   o->opt_level = level;
@@ -134,6 +144,7 @@ ffn_status ffn_program_compile(const char *source, size_t len, const char *filen
   if (opt) {
     o.prec = opt->prec, o.nprec = opt->nprec;
     o.fuse = opt->fuse, o.nfuse = opt->nfuse;
+    o.tp = opt->tp, o.tp_rank = opt->tp_rank;
   }
   Diags d;
   diags_init(&d);
@@ -433,6 +444,11 @@ static ffn_status load_module(ffn_model *m) {
 ffn_status ffn_model_create(const ffn_program *prog, int device, ffn_model **out) {
   ARG(prog && out, "NULL argument");
   *out = NULL;
+  /* a rank's share alone is not the model: never run it without the other ranks */
+  for (int i = 0; i < prog->plan->nsteps; i++)
+    if (prog->plan->steps[i].kind == STEP_ALLREDUCE)
+      return rt_error(FFN_ERR_UNSUPPORTED, "tensor parallel on the GPU: not yet (NCCL); this program is rank "
+                                           "%d's share over %d ranks", prog->plan->tp_rank, prog->plan->tp);
   char why[512];
   const CuApi *cu = cu_api(why, sizeof why);
   if (!cu)

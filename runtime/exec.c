@@ -566,6 +566,8 @@ ffn_status exec_step(ExecRun *run, int s) {
   const Plan *p = m->prog->plan;
   const PlanStep *ps = &p->steps[s];
   CUresult r;
+  if (ps->kind == STEP_ALLREDUCE) /* ffn_model_create refuses such plans; a guard */
+    return rt_error(FFN_ERR_UNSUPPORTED, "tensor parallel on the GPU: not yet (NCCL)");
   if (ps->kind == STEP_COPY) {
     size_t bytes = tensor_bytes(p, ps->dst, run->dims);
     if (bytes && (r = m->cu->cuMemcpyDtoDAsync(run->ptr[ps->dst], run->ptr[ps->src], bytes, run->stream)) != CUDA_SUCCESS)

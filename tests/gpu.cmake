@@ -129,3 +129,15 @@ foreach(m ${GPU_TEST_MODELS})
       ENVIRONMENT "${FFNC_GPU_ENV};FFNC_TEST_TOKENS=2,13,29")
   endif()
 endforeach()
+
+# Tensor parallel: each rank's share of Llama-tiny (TP=2) compiles with NVRTC and its plan has
+# one allreduce step per sublayer (4); running it is refused until the runtime has NCCL.
+foreach(rank 0 1)
+  add_test(NAME nvrtc_tp2_rank${rank}_llama3_tiny_sm_90
+    COMMAND sh -c "\"$0\" build \"$1\" --tp 2 --tp-rank $2 --arch sm_90 -o \"$3\" && \
+test $(\"$0\" build \"$1\" --tp 2 --tp-rank $2 --arch sm_90 --emit plan -o - | grep -c 'allreduce .* (sum over 2 ranks)') -eq 4"
+            $<TARGET_FILE:ffnc> ${PROJECT_SOURCE_DIR}/examples/llama3_tiny.ffn ${rank}
+            ${CMAKE_CURRENT_BINARY_DIR}/llama3_tiny_tp2_rank${rank}.ffnx)
+  set_tests_properties(nvrtc_tp2_rank${rank}_llama3_tiny_sm_90 PROPERTIES LABELS nvrtc
+    ENVIRONMENT "FFNC_CACHE_DIR=${PROJECT_BINARY_DIR}/test-kernel-cache")
+endforeach()

@@ -53,3 +53,7 @@ target_include_directories(diff_gen_test PRIVATE ${PROJECT_SOURCE_DIR} ${FFNC_TE
 target_link_libraries(diff_gen_test PRIVATE ffn)
 add_test(NAME passes_random_programs COMMAND diff_gen_test 400)
 set_tests_properties(passes_random_programs PROPERTIES LABELS passes TIMEOUT 60 ENVIRONMENT "FFNC_TEST_SEED=1")
+
+# Tensor parallel on the CPU: the ranks of --tp N (2, 4) in lockstep against the unsharded
+# program, Llama, GPT and fused models at T = 1, 7, 64.
+ffn_c_test(tp_test SOURCES ${FFNC_TEST_DIR}/passes/tp_test.c LABELS passes)

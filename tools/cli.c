@@ -204,7 +204,7 @@ int cli_compile_option(const char *cmd, int id, const char *v, CompileArgs *ca) 
     for (int p = 0; pass_names[p]; p++)
       known |= strcmp(v, pass_names[p]) == 0;
     if (!known)
-      return cli_error("%s: --dump-ir-after=%s: no such pass (frontend ffn_fusion canon normfold gateup fuse "
+      return cli_error("%s: --dump-ir-after=%s: no such pass (frontend ffn_fusion tp canon normfold gateup fuse "
                        "precision all)", cmd, v), -1;
     ca->dump_after = v;
     return 1;
@@ -212,8 +212,27 @@ int cli_compile_option(const char *cmd, int id, const char *v, CompileArgs *ca) 
   case CO_VERBOSE:
     ca->verbose = true;
     return 1;
+  case CO_TP:
+  case CO_TP_RANK: {
+    long long n;
+    if (cli_int(cmd, id == CO_TP ? "--tp" : "--tp-rank", v, id == CO_TP ? 1 : 0, 4096, &n) != 0)
+      return -1;
+    *(id == CO_TP ? &ca->tp : &ca->tp_rank) = (int)n;
+    ca->tp_rank_given |= id == CO_TP_RANK;
+    return 1;
+  }
   default: return 0;
   }
+}
+
+int cli_check_tp(const char *cmd, CompileArgs *ca, bool all_ranks) {
+  if (ca->tp_rank_given && ca->tp <= 1)
+    return cli_error("%s: --tp-rank needs --tp N with N >= 2", cmd), -1;
+  if (ca->tp_rank_given && ca->tp_rank >= ca->tp)
+    return cli_error("%s: --tp-rank %d: the ranks are 0..%d (--tp %d)", cmd, ca->tp_rank, ca->tp - 1, ca->tp), -1;
+  if (ca->tp > 1 && !ca->tp_rank_given && !all_ranks)
+    return cli_error("%s: --tp %d needs --tp-rank R: the rank whose share to compile", cmd, ca->tp), -1;
+  return 0;
 }
 
 Graph *cli_frontend(const CompileArgs *ca, int *status) {
@@ -227,7 +246,7 @@ Graph *cli_frontend(const CompileArgs *ca, int *status) {
   Diags d;
   diags_init(&d);
   DriverOptions o = {.prec = ca->prec, .nprec = ca->nprec, .fuse = ca->fuse, .nfuse = ca->nfuse,
-                     .opt_level = ca->opt_level};
+                     .opt_level = ca->opt_level, .tp = ca->tp, .tp_rank = ca->tp_rank};
   Graph *g = driver_model_graph(text, len, ca->file, &o, &d);
   if (d.len)
     fputs(d.text, stderr);

@@ -77,13 +77,16 @@ typedef struct {
   const char *dump_after;
   bool verbose;     /* -v: what the NVRTC step did, on stderr */
   bool grad;        /* --grad (build): the backward graph */
+  int tp, tp_rank;  /* --tp N --tp-rank R: rank R's share over N ranks (tp 0 or 1: none) */
+  bool tp_rank_given;
 } CompileArgs;
 
 /* Ids from 1000 up, so that a command's own ids (small) never meet them. */
-enum { CO_PRECISION = 1000, CO_FFN_FUSION, CO_ARCH, CO_OPT_LEVEL, CO_DUMP_AFTER, CO_VERBOSE };
+enum { CO_PRECISION = 1000, CO_FFN_FUSION, CO_ARCH, CO_OPT_LEVEL, CO_DUMP_AFTER, CO_VERBOSE, CO_TP, CO_TP_RANK };
 /* The options that change the passes (repeatable: each adds one override or one run)... */
 #define CLI_PASS_OPTIONS \
-  CLI_MANY("--precision", "KEY=TYPE", CO_PRECISION), CLI_MANY("--ffn-fusion", "A..B", CO_FFN_FUSION)
+  CLI_MANY("--precision", "KEY=TYPE", CO_PRECISION), CLI_MANY("--ffn-fusion", "A..B", CO_FFN_FUSION), \
+      CLI_OPT("--tp", "N", CO_TP), CLI_OPT("--tp-rank", "R", CO_TP_RANK)
 /* ...and those that choose the target, with -v (the commands that take them compile with NVRTC:
  * -v reports what that did). */
 #define CLI_TARGET_OPTIONS \
@@ -94,6 +97,9 @@ enum { CO_PRECISION = 1000, CO_FFN_FUSION, CO_ARCH, CO_OPT_LEVEL, CO_DUMP_AFTER,
  * bad value (message printed). */
 int cli_compile_option(const char *cmd, int id, const char *value, CompileArgs *ca);
 Graph *cli_frontend(const CompileArgs *ca, int *status);
+/* After the options: --tp-rank needs --tp N > 1 and R < N; with all_ranks false, --tp N > 1
+ * needs --tp-rank (the share to compile). 0, or -1 after a message (EXIT_USAGE). */
+int cli_check_tp(const char *cmd, CompileArgs *ca, bool all_ranks);
 
 /* Prints "ffnc: error: ..." to stderr. */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -66,6 +66,8 @@ ffn_status cli_options(const CompileArgs *ca, ffn_options **out) {
   }
   for (int i = 0; i < ca->nfuse && s == FFN_OK; i++)
     s = ffn_options_add_ffn_fusion(o, ca->fuse[i].first, ca->fuse[i].last);
+  if (s == FFN_OK && ca->tp > 1)
+    s = ffn_options_set_tensor_parallel(o, ca->tp, ca->tp_rank);
   static Report verbose = {.verbose = true}, terminal = {.terminal = true}, both = {true, true};
   bool tty = isatty(STDERR_FILENO);
   if (s == FFN_OK && (ca->verbose || tty))
@@ -172,7 +174,8 @@ static int emit_stage(const CompileArgs *ca, const char *emit, int sm, const cha
   if (strcmp(emit, "ir") == 0 && ca->opt_level == 0 && !ca->dump_after && !ca->grad)
     return emit_frontend_ir(ca, text, len, out, d);
   DriverOptions o = {.sm = sm, .opt_level = ca->opt_level, .prec = ca->prec, .nprec = ca->nprec, .fuse = ca->fuse,
-                     .nfuse = ca->nfuse, .dump_after = ca->dump_after, .dump = stdout, .grad = ca->grad};
+                     .nfuse = ca->nfuse, .tp = ca->tp, .tp_rank = ca->tp_rank, .dump_after = ca->dump_after,
+                     .dump = stdout, .grad = ca->grad};
   if (ca->grad && strcmp(emit, "ir") == 0)
     return emit_grad_ir(&o, text, len, ca->file, out, d);
   Graph *g = NULL;
@@ -195,6 +198,7 @@ static int emit_stage(const CompileArgs *ca, const char *emit, int sm, const cha
 static const char usage[] =
     "usage: ffnc build FILE.ffn -o OUT [--arch sm_XX] [--emit ir|cuda|plan|ptx|cubin] [-O0..-O3]\n"
     "                  [--precision KEY=TYPE]... [--ffn-fusion A..B]... [--dump-ir-after=PASS] [-v] [--grad]\n"
+    "                  [--tp N --tp-rank R]\n"
     "Compiles FILE ahead of time. Without --emit, OUT is what a host program needs to run the model with\n"
     "no compiler at run time (the launch plan and a cubin for the arch), loaded by\n"
     "ffn_program_load(); it is binary, so it goes to a file, not standard output. --emit writes one stage\n"
@@ -202,7 +206,9 @@ static const char usage[] =
     "(generated source), plan (launch plan, text), ptx or cubin; `-o -` writes it to standard output.\n"
     "--arch defaults to the GPU's, or sm_90 without one. -v: what NVRTC compiled, the time of each program\n"
     "(kernel) and in all, on stderr (a terminal shows the progress anyway).\n"
-    "PASS is one of frontend ffn_fusion canon normfold gateup fuse precision all.\n"
+    "--tp N --tp-rank R: rank R's share of the program over N tensor-parallel ranks (each FFN sublayer's\n"
+    "hidden columns split N ways, one all-reduce per sublayer; --emit plan shows the allreduce steps).\n"
+    "PASS is one of frontend ffn_fusion tp canon normfold gateup fuse precision all.\n"
     "--grad: the backward graph instead (inputs grad.OUTPUT, outputs grad.INPUT and grad.WEIGHT); only\n"
     "--emit ir for now (unoptimized): the GPU code generator does not compile backward graphs yet.\n";
 
@@ -257,6 +263,8 @@ int cmd_build(int argc, char **argv) {
   int rc = parse_build_args(argc, argv, &ca, &out, &emit);
   if (rc >= 0)
     return rc;
+  if (cli_check_tp("build", &ca, false) != 0)
+    return EXIT_USAGE;
   char err[512];
   int sm = 90;
   if (ca.arch && parse_arch(ca.arch, &sm, err, sizeof err) != 0) {

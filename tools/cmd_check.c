@@ -3,6 +3,7 @@
 
 static const char usage[] =
     "usage: ffnc check FILE.ffn [-O0..-O3] [--precision KEY=TYPE]... [--ffn-fusion A..B]...\n"
+    "                  [--tp N [--tp-rank R]]\n"
     "Parses and type-checks FILE; prints every error with its source line; exit 0 if clean, 1 if not.\n";
 
 int cmd_check(int argc, char **argv) {
@@ -25,6 +26,8 @@ int cmd_check(int argc, char **argv) {
     cli_error("check: no input file (usage: ffnc check FILE.ffn)");
     return EXIT_USAGE;
   }
+  if (cli_check_tp("check", &ca, true) != 0) /* without --tp-rank: rank 0's share */
+    return EXIT_USAGE;
   int status;
   Graph *g = cli_frontend(&ca, &status);
   graph_destroy(g);

@@ -17,12 +17,16 @@ static int lookup_st(void *ctx, const char *name, RawTensor *out) {
   return 0;
 }
 
-static int run_cpu(Graph *g, StFile *wf, StFile *inf, const char *out_path) {
+/* ranks[0..nranks-1]: the graphs of a tensor-parallel program's ranks (run in lockstep; rank
+ * 0's outputs are written), or the one graph of the program. */
+static int run_cpu(Graph *const *ranks, int nranks, StFile *wf, StFile *inf, const char *out_path) {
   InterpSources src = {lookup_st, wf, lookup_st, inf};
-  RefTensor *outs = calloc((size_t)g->noutputs, sizeof *outs);
+  Graph *g = ranks[0];
+  RefTensor *outs = calloc((size_t)g->noutputs * (size_t)nranks, sizeof *outs);
   char err[512];
   int rc = 0;
-  if (interp_run(g, &src, outs, err, sizeof err) != 0) {
+  if ((nranks > 1 ? interp_run_tp((const Graph *const *)ranks, nranks, &src, outs, err, sizeof err)
+                  : interp_run(g, &src, outs, err, sizeof err)) != 0) {
     cli_error("%s", err);
     free(outs);
     return EXIT_USER;
@@ -47,10 +51,10 @@ static int run_cpu(Graph *g, StFile *wf, StFile *inf, const char *out_path) {
     rc = EXIT_USER;
   }
   st_writer_destroy(w);
-  for (int i = 0; i < g->noutputs; i++) {
+  for (int i = 0; i < g->noutputs; i++)
     free(bufs[i]);
+  for (int i = 0; i < g->noutputs * nranks; i++)
     ref_free(&outs[i]);
-  }
   free(bufs);
   free(outs);
   return rc;
@@ -60,10 +64,12 @@ static int run_cpu(Graph *g, StFile *wf, StFile *inf, const char *out_path) {
 static const char usage[] =
     "usage: ffnc run FILE.ffn --weights W.safetensors --input IN.safetensors --output OUT.safetensors\n"
     "                [--device gpu|cpu] [--arch sm_XX] [-O0..-O3] [--precision KEY=TYPE]... [--ffn-fusion A..B]... [-v]\n"
+    "                [--tp N]\n"
     "Compiles FILE (JIT) and runs it once. Inputs are read by their `input` names, outputs written by\n"
     "their `output` names; dynamic dims are bound from the input shapes. --device cpu runs the reference\n"
     "interpreter and needs no GPU; the default is gpu where one is present, else cpu. -v: what NVRTC compiled\n"
-    "and how long it took, on stderr.\n";
+    "and how long it took, on stderr. --tp N (--device cpu): the program sharded over N tensor-parallel ranks,\n"
+    "all run by the interpreter in lockstep (the GPU needs NCCL: not yet).\n";
 
 enum { O_WEIGHTS, O_INPUT, O_OUTPUT, O_DEVICE };
 
@@ -105,10 +111,31 @@ int cmd_run(int argc, char **argv) {
     cli_error("run: --device must be gpu or cpu, not '%s'", device);
     return EXIT_USAGE;
   }
-  int status;
-  Graph *g = cli_frontend(&ca, &status);
-  if (!g)
-    return status;
+  if (cli_check_tp("run", &ca, true) != 0)
+    return EXIT_USAGE;
+  if (ca.tp_rank_given) {
+    cli_error("run: --tp-rank: ffnc run runs all the ranks of --tp N together (no rank runs alone)");
+    return EXIT_USAGE;
+  }
+  if (ca.tp > 1 && device && strcmp(device, "gpu") == 0) {
+    cli_error("run: tensor parallel on the GPU: not yet (NCCL); --device cpu simulates the %d ranks", ca.tp);
+    return EXIT_USER;
+  }
+  if (ca.tp > 1)
+    device = "cpu";
+  int status, nranks = ca.tp > 1 ? ca.tp : 1;
+  Graph **ranks = calloc((size_t)nranks, sizeof *ranks);
+  for (int r = 0; r < nranks; r++) {
+    CompileArgs rank_args = ca;
+    rank_args.tp_rank = r;
+    if (!(ranks[r] = cli_frontend(&rank_args, &status))) {
+      for (int k = 0; k < r; k++)
+        graph_destroy(ranks[k]);
+      free(ranks);
+      return status;
+    }
+  }
+  Graph *g = ranks[0];
   char err[512];
   StFile *wf = NULL, *inf = NULL;
   int rc = 0;
@@ -137,12 +164,14 @@ int cmd_run(int argc, char **argv) {
       fprintf(stderr, "ffnc: note: %s; running on the CPU reference interpreter\n", why);
   }
   if (strcmp(device, "cpu") == 0)
-    rc = run_cpu(g, wf, inf, opath);
+    rc = run_cpu(ranks, nranks, wf, inf, opath);
   else
     rc = run_gpu(&ca, wf, inf, wpath, opath);
 out:
   st_close(wf);
   st_close(inf);
-  graph_destroy(g);
+  for (int r = 0; r < nranks; r++)
+    graph_destroy(ranks[r]);
+  free(ranks);
   return rc;
 }
