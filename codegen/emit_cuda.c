@@ -35,7 +35,7 @@ static void literal(char *buf, size_t len, double v) {
   else if (isinf(f))
     snprintf(buf, len, "__int_as_float(%s)", f > 0 ? "0x7f800000" : "0xff800000");
   else {
-    char t[64];
+    char t[32]; /* "%.9g" of a float: at most 15 characters */
     snprintf(t, sizeof t, "%.9g", (double)f);
     bool point = strpbrk(t, ".e") != NULL;
     snprintf(buf, len, "%s%sf", t, point ? "" : ".0");

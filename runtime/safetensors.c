@@ -176,8 +176,8 @@ static bool json_error(const Diag *d, const char *text, size_t n, const json_err
   size_t pos = jerr->position < 0 ? 0 : (size_t)jerr->position;
   if (pos > n)
     pos = n;
-  const char *key;
-  size_t keylen;
+  const char *key = NULL;
+  size_t keylen = 0;
   char name[200];
   const char *what = json_error_code(jerr) == json_error_duplicate_key ? "has a duplicate key"
                                                                        : "is not valid JSON";
@@ -412,7 +412,7 @@ static bool check_layout(StFile *f, const Diag *d, const unsigned char *data, si
 StFile *st_open_memory(const void *buf, size_t len, const char *label, char *err, size_t errlen) {
   Diag d = {label ? label : "<memory>", err, errlen};
   const unsigned char *bytes = buf;
-  uint64_t header_len;
+  uint64_t header_len = 0;
   if (!read_header_len(&d, bytes, len, &header_len))
     return NULL;
   json_t *root = parse_header(&d, (const char *)bytes + 8, (size_t)header_len);

@@ -76,7 +76,7 @@ typedef struct {
 } Gen;
 
 static const char *val(int k) {
-  static char names[MAXV][8];
+  static char names[MAXV][16];
   snprintf(names[k], sizeof names[k], k == 0 ? "x" : k == 1 ? "r" : "v%d", k);
   return names[k];
 }

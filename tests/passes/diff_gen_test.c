@@ -41,7 +41,7 @@ typedef struct {
 } Gen;
 
 static const char *val(int k) {
-  static char names[64][8];
+  static char names[64][16];
   snprintf(names[k], sizeof names[k], k ? "v%d" : "x", k);
   return names[k];
 }

@@ -373,7 +373,7 @@ int main(void) {
   in_child("fresh directory", fresh_directory, dirs[5]);
   untrusted_directories(dirs[6]);
   for (int i = 0; i < 7; i++) {
-    char cmd[256];
+    char cmd[512];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dirs[i]);
     if (system(cmd) != 0)
       printf("note: could not remove %s\n", dirs[i]);
