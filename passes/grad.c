@@ -161,6 +161,13 @@ static int backprop(Grad *G, Node *n, Node *dy) {
       return 0;
     }
     break;
+  case OP_ROWSUM: /* y[r] = sum_c a[r, c] (the layernorm fold of `fuse ffn`): da[r, c] = dy[r], */
+    if (a->shape.rank == 2) { /* broadcast along rows by adding dy to the transpose */
+      Node *t = new1(G, OP_TRANSPOSE, a);
+      accumulate(G, a, new1(G, OP_TRANSPOSE, new2(G, OP_ADD, zeros_like(G, t), dy)));
+      return 0;
+    }
+    break;
   case OP_CONCAT: /* the weights `fuse ffn` joins: each gets its part of dy */
     if (n->ival[0] == n->shape.rank - 1 || (n->ival[0] == 0 && n->shape.rank == 2)) {
       concat_backward(G, n, dy);

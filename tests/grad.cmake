@@ -6,4 +6,4 @@ ffn_golden_test(grad_ir_gpt2_tiny EXPECT ${FFNC_TEST_DIR}/grad/gpt2_tiny.grad.ir
 ffn_golden_test(grad_no_gpu EXPECT ${FFNC_TEST_DIR}/grad/no_gpu.out WORKDIR ${PROJECT_SOURCE_DIR}
                 COMMAND $<TARGET_FILE:ffnc> build examples/gpt2_tiny.ffn --grad --emit cuda -o -)
 ffn_golden_test(grad_no_rule EXPECT ${FFNC_TEST_DIR}/grad/no_rule.out WORKDIR ${PROJECT_SOURCE_DIR}
-                COMMAND $<TARGET_FILE:ffnc> build tests/gpu/models/fused_gpt.ffn --grad --emit ir -o -)
+                COMMAND $<TARGET_FILE:ffnc> build examples/llama3_tiny.ffn --grad --tp 2 --tp-rank 0 --emit ir -o -)

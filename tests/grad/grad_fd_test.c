@@ -155,6 +155,9 @@ int main(void) {
   char *fused = example("examples/llama3_tiny.ffn");
   check_model("llama3_tiny with fuse ffn 0..3", fused, "0..3");
   free(fused);
+  fused = example("examples/gpt2_tiny.ffn"); /* layernorm with bias: the fold's rowsum */
+  check_model("gpt2_tiny with fuse ffn 0..2", fused, "0..2");
+  free(fused);
   printf("worst relative error %.3g\n", worst);
   return finish("grad_fd_test");
 }
