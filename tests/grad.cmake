@@ -7,3 +7,6 @@ ffn_golden_test(grad_no_gpu EXPECT ${FFNC_TEST_DIR}/grad/no_gpu.out WORKDIR ${PR
                 COMMAND $<TARGET_FILE:ffnc> build examples/gpt2_tiny.ffn --grad --emit cuda -o -)
 ffn_golden_test(grad_no_rule EXPECT ${FFNC_TEST_DIR}/grad/no_rule.out WORKDIR ${PROJECT_SOURCE_DIR}
                 COMMAND $<TARGET_FILE:ffnc> build examples/llama3_tiny.ffn --grad --tp 2 --tp-rank 0 --emit ir -o -)
+add_test(NAME grad_cli COMMAND sh ${FFNC_TEST_DIR}/grad/cli_grad_test.sh $<TARGET_FILE:ffnc>
+         ${PROJECT_SOURCE_DIR}/examples/llama3_tiny.ffn)
+set_tests_properties(grad_cli PROPERTIES LABELS grad)

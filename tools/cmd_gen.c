@@ -90,19 +90,22 @@ static int parse_dim(const char *s, DimArg *dims, int *n) {
 
 static const char usage[] =
     "usage: ffnc gen FILE.ffn [--weights W.safetensors] [--inputs IN.safetensors --dim T=N...] [--seed S]\n"
+    "                [--grad]\n"
     "Writes random weights (and inputs, with every dynamic dim given by a --dim, one per dim) of the\n"
     "names, shapes and types FILE declares. Matrices ~ N(0, 1/K), norm gains ~ 1 + N(0, 0.01),\n"
     "biases ~ N(0, 0.01), inputs ~ N(0, 1); a weight declared `f8e4m3 scale` (or f8e5m2) gets those values\n"
     "quantized per output row: its codes and an f32 [rows, 1] scale tensor. The same seed (an integer\n"
-    ">= 0, default 1) gives the same tensors.\n";
+    ">= 0, default 1) gives the same tensors. --grad: the inputs of the backward graph, with a random\n"
+    "grad.OUTPUT for each output (`ffnc run --grad`).\n";
 
-enum { O_WEIGHTS, O_INPUTS, O_SEED, O_DIM };
+enum { O_WEIGHTS, O_INPUTS, O_SEED, O_DIM, O_GRAD };
 
 int cmd_gen(int argc, char **argv) {
   static const CliOpt opts[] = {CLI_OPT("--weights", "W.safetensors", O_WEIGHTS),
                                 CLI_OPT("--inputs", "IN.safetensors", O_INPUTS),
                                 CLI_OPT("--seed", "S", O_SEED),
                                 CLI_MANY("--dim", "NAME=SIZE", O_DIM),
+                                CLI_OPT("--grad", NULL, O_GRAD),
                                 {0}};
   CompileArgs ca = {.opt_level = 3};
   const char *wpath = NULL, *ipath = NULL, *v;
@@ -121,6 +124,8 @@ int cmd_gen(int argc, char **argv) {
       wpath = v;
     else if (id == O_INPUTS)
       ipath = v;
+    else if (id == O_GRAD)
+      ca.grad = true;
     else if (id == CLI_ARG && ca.file)
       return cli_error("gen: unexpected argument '%s' (one FILE.ffn)", v), EXIT_USAGE;
     else if (id == CLI_ARG)

@@ -64,20 +64,23 @@ static int run_cpu(Graph *const *ranks, int nranks, StFile *wf, StFile *inf, con
 static const char usage[] =
     "usage: ffnc run FILE.ffn --weights W.safetensors --input IN.safetensors --output OUT.safetensors\n"
     "                [--device gpu|cpu] [--arch sm_XX] [-O0..-O3] [--precision KEY=TYPE]... [--ffn-fusion A..B]... [-v]\n"
-    "                [--tp N]\n"
+    "                [--tp N] [--grad]\n"
     "Compiles FILE (JIT) and runs it once. Inputs are read by their `input` names, outputs written by\n"
     "their `output` names; dynamic dims are bound from the input shapes. --device cpu runs the reference\n"
     "interpreter and needs no GPU; the default is gpu where one is present, else cpu. -v: what NVRTC compiled\n"
     "and how long it took, on stderr. --tp N (--device cpu): the program sharded over N tensor-parallel ranks,\n"
-    "all run by the interpreter in lockstep (the GPU needs NCCL: not yet).\n";
+    "all run by the interpreter in lockstep (the GPU needs NCCL: not yet). --grad (--device cpu): the\n"
+    "backward graph instead: its inputs are the program's and grad.OUTPUT for each output (`ffnc gen\n"
+    "--grad` writes random ones), its outputs grad.INPUT and grad.WEIGHT (f32).\n";
 
-enum { O_WEIGHTS, O_INPUT, O_OUTPUT, O_DEVICE };
+enum { O_WEIGHTS, O_INPUT, O_OUTPUT, O_DEVICE, O_GRAD };
 
 int cmd_run(int argc, char **argv) {
   static const CliOpt opts[] = {CLI_OPT("--weights", "W.safetensors", O_WEIGHTS),
                                 CLI_OPT("--input", "IN.safetensors", O_INPUT),
                                 CLI_OPT("--output", "OUT.safetensors", O_OUTPUT),
                                 CLI_OPT("--device", "gpu|cpu", O_DEVICE),
+                                CLI_OPT("--grad", NULL, O_GRAD),
                                 CLI_PASS_OPTIONS,
                                 CLI_TARGET_OPTIONS,
                                 {0}};
@@ -98,6 +101,8 @@ int cmd_run(int argc, char **argv) {
       opath = v;
     else if (id == O_DEVICE)
       device = v;
+    else if (id == O_GRAD)
+      ca.grad = true;
     else if (id == CLI_ARG && ca.file)
       return cli_error("run: unexpected argument '%s' (one FILE.ffn)", v), EXIT_USAGE;
     else if (id == CLI_ARG)
@@ -121,7 +126,11 @@ int cmd_run(int argc, char **argv) {
     cli_error("run: tensor parallel on the GPU: not yet (NCCL); --device cpu simulates the %d ranks", ca.tp);
     return EXIT_USER;
   }
-  if (ca.tp > 1)
+  if (ca.grad && device && strcmp(device, "gpu") == 0) {
+    cli_error("run: backward on the GPU: not yet; --device cpu runs the backward graph on the reference");
+    return EXIT_USER;
+  }
+  if (ca.tp > 1 || ca.grad)
     device = "cpu";
   int status, nranks = ca.tp > 1 ? ca.tp : 1;
   Graph **ranks = calloc((size_t)nranks, sizeof *ranks);
