@@ -12,3 +12,7 @@ set_tests_properties(diff_random_programs_cpu PROPERTIES LABELS diff TIMEOUT 120
 add_test(NAME gpu_diff_random_programs COMMAND ffn_diffgen --count 200 --seed 1 --mode gpu)
 set_tests_properties(gpu_diff_random_programs PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 TIMEOUT 1800
   ENVIRONMENT "FFNC_SOURCE_DIR=${PROJECT_SOURCE_DIR};FFNC_CACHE_DIR=${PROJECT_BINARY_DIR}/test-kernel-cache")
+# The backward graphs of the same programs (their f32 twins, relu as silu, no rounding casts)
+# against finite differences: passes/grad.c's rules on what no hand-written test combines.
+add_test(NAME diff_random_programs_grad COMMAND ffn_diffgen --count 2000 --seed 1 --mode grad)
+set_tests_properties(diff_random_programs_grad PROPERTIES LABELS "diff;grad")

@@ -734,8 +734,129 @@ static int check_nvrtc(uint64_t seed, const char *text) {
 }
 
 /* 0: passed, -1: failed, 1: skipped (overflows). */
+/* ---- grad mode: backward graphs (passes/grad.c) against finite differences ---- */
+
+/* The f32 tensor named name in w or in (NULL if neither has it). */
+static RawTensor *leaf(TensorSet *w, TensorSet *in, const char *name) {
+  for (TensorSet *s = w; s; s = s == w ? in : NULL)
+    for (int i = 0; i < s->n; i++)
+      if (strcmp(s->items[i].name, name) == 0)
+        return &s->items[i].t;
+  return NULL;
+}
+
+/* L = sum over g's outputs of <grad.OUT, OUT>, the output gradients read from in; NAN on error. */
+static double fd_loss(const Graph *g, TensorSet *w, TensorSet *in) {
+  RefTensor out[64] = {0};
+  if (g->noutputs > 64 || reference(g, w, in, out) != 0)
+    return NAN;
+  double L = 0;
+  for (int i = 0; i < g->noutputs; i++) {
+    char name[300];
+    snprintf(name, sizeof name, "grad.%s", g->outputs[i].name);
+    const RawTensor *dy = leaf(w, in, name);
+    for (int64_t k = 0; dy && k < ref_numel(&out[i]); k++)
+      L += (double)((const float *)dy->data)[k] * out[i].data[k];
+    ref_free(&out[i]);
+  }
+  return L;
+}
+
+/* The f32 twin's backward graph against central differences of L along a random direction v per
+ * input and weight p: |L(p + hv) - L(p - hv) - <grad.p, 2hv>| <= 5e-2 max(|fd|, |an|) + 1e-4. L's
+ * f32 storage noise over random programs of several layers is ~1e-5 relative, but relu kinks
+ * that the step crosses (a bias moves every row) put up to ~3% into the difference quotient
+ * (seed 66), hence 25x tests/grad's bound: this catches wrong rules, not small ones. A program
+ * whose loss overflows f32 (stacked squares) is skipped. 0 passed, 1 skipped, -1 failed. */
+static int check_grad(uint64_t seed, const char *text) {
+  Diags d;
+  diags_init(&d);
+  DriverOptions o = {.sm = 90}, ob = {.sm = 90, .grad = true};
+  Graph *g = driver_model_graph(text, strlen(text), "gen.ffn", &o, &d);
+  Graph *gb = g ? driver_model_graph(text, strlen(text), "gen.ffn", &ob, &d) : NULL;
+  int rc = 0;
+  char what[1024] = "";
+  if (!g || !gb) {
+    snprintf(what, sizeof what, "no backward graph:\n%s", d.text ? d.text : "");
+    rc = -1;
+  }
+  TensorSet w = {0}, in = {0};
+  RefTensor grads[64] = {0};
+  if (rc == 0) {
+    make_weights(gb, seed, &w);
+    make_inputs(gb, 3, seed + 1, &in); /* the program's inputs and the output gradients */
+    if (gb->noutputs > 64 || reference(gb, &w, &in, grads) != 0)
+      snprintf(what, sizeof what, "the backward graph does not run"), rc = -1;
+    /* large outputs (stacked powers) make L's f32 rounding noise (about 1e-7 of each stored
+     * value, times its output gradient) rival the differences: skip programs beyond 100 */
+    RefTensor y[64] = {0};
+    if (rc == 0 && (g->noutputs > 64 || reference(g, &w, &in, y) != 0))
+      rc = 1;
+    for (int i = 0; rc == 0 && i < g->noutputs; i++)
+      for (int64_t e = 0; e < ref_numel(&y[i]); e++)
+        if (!(fabs(y[i].data[e]) < 100))
+          rc = 1;
+    for (int i = 0; i < g->noutputs && i < 64; i++)
+      ref_free(&y[i]);
+  }
+  uint64_t rng = seed ^ 0x9e3779b97f4a7c15ull;
+  for (int i = 0; rc == 0 && i < gb->noutputs; i++) {
+    RawTensor *p = leaf(&w, &in, gb->outputs[i].name + 5);
+    if (!p || p->dtype != DT_F32)
+      continue; /* only f32 leaves can be moved by h */
+    float *val = (float *)p->data;
+    int64_t n = (int64_t)(p->nbytes / 4);
+    float *saved = malloc(p->nbytes), *plus = malloc(p->nbytes), *minus = malloc(p->nbytes);
+    memcpy(saved, val, p->nbytes);
+    double an = 0, h = 0.02 / sqrt((double)n);
+    for (int64_t k = 0; k < n; k++) {
+      double v = (double)(next(&rng) >> 11) * 0x1p-53 * 2 - 1;
+      plus[k] = (float)(saved[k] + h * v), minus[k] = (float)(saved[k] - h * v);
+      an += grads[i].data[k] * ((double)plus[k] - minus[k]);
+    }
+    memcpy(val, plus, p->nbytes);
+    double Lp = fd_loss(g, &w, &in);
+    memcpy(val, minus, p->nbytes);
+    double fd = Lp - fd_loss(g, &w, &in);
+    memcpy(val, saved, p->nbytes);
+    double scale = fmax(fabs(fd), fabs(an));
+    if (!isfinite(fd)) {
+      rc = 1;
+    } else if (!(fabs(fd - an) <= 5e-2 * scale + 1e-4))
+      snprintf(what, sizeof what, "gradient %s: finite difference %.9g, backward %.9g", gb->outputs[i].name, fd, an),
+          rc = -1;
+    free(saved), free(plus), free(minus);
+  }
+  if (rc < 0)
+    report(seed, text, "grad", what);
+  for (int i = 0; gb && i < gb->noutputs; i++)
+    ref_free(&grads[i]);
+  set_free(&w);
+  set_free(&in);
+  graph_destroy(g);
+  graph_destroy(gb);
+  diags_free(&d);
+  return rc;
+}
+
 static int check_program(uint64_t seed, const Options *opt, int index, Counts *c) {
   bool nonfinite;
+  if (strcmp(opt->mode, "grad") == 0) { /* the f32 twin: finite differences need f32 leaves */
+    char *twin = gen_program(seed, true, &nonfinite);
+    /* and no rounding casts: a difference quotient across a 16-bit rounding step is not the
+     * straight-through gradient the backward graph gives a cast */
+    for (char *c; (c = strstr(twin, ", bf16)"));)
+      memcpy(c, ",  f32)", 7);
+    for (char *c; (c = strstr(twin, ", f16)"));)
+      memcpy(c, ", f32)", 6);
+    /* nor relu's kink, which a step may cross (a bias moves every row): softplus-like silu
+     * has the same shape of rule (a unary op through its derivative op) */
+    for (char *c; (c = strstr(twin, "relu("));)
+      memcpy(c, "silu(", 5);
+    int rc = nonfinite ? 1 : check_grad(seed, twin);
+    free(twin);
+    return rc;
+  }
   char *text = gen_program(seed, false, &nonfinite);
   size_t len = strlen(text);
   Diags d;
@@ -802,7 +923,7 @@ static int parse_tokens(const char *s, int64_t *out, int max) {
 }
 
 static void usage(void) {
-  fprintf(stderr, "usage: ffn_diffgen [--count N] [--seed S] [--mode cpu|gpu] [--tokens 1,7,64,300] "
+  fprintf(stderr, "usage: ffn_diffgen [--count N] [--seed S] [--mode cpu|gpu|grad] [--tokens 1,7,64,300] "
                   "[--nvrtc-every K] [--print]\n");
   exit(2);
 }
@@ -833,7 +954,7 @@ int main(int argc, char **argv) {
     else
       usage();
   }
-  if (strcmp(opt.mode, "cpu") != 0 && strcmp(opt.mode, "gpu") != 0)
+  if (strcmp(opt.mode, "cpu") != 0 && strcmp(opt.mode, "gpu") != 0 && strcmp(opt.mode, "grad") != 0)
     usage();
   if (print) {
     bool nf;
