@@ -58,11 +58,6 @@ static bool is_norm_of(const Node *h, const Node *x) {
   return true;
 }
 
-static bool is_bias_for(const Node *b, const Node *mm) {
-  const Shape *s = &mm->shape;
-  return ir_is_const(b) && b->shape.rank == 1 && dim_eq(b->shape.d[0], s->d[s->rank - 1]);
-}
-
 /* Is n a projection of x's norm (setting s->norm on the first)? Fills *p. */
 static bool match_proj(Sublayer *s, Node *n, Proj *p) {
   *p = (Proj){.leaf = n};
@@ -119,19 +114,10 @@ static bool match_act(Sublayer *s, Node *n) {
 
 /* Is r = x + FFN(x)? */
 static bool match_sublayer(Node *r, Sublayer *s) {
-  if (r->op != OP_ADD || ir_is_const(r))
-    return false;
   for (int side = 0; side < 2; side++) {
-    *s = (Sublayer){.x = r->args[side], .res = r, .dsum = r->args[1 - side]};
-    Node *d = s->dsum;
-    if (d->op == OP_ADD) {
-      for (int i = 0; i < 2 && !s->dbias; i++)
-        if (d->args[i]->op == OP_MATMUL && is_bias_for(d->args[1 - i], d->args[i]))
-          s->down = d->args[i], s->dbias = d->args[1 - i];
-    } else if (d->op == OP_MATMUL) {
-      s->down = d;
-    }
-    if (!s->down || !ir_is_const(s->down->args[1]) || s->down->args[1]->shape.rank != 2 || ir_is_const(s->x))
+    *s = (Sublayer){.res = r};
+    if (!residual_down(r, side, &s->x, &s->dsum, &s->down, &s->dbias) || !ir_is_const(s->down->args[1]) ||
+        s->down->args[1]->shape.rank != 2 || ir_is_const(s->x))
       continue;
     s->act = s->down->args[0];
     if (match_act(s, s->act) && s->nproj > 0 && s->norm)

@@ -94,6 +94,13 @@ extern const char *const pass_names[];
 /* Helpers shared by the passes (passmgr.c). */
 Node *pass_new(Compile *c, Op op, DType dt, Node **args, int nargs, const Node *like); /* shape inferred */
 bool is_elementwise(const Node *n);
+/* Whether b is a constant bias of matmul mm's output columns ([N]). */
+bool is_bias_for(const Node *b, const Node *mm);
+/* The residual sublayer shape r = x + (down [+ dbias]) read with x = r->args[side]: *dsum the
+ * other operand, *down the matmul it is or adds a bias to (*dbias that const bias, else NULL).
+ * False if r is not a run-time add or its other operand is neither. ffn_fusion.c and tp.c
+ * check the rest (what the product reads) each their own way. */
+bool residual_down(Node *r, int side, Node **x, Node **dsum, Node **down, Node **dbias);
 /* B operand of matmul mm as a const [N, K] node (the weight itself when mm reads w^T, else a
  * new transpose), or NULL if mm's right operand is not constant. */
 Node *matmul_b_nk(Compile *c, Node *mm);

@@ -97,6 +97,24 @@ bool is_elementwise(const Node *n) {
   return op_info[n->op].cls == OPC_UNARY || op_info[n->op].cls == OPC_BINARY;
 }
 
+bool is_bias_for(const Node *b, const Node *mm) {
+  const Shape *s = &mm->shape;
+  return ir_is_const(b) && b->shape.rank == 1 && dim_eq(b->shape.d[0], s->d[s->rank - 1]);
+}
+
+bool residual_down(Node *r, int side, Node **x, Node **dsum, Node **down, Node **dbias) {
+  if (r->op != OP_ADD || ir_is_const(r))
+    return false;
+  Node *d = r->args[1 - side];
+  *x = r->args[side], *dsum = d, *down = NULL, *dbias = NULL;
+  if (d->op == OP_MATMUL)
+    *down = d;
+  for (int i = 0; d->op == OP_ADD && i < 2 && !*dbias; i++)
+    if (d->args[i]->op == OP_MATMUL && is_bias_for(d->args[1 - i], d->args[i]))
+      *down = d->args[i], *dbias = d->args[1 - i];
+  return *down != NULL;
+}
+
 Node *matmul_b_nk(Compile *c, Node *mm) {
   Node *b = mm->args[1];
   if (!ir_is_const(b))

@@ -108,25 +108,11 @@ typedef struct {
   Node *x, *res, *dsum, *down, *dbias;
 } Sublayer;
 
-static bool is_bias_for(const Node *b, const Node *mm) {
-  return ir_is_const(b) && b->shape.rank == 1 && dim_eq(b->shape.d[0], mm->shape.d[mm->shape.rank - 1]);
-}
-
 /* Is r = x + act @ Bd [+ bd] with Bd const [F, D] and act computed at run time? */
 static bool match(Node *r, Sublayer *s) {
-  if (r->op != OP_ADD || ir_is_const(r))
-    return false;
   for (int side = 0; side < 2; side++) {
-    *s = (Sublayer){.x = r->args[side], .res = r, .dsum = r->args[1 - side]};
-    Node *d = s->dsum;
-    if (d->op == OP_ADD) {
-      for (int i = 0; i < 2 && !s->dbias; i++)
-        if (d->args[i]->op == OP_MATMUL && is_bias_for(d->args[1 - i], d->args[i]))
-          s->down = d->args[i], s->dbias = d->args[1 - i];
-    } else if (d->op == OP_MATMUL) {
-      s->down = d;
-    }
-    if (s->down && !ir_is_const(s->x) && !ir_is_const(s->down->args[0]) && ir_is_const(s->down->args[1]) &&
+    *s = (Sublayer){.res = r};
+    if (residual_down(r, side, &s->x, &s->dsum, &s->down, &s->dbias) && !ir_is_const(s->x) && !ir_is_const(s->down->args[0]) && ir_is_const(s->down->args[1]) &&
         s->down->args[1]->shape.rank == 2 && s->down->args[1]->shape.d[0].sym < 0)
       return true;
   }
