@@ -413,7 +413,7 @@ static PlanKernel gemm_kernel(Kgen *k, Buf *body) {
     bool ext = tc && c->max_m == 0 && gr->stats > 0 && !k->f8; /* fp8: the quantizer's statistics */
     emit_gemm_entry(k, c, ext, body);
     pk.variants[pk.nvariants++] = (KernelVariant){
-        .threads = c->threads, .smem = (int)ffn_gemm_smem_bytes(c), .max_m = c->max_m, .cfg = *c, .ext_stats = ext};
+        .threads = c->threads, .smem = (int)ffn_gemm_smem_bytes(c, (int)dtype_bytes(t, 1)), .max_m = c->max_m, .cfg = *c, .ext_stats = ext};
   }
   return pk;
 }

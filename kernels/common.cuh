@@ -160,6 +160,10 @@ __device__ __forceinline__ void cp_async16(u32 dst, const void *src, bool pred) 
                "r"(pred ? 16 : 0)
                : "memory");
 }
+// 4-byte async copy through L1 (cp.async.cg takes only 16): zero-filled when !pred
+__device__ __forceinline__ void cp_async4(u32 dst, const void *src, bool pred) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(pred ? 4 : 0) : "memory");
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N> __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");

@@ -10,7 +10,8 @@
  *     ffn::gemm_simt<c->bm, c->bn, c->bk, c->wm, c->wn, S, STATS, T>(g, epi, smem);             // FFN_GEMM_SIMT
  *     ffn::gemm_sm90<c->bm, c->bn, c->bk, c->stages, S, STATS, T, c->bm / c->wm, c->min_blocks>(g, epi, smem);
  *                                                                                            // FFN_GEMM_SM90
- *     ffn::gemm_wq<BITS, c->bm, c->bn, c->bk, c->wn, S, STATS, T>(g, scales, group, epi, smem); // FFN_GEMM_WQ
+ *     ffn::gemm_wq<BITS, c->bm, c->bn, c->bk, c->wn, c->stages, S, STATS, T>(g, scales, group, epi, smem);
+ *                                                                                            // FFN_GEMM_WQ
  *   }
  *
  * (FFN_GEMM_SM90 kernels must be compiled for sm_90a: NVRTC --gpu-architecture=sm_90a.)
@@ -21,8 +22,9 @@
  *   (on sm_90: FFN_GEMM_SM90 from 65 rows)
  *   int splits = ffn_gemm_pick_splits(M, N, S, K, c, num_sms);
  *   unsigned grid[3]; ffn_gemm_launch_grid(c, M, N, S, splits, num_sms, grid);
- *   cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, ffn_gemm_smem_bytes(c));
- *   cuLaunchKernel(f, grid[0], grid[1], grid[2], c->threads, 1, 1, ffn_gemm_smem_bytes(c), stream, ...);
+ *   size_t smem = ffn_gemm_smem_bytes(c, sizeof(T)); // T: A's element type
+ *   cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem);
+ *   cuLaunchKernel(f, grid[0], grid[1], grid[2], c->threads, 1, 1, smem, stream, ...);
  *
  * with args.ws pointing at ffn_gemm_ws_floats(c, M, N, S, splits) floats (none when splits == 1)
  * and args.counters at ffn_gemm_num_tiles(c, M, N, S) unsigneds, zeroed once when allocated: the
@@ -41,8 +43,11 @@
 #ifndef FFN_KERNELS_GEMM_HOST_H
 #define FFN_KERNELS_GEMM_HOST_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
+
+#include "quant.cuh" /* gemm_wq's layout and shared memory */
 
 typedef enum {
   FFN_GEMM_SM80, /* mma.sync tensor cores, T = bf16 or f16, K % 8 == 0 */
@@ -50,7 +55,7 @@ typedef enum {
   FFN_GEMM_SM90, /* wgmma tensor cores (sm_90a only), T = bf16 or f16, K % 8 == 0 */
   FFN_GEMM_WQ,   /* weight-only i8 / i4 B dequantized in registers for mma.sync (gemm_wq.cuh);
                     bk: k per 512-byte tile of codes (32: i8, 64: i4), wn: B rows per warp (16),
-                    stages: tiles in flight per warp (the template derives it from bm) */
+                    stages: k tiles in the cp.async ring of codes, scales and activations */
   FFN_GEMM_SM90P /* kernel bench only: persistent FFN_GEMM_SM90 (kernels/bench/gemm_sm90_persistent.cuh):
                     wm == bm: the two consumer warpgroups ping-pong over whole tiles; wm == bm / 2:
                     they share each tile */
@@ -90,15 +95,17 @@ static inline const ffn_gemm_config *ffn_gemm_configs(int *count) {
       {"sm90_128x256x64", FFN_GEMM_SM90, 128, 256, 64, 64, 256, 4, 384, 1, 1, 0},   /* 476-606 TFLOP/s; 199 KB */
       /* weight-only quantized B (gemm_wq.cuh, mma.sync), every arch: bm tokens per CTA (n8 tiles
        * of the MMA), so that a decode step does not spend MMAs on empty rows; bn = 8 warps x 16
-       * rows of B; bk = k per 512-byte tile of codes (32: i8, 64: i4). */
-      {"wq8_8", FFN_GEMM_WQ, 8, 128, 32, 1, 16, 4, 256, 3, 3, 8},
-      {"wq8_16", FFN_GEMM_WQ, 16, 128, 32, 1, 16, 4, 256, 2, 2, 16},
-      {"wq8_32", FFN_GEMM_WQ, 32, 128, 32, 1, 16, 2, 256, 2, 2, 32},
-      {"wq8_64", FFN_GEMM_WQ, 64, 128, 32, 1, 16, 2, 256, 1, 1, 0},
-      {"wq4_8", FFN_GEMM_WQ, 8, 128, 64, 1, 16, 4, 256, 3, 3, 8},
-      {"wq4_16", FFN_GEMM_WQ, 16, 128, 64, 1, 16, 4, 256, 2, 2, 16},
-      {"wq4_32", FFN_GEMM_WQ, 32, 128, 64, 1, 16, 2, 256, 2, 2, 32},
-      {"wq4_64", FFN_GEMM_WQ, 64, 128, 64, 1, 16, 2, 256, 1, 1, 0},
+       * rows of B; bk = k per 512-byte tile of codes (32: i8, 64: i4); a ring of `st` k tiles,
+       * sized so that ~200 KB per SM are in flight (quant.cuh: wq_smem_bytes); registers from
+       * ptxas for sm_90a (bf16 activations). */
+      {"wq8_8", FFN_GEMM_WQ, 8, 128, 32, 1, 16, 12, 256, 4, 4, 8},   /* 55 KB, 60 regs */
+      {"wq8_16", FFN_GEMM_WQ, 16, 128, 32, 1, 16, 14, 256, 3, 3, 16}, /* 71 KB, 72 regs */
+      {"wq8_32", FFN_GEMM_WQ, 32, 128, 32, 1, 16, 11, 256, 3, 3, 32}, /* 68 KB, 78 regs */
+      {"wq8_64", FFN_GEMM_WQ, 64, 128, 32, 1, 16, 12, 256, 2, 2, 0},  /* 100 KB, 111 regs */
+      {"wq4_8", FFN_GEMM_WQ, 8, 128, 64, 1, 16, 9, 256, 4, 4, 8},     /* 55 KB, 64 regs */
+      {"wq4_16", FFN_GEMM_WQ, 16, 128, 64, 1, 16, 10, 256, 3, 3, 16}, /* 71 KB, 80 regs */
+      {"wq4_32", FFN_GEMM_WQ, 32, 128, 64, 1, 16, 10, 256, 2, 2, 32}, /* 92 KB, 106 regs */
+      {"wq4_64", FFN_GEMM_WQ, 64, 128, 64, 1, 16, 12, 256, 1, 1, 0},  /* 160 KB, 154 regs */
       /* (The persistent sm90p_pp_128x128x64 was here until the whole-sublayer trial: faster alone
        * from M 4096, slower in the model. It is a candidate of kernels/bench/gemm_bench.c now.) */
   };
@@ -157,17 +164,15 @@ static inline const ffn_gemm_config *ffn_gemm_pick_config(ffn_gemm_kind kind, in
 /* Dynamic shared memory per block, bytes (16-bit elements for SM80/SM90, f32 staging for SIMT).
  * SM90 (gemm_sm90_smem_bytes in gemm_sm90.cuh): the stage ring, 2 floats of row statistics per row,
  * and 2048 bytes for the mbarriers, the split-K flag and realigning the base to 1024 bytes. */
-static inline size_t ffn_gemm_smem_bytes(const ffn_gemm_config *c) {
+static inline size_t ffn_gemm_smem_bytes(const ffn_gemm_config *c, int elem) {
   if (c->kind == FFN_GEMM_SM80) return (size_t)c->stages * (size_t)(c->bm + c->bn) * (size_t)c->bk * 2;
   if (c->kind == FFN_GEMM_SM90)
     return (size_t)c->stages * (size_t)(c->bm + c->bn) * (size_t)c->bk * 2 + (size_t)8 * c->bm + 2048;
   if (c->kind == FFN_GEMM_SM90P) /* gemm_sm90p_smem_bytes: statistics per warpgroup when ping-ponging */
     return (size_t)c->stages * (size_t)(c->bm + c->bn) * (size_t)c->bk * 2 + (size_t)8 * c->bm * (c->wm == c->bm ? 2 : 1) +
            2048;
-  if (c->kind == FFN_GEMM_WQ) { /* gemm_wq.cuh: the activation ring or the CTA's sums, then statistics */
-    size_t ring = (size_t)16 * c->bm * c->bk, sums = (size_t)4 * c->bm * c->bn;
-    return (ring > sums ? ring : sums) + (size_t)8 * c->bm * (size_t)(c->bn / 16 + 1);
-  }
+  if (c->kind == FFN_GEMM_WQ) /* gemm_wq.cuh: the ring of codes, scales and activations */
+    return (size_t)wq_smem_bytes(c->bm, c->bn, c->bk, c->stages, elem);
   return ((size_t)2 * c->bk * (size_t)(c->bm + c->bn + 8) + (size_t)2 * c->bm) * 4;
 }
 
@@ -223,12 +228,28 @@ static inline int ffn_gemm_template_args(const ffn_gemm_config *c, int S, int ST
     return snprintf(buf, len, "%d, %d, %d, %d, %d, %d, %s, %s", c->bm, c->bn, c->bk, c->stages, S, STATS, T,
                     c->wm == c->bm ? "true" : "false");
   case FFN_GEMM_WQ: /* BITS from the tile's depth: 16 rows x bk k in 512 bytes */
-    return snprintf(buf, len, "%d, %d, %d, %d, %d, %d, %d, %s", c->bk == 32 ? 8 : 4, c->bm, c->bn, c->bk, c->wn, S,
-                    STATS, T);
+    return snprintf(buf, len, "%d, %d, %d, %d, %d, %d, %d, %d, %s", c->bk == 32 ? 8 : 4, c->bm, c->bn, c->bk, c->wn,
+                    c->stages, S, STATS, T);
   case FFN_GEMM_SIMT:
     break;
   }
   return snprintf(buf, len, "%d, %d, %d, %d, %d, %d, %d, %s", c->bm, c->bn, c->bk, c->wm, c->wn, S, STATS, T);
+}
+
+/* Split-K for gemm_wq, which streams its codes at any M: the split that fills the resident
+ * CTA slots best, counting the last wave's empty slots as lost (70B gate/up at one token: 448
+ * tiles on 528 slots is one wave at 85%, 2 splits are 1.7 waves at 85%, 5 are 4.2 at 85% ...),
+ * each further split costing 3% (its partial sums' round trip and ring fill), with >= 8 tiles
+ * of codes per split and at most 32 splits. */
+static inline int ffn_gemm_wq_splits(long tiles, int ktiles, long slots) {
+  int best = 1;
+  double best_score = 0;
+  for (int s = 1; s <= 32 && (s == 1 || ktiles / s >= 8); s++) {
+    long ctas = tiles * s, waves = (ctas + slots - 1) / slots;
+    double score = (double)ctas / (double)(waves * slots) * (1.0 - 0.03 * (s - 1));
+    if (score > best_score + 1e-9) best = s, best_score = score;
+  }
+  return best;
 }
 
 /* Split-K factor, fitted to measurements on an H200 (kernels/NOTES.md). Small-M GEMMs stream the
@@ -242,12 +263,7 @@ static inline int ffn_gemm_pick_splits(int M, int N, int S, int K, const ffn_gem
   const long tiles_m = ffn_gemm_tiles_m(c, M), tiles = tiles_m * ffn_gemm_tiles_n(c, N, S);
   const int ktiles = (K + c->bk - 1) / c->bk;
   if (num_sms <= 0 || tiles <= 0) return 1;
-  if (c->kind == FFN_GEMM_WQ) { /* about one wave of resident CTAs, >= 4 tiles of codes per split */
-    long s = ((long)num_sms * c->ctas_per_sm + tiles / 2) / tiles;
-    if (s > ktiles / 4) s = ktiles / 4;
-    if (s > 32) s = 32;
-    return s < 1 ? 1 : (int)s;
-  }
+  if (c->kind == FFN_GEMM_WQ) return ffn_gemm_wq_splits(tiles, ktiles, (long)num_sms * c->ctas_per_sm);
   long per_sm = tiles_m >= 2 ? 2 : 1;
   if (c->ctas_per_sm > 0 && per_sm > c->ctas_per_sm) per_sm = c->ctas_per_sm;
   long s = ((long)num_sms * per_sm + tiles / 2) / tiles;

@@ -2,45 +2,40 @@
 // the tensor cores (mma.sync m16n8k16, sm_80 and sm_90), with the epilogue contract of
 // gemm_sm80.cuh (streams S, STATS, split-K, epi(row, col, ncols, v[S][2], rsum, rsumsq)).
 //
-//   template <int BITS, int BM, int BN, int BK, int WN, int S, int STATS, class T, class Epi>
+//   template <int BITS, int BM, int BN, int BK, int WN, int STAGES, int S, int STATS, class T, class Epi>
 //   __device__ void gemm_wq(const GemmArgs &g, const float *scales, int group, const Epi &epi, char *smem);
 //
 // g.B holds the codes and `scales` the scales of kernels/quant.cuh's layout (B's [S*N, K] rows,
 // gate/up interleaved by 8 as for the other templates, cut into 512-byte tiles of 16 rows x BK
 // k, BK = WQ_TILE_K(BITS)); group is the i4 group length G (0: one group), 0 or a multiple of 32.
 // BM = 8 x (token tiles), BN = 16 x warps, WN = 16. Grid (tiles_m * tiles_n, 1, splits) as
-// gemm_sm80; BN * 2 threads; dynamic smem wq_ring_bytes(BM, BN, BK) + 8 * BM * (BN / 16 + 1)
-// bytes (kernels/gemm_host.h computes the same).
+// gemm_sm80; BN * 2 threads; dynamic smem wq_smem_bytes(BM, BN, BK, STAGES, sizeof(T)) bytes
+// (quant.cuh; kernels/gemm_host.h launches with it).
 //
 // Design (decode first: at M <= 64 the product streams the codes). The weights are the A
 // operand of the MMA (16 output columns x 16 k) and the activations its B operand (16 k x 8
 // tokens), so one row of tokens wastes 7/8 of an n8 tile instead of 15/16 of an m16 one. Each
-// warp owns 16 B rows and streams their tiles along the split's k range, one 16-byte
-// ld.global.nc per lane per tile, PF tiles ahead in registers. A lane's 16 bytes are its A fragments for the tile's k16 steps (4 for i4,
-// 2 for i8), turned into bf16x2 / f16x2 with a mask (or byte permute) and one fma per register:
-// the levels q are exact in both types. The activations, which all warps of the CTA share, go
-// through a ring of 8 tiles in shared memory filled by cp.async 7 tiles ahead (read straight
-// from global memory, every 32-k block waited for an L2 round trip under the codes' stream:
-// 3-10x slower, kernels/NOTES.md); k is permuted at pack time so that a lane's B fragments for
-// two steps are 8 consecutive k, one 16-byte load. Products are accumulated per
-// k group in f32 (tmp) and added to the result times the group's f32 scale when the group ends
-// (G = 0: once, at the end; i8 accumulates straight into the result, scaled at the end), so each output is sum_g s_g * sum_k a_k q_k: the
-// reference's sum_k a_k (float)(q_k s_g) up to f32 rounding. f32 activations are split into
-// three bf16 terms (hi + mid + lo, 24 bits) and take three MMAs per step. Above 64 rows the
-// same loop runs over 64-token tiles (each CTA decodes its weights again; kernels/NOTES.md).
+// warp owns 16 B rows and streams their tiles along the split's k range. Everything a k tile
+// needs goes through one cp.async ring of STAGES tiles in shared memory, filled STAGES - 1
+// tiles ahead: each lane's 16 bytes of codes (it reads back only its own), the i4 scales of the
+// warp's rows, and the CTA's activations (shared by the warps: one barrier per tile). So a CTA
+// keeps ~50 KB of loads in flight, with no register cost (kernels/NOTES.md: codes prefetched in
+// registers and activations or scales read from global memory when needed left the stream
+// latency-bound at a third of the copy rate). A lane's 16 bytes are its A fragments for the
+// tile's k16 steps (4 for i4, 2 for i8), turned into bf16x2 / f16x2 with a mask (or byte
+// permute) and one fma per register: the levels q are exact in both types. k is permuted at
+// pack time so that a lane's B fragments for two steps are 8 consecutive k, one 16-byte load.
+// Products are accumulated per k group in f32 (tmp) and added to the result times the group's
+// f32 scale when the group ends (G = 0: once, at the end; i8 accumulates straight into the
+// result, scaled at the end), so each output is sum_g s_g * sum_k a_k q_k: the reference's
+// sum_k a_k (float)(q_k s_g) up to f32 rounding. f32 activations are split into three bf16
+// terms (hi + mid + lo, 24 bits) and take three MMAs per step. Above 64 rows the same loop runs
+// over 64-token tiles (each CTA decodes its weights again; kernels/NOTES.md).
 #pragma once
 #include "common.cuh"
 #include "quant.cuh"
 
 namespace ffn {
-
-__device__ __forceinline__ uint4 ld_nc_u4(const void *p) {
-  uint4 r;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-               : "l"(p));
-  return r;
-}
 
 // d = a * b + c on two 16-bit floats of W (bf16 or f16)
 template <class W> __device__ __forceinline__ u32 fma2(u32 a, u32 b, u32 c);
@@ -138,24 +133,18 @@ __device__ __forceinline__ void wq_mma<float, bf16>(float (&d)[4], const u32 (&a
   for (int t = 0; t < 3; ++t) mma_16816<bf16>(d, a, x.b[t][2 * s], x.b[t][2 * s + 1]);
 }
 
-// Shared memory: the activation ring (16 * BM * BK bytes: 8 tiles of 16-bit T or 4 of f32), or
-// the CTA's sums after the main loop, whichever is larger; then the row statistics.
-__host__ __device__ constexpr int wq_ring_bytes(int BM, int BN, int BK) {
-  return 16 * BM * BK > 4 * BM * BN ? 16 * BM * BK : 4 * BM * BN;
-}
-
-template <int BITS, int BM, int BN, int BK, int WN, int S, int STATS, class T, class Epi>
+template <int BITS, int BM, int BN, int BK, int WN, int STAGES, int S, int STATS, class T, class Epi>
 __device__ __forceinline__ void gemm_wq(const GemmArgs &g, const float *__restrict__ scales, int group, const Epi &epi,
                                         char *smem) {
   typedef typename WqWeight<T>::type W;
   constexpr int WARPS = BN / 16, THREADS = WARPS * 32, NT = BM / 8;
-  constexpr int BLOCKS = BK / 32;         // 32-k blocks per tile: 2 (i4) or 1 (i8)
-  constexpr int PF = NT <= 2 ? 4 : NT == 4 ? 3 : 2; // tiles in flight per warp (registers)
-  constexpr bool GROUPED = BITS == 4;     // i8: one scale per row, applied at the end
+  constexpr int BLOCKS = BK / 32;     // 32-k blocks per tile: 2 (i4) or 1 (i8)
+  constexpr bool GROUPED = BITS == 4; // i8: one scale per row, applied at the end
   constexpr int SLAB = BM * BN + 2 * BM;
   static_assert(BITS == 8 || BITS == 4, "i8 or i4");
   static_assert(BK == WQ_TILE_K(BITS) && WN == 16 && BN % 16 == 0 && BM % 8 == 0 && BN % (8 * S) == 0, "tile shape");
   static_assert(S == 1 || S == 2, "S is 1 or 2");
+  static_assert(wq_stages(BM, BN, BK, STAGES, (int)sizeof(T)) >= 3, "a ring of at least 3 tiles");
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gq = lane >> 2, tq = lane & 3;
   const int M = g.M, N = g.N, K = g.K, R = S * N, splits = g.splits, z = blockIdx.z;
@@ -175,22 +164,37 @@ __device__ __forceinline__ void gemm_wq(const GemmArgs &g, const float *__restri
   const int r_lo = rb * 16 + gq, r_hi = r_lo + 8;
   const bool vec = (K & 7) == 0;
 
-  // The activations of SA tiles of k, [SA][BLOCKS][BM][32] of T, filled by cp.async SA - 1 tiles
-  // ahead (8 tiles of 16-bit T, 4 of f32). Rows of 64 bytes: a quarter warp's 16-byte reads (two
+  // The ring: NS k tiles, each [codes: WARPS][32 lanes][16 bytes] [i4 scales: WARPS][BLOCKS][16
+  // rows] [activations: BLOCKS][BM][32] of T (quant.cuh: wq_stage_bytes), filled by cp.async
+  // NS - 1 tiles ahead. A lane copies and later reads its own 16 bytes of codes (and for i4,
+  // lanes copy their warp's scales), so those need no barrier; the activations, which all warps
+  // share, do (one per tile). Activation rows of 64 bytes: a quarter warp's 16-byte reads (two
   // tokens) hit every bank once. The CTA's sums reuse the space after the main loop.
-  constexpr int SA = 8 * 2 / (int)sizeof(T), TILE_A = BLOCKS * BM * 32; // elements per tile
-  T *As = (T *)smem;
-  float *Os = (float *)smem;                                            // [BM][BN]: the CTA's sums
-  float *red = (float *)(smem + wq_ring_bytes(BM, BN, BK));            // [2][WARPS][BM]
-  float *rowstat = red + 2 * WARPS * BM;                                // [2][BM]: sum of squares, sum
+  constexpr int NS = wq_stages(BM, BN, BK, STAGES, (int)sizeof(T)); // the ring's depth
+  constexpr int CODE_B = WARPS * 512, SCALE_B = GROUPED ? WARPS * 128 : 0, TILE_A = BLOCKS * BM * 32;
+  constexpr int STAGE_B = CODE_B + SCALE_B + TILE_A * (int)sizeof(T);
+  float *Os = (float *)smem;                                                      // [BM][BN]: the CTA's sums
+  float *red = (float *)(smem + wq_ring_bytes(BM, BN, BK, STAGES, (int)sizeof(T))); // [2][WARPS][BM]
+  float *rowstat = red + 2 * WARPS * BM;                                            // [2][BM]: sum of squares, sum
 
   const T *__restrict__ Ag = (const T *)g.A;
   const uint4 *__restrict__ wp = (const uint4 *)g.B + ((long long)rb * ktiles + t0) * 32 + lane;
+  // i4: lane l copies the scale of row l % 16 of the warp's block for the tile's block l / 16
+  const int sc_row = rb * 16 + lane % 16, sc_blk = lane / 16;
+  const float *__restrict__ sc_base = scales + (long long)imin(sc_row, R - 1) * ngroups;
 
-  // tile j of the split's range into ring slot j % SA; zeros past M and K
-  auto fill_a = [&](int j) {
+  // tile j of the split's range into ring slot j % NS; zeros past M, K and R
+  auto fill = [&](int j) {
     if (j >= ntk) return;
-    T *dst = As + (j % SA) * TILE_A;
+    char *stage = smem + (j % NS) * STAGE_B;
+    if (active) {
+      cp_async16(smem_addr(stage + warp * 512 + lane * 16), wp + j * 32, true);
+      if (GROUPED) {
+        const int kb = (t0 + j) * BLOCKS + sc_blk, gi = imin(kb / gblocks, ngroups - 1);
+        cp_async4(smem_addr(stage + CODE_B + warp * 128 + lane * 4), sc_base + gi, sc_row < R);
+      }
+    }
+    T *dst = (T *)(stage + CODE_B + SCALE_B);
     const int kt0 = (t0 + j) * BK;
     constexpr int PER = 16 / (int)sizeof(T), CHUNKS = TILE_A / PER; // 16-byte pieces
     for (int c = tid; c < CHUNKS; c += THREADS) {
@@ -218,77 +222,69 @@ __device__ __forceinline__ void gemm_wq(const GemmArgs &g, const float *__restri
 
   {
 #pragma unroll
-    for (int j = 0; j < SA - 1; ++j) {
-      fill_a(j);
+    for (int j = 0; j < NS - 1; ++j) {
+      fill(j);
       cp_async_commit();
     }
-    uint4 q[PF];
-#pragma unroll
-    for (int p = 0; p < PF; ++p)
-      if (active && p < ntk) q[p] = ld_nc_u4(wp + p * 32);
     float s_lo = 0.f, s_hi = 0.f;
     // where the range starts in its group, and whose turn it is for the row statistics; running
     // counters, no division per block
-    int gi = t0 * BLOCKS / gblocks, gpos = t0 * BLOCKS - gi * gblocks, turn = t0 * BLOCKS % active_warps;
-    for (int it0 = 0; it0 < ntk; it0 += PF) {
+    int gpos = t0 * BLOCKS % gblocks, turn = t0 * BLOCKS % active_warps;
+    for (int it = 0; it < ntk; ++it) {
+      cp_async_wait<NS - 2>(); // tile it has landed (this thread's pieces) ...
+      __syncthreads();         // ... everybody's, and slot (it - 1) % NS is free
+      fill(it + NS - 1);
+      cp_async_commit();
+      if (!active) continue;
+      const char *stage = smem + (it % NS) * STAGE_B;
+      const uint4 cur = *(const uint4 *)(stage + warp * 512 + lane * 16);
+      const u32 word[4] = {cur.x, cur.y, cur.z, cur.w};
+      const float *sc = (const float *)(stage + CODE_B + warp * 128);
+      const T *at = (const T *)(stage + CODE_B + SCALE_B);
 #pragma unroll
-      for (int p = 0; p < PF; ++p) {
-        const int it = it0 + p;
-        if (it >= ntk) break;
-        cp_async_wait<SA - 2>(); // tile it has landed (this thread's pieces) ...
-        __syncthreads();         // ... everybody's, and slot (it - 1) % SA is free
-        fill_a(it + SA - 1);
-        cp_async_commit();
-        if (!active) continue;
-        const uint4 cur = q[p];
-        if (it + PF < ntk) q[p] = ld_nc_u4(wp + (it + PF) * 32);
-        const u32 word[4] = {cur.x, cur.y, cur.z, cur.w};
-        const T *at = As + (it % SA) * TILE_A;
+      for (int b = 0; b < BLOCKS; ++b) {
+        const int kb = (t0 + it) * BLOCKS + b; // 32-k block
+        if (kb >= kb_end) break;               // the second half of the last i4 tile, past K
+        if (GROUPED && (kb == t0 * BLOCKS || gpos == 0)) { // a group starts: its scales
+          s_lo = sc[b * 16 + gq];
+          s_hi = sc[b * 16 + gq + 8];
+        }
+        u32 a[2][4];
+        if (BITS == 4) {
+          wq_frag_i4<W>(word[2 * b], a[0]);
+          wq_frag_i4<W>(word[2 * b + 1], a[1]);
+        } else {
+          wq_frag_i8<W>(word[0], word[1], a[0]);
+          wq_frag_i8<W>(word[2], word[3], a[1]);
+        }
+        const bool stats = STATS && turn == warp;
+        turn = turn + 1 == active_warps ? 0 : turn + 1;
 #pragma unroll
-        for (int b = 0; b < BLOCKS; ++b) {
-          const int kb = (t0 + it) * BLOCKS + b; // 32-k block
-          if (kb >= kb_end) break;               // the second half of the last i4 tile, past K
-          if (GROUPED && (kb == t0 * BLOCKS || gpos == 0)) { // a group starts: its scales
-            s_lo = r_lo < R ? scales[(long long)r_lo * ngroups + gi] : 0.f;
-            s_hi = r_hi < R ? scales[(long long)r_hi * ngroups + gi] : 0.f;
+        for (int t = 0; t < NT; ++t) {
+          WqAct<T> x;
+          x.load(at + (b * BM + t * 8 + gq) * 32 + 8 * tq);
+          if (stats) {
+#pragma unroll
+            for (int e = 0; e < 8; ++e) {
+              const float v = x.value(e);
+              ssq[t] = fmaf(v, v, ssq[t]);
+              if (STATS == 2) ssum[t] += v;
+            }
           }
-          u32 a[2][4];
-          if (BITS == 4) {
-            wq_frag_i4<W>(word[2 * b], a[0]);
-            wq_frag_i4<W>(word[2 * b + 1], a[1]);
-          } else {
-            wq_frag_i8<W>(word[0], word[1], a[0]);
-            wq_frag_i8<W>(word[2], word[3], a[1]);
-          }
-          const bool stats = STATS && turn == warp;
-          turn = turn + 1 == active_warps ? 0 : turn + 1;
+          float(&d)[4] = GROUPED ? tmp[t] : acc[t];
+          wq_mma<T, W>(d, a[0], x, 0);
+          wq_mma<T, W>(d, a[1], x, 1);
+        }
+        if (++gpos == gblocks) gpos = 0;
+        if (GROUPED && (gpos == 0 || kb + 1 == kb_end)) { // the group ends: scale and add
 #pragma unroll
           for (int t = 0; t < NT; ++t) {
-            WqAct<T> x;
-            x.load(at + (b * BM + t * 8 + gq) * 32 + 8 * tq);
-            if (stats) {
+            acc[t][0] = fmaf(tmp[t][0], s_lo, acc[t][0]);
+            acc[t][1] = fmaf(tmp[t][1], s_lo, acc[t][1]);
+            acc[t][2] = fmaf(tmp[t][2], s_hi, acc[t][2]);
+            acc[t][3] = fmaf(tmp[t][3], s_hi, acc[t][3]);
 #pragma unroll
-              for (int e = 0; e < 8; ++e) {
-                const float v = x.value(e);
-                ssq[t] = fmaf(v, v, ssq[t]);
-                if (STATS == 2) ssum[t] += v;
-              }
-            }
-            float(&d)[4] = GROUPED ? tmp[t] : acc[t];
-            wq_mma<T, W>(d, a[0], x, 0);
-            wq_mma<T, W>(d, a[1], x, 1);
-          }
-          if (++gpos == gblocks) gpos = 0, ++gi;
-          if (GROUPED && (gpos == 0 || kb + 1 == kb_end)) { // the group ends: scale and add
-#pragma unroll
-            for (int t = 0; t < NT; ++t) {
-              acc[t][0] = fmaf(tmp[t][0], s_lo, acc[t][0]);
-              acc[t][1] = fmaf(tmp[t][1], s_lo, acc[t][1]);
-              acc[t][2] = fmaf(tmp[t][2], s_hi, acc[t][2]);
-              acc[t][3] = fmaf(tmp[t][3], s_hi, acc[t][3]);
-#pragma unroll
-              for (int i = 0; i < 4; ++i) tmp[t][i] = 0.f;
-            }
+            for (int i = 0; i < 4; ++i) tmp[t][i] = 0.f;
           }
         }
       }

@@ -471,6 +471,11 @@ ffn_status ffn_model_create(const ffn_program *prog, int device, ffn_model **out
    * that tile configuration wherever a GEMM has it */
   const char *force = getenv("FFNC_GEMM_VARIANT");
   snprintf(m->gemm_variant, sizeof m->gemm_variant, "%s", force ? force : "");
+  /* FFNC_GEMM_SPLITS=N (1..32) forces that split-K wherever a GEMM can split */
+  const char *splits = getenv("FFNC_GEMM_SPLITS");
+  m->gemm_splits = splits ? atoi(splits) : 0;
+  if (m->gemm_splits < 0 || m->gemm_splits > 32)
+    m->gemm_splits = 0;
   if (!m->tensor || !m->owned || !m->consumed || !m->prequant) {
     ffn_model_destroy(m);
     return rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");

@@ -420,7 +420,7 @@ static LaunchChoice choose(const ffn_model *m, const PlanKernel *k, int64_t rows
     if (strcmp(k->variants[i].cfg.name, force) == 0)
       c.v = &k->variants[i];
   if (k->kind == KK_GEMM && k->splittable)
-    c.splits = ffn_gemm_pick_splits((int)rows, (int)k->n, k->streams, (int)k->k, &c.v->cfg, m->sms);
+    c.splits = m->gemm_splits ? m->gemm_splits : ffn_gemm_pick_splits((int)rows, (int)k->n, k->streams, (int)k->k, &c.v->cfg, m->sms);
   return c;
 }
 

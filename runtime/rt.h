@@ -157,6 +157,7 @@ struct ffn_model {
    * repeated) for exec_prepare to upload or fold. code_type DT_NONE: not bound / not one. */
   PrequantWeight *prequant;
   char gemm_variant[64]; /* FFNC_GEMM_VARIANT at creation: force this tile configuration ("": none) */
+  int gemm_splits;       /* FFNC_GEMM_SPLITS at creation: force split-K on splittable GEMMs (0: none) */
   pthread_mutex_t lock; /* guards the workspace pool */
   Workspace **ws;       /* entries never move: a call holds a pointer to its own */
   int nws, capws;

@@ -96,6 +96,33 @@ for part in "$@"; do
     done
     grep -h "^FAIL seed" "$out"/diff_*.log | head -20
     ;;
+  diffpar)
+    # 1,000 random programs (seeds 1-1000) in 10 workers of 100 seeds, each in batches of 25 (the
+    # compile is on the CPU: 16 cores); at most ~5 minutes
+    for w in 0 1 2 3 4 5 6 7 8 9; do
+      (for b in 0 1 2 3; do
+        s=$((w * 100 + b * 25 + 1))
+        FFNC_JIT_THREADS=2 timeout 100 ./tests/ffn_diffgen --mode gpu --count 25 --seed $s --tokens 1,7,64,300 \
+          >"$out/diff_$s.log" 2>&1
+        echo "diff seeds $s..$((s + 24)): exit $? $(tail -n 1 "$out/diff_$s.log")" >>"$out/diff_summary.txt"
+      done) &
+    done
+    wait
+    sort -t' ' -k3 -n "$out/diff_summary.txt"
+    grep -h "^FAIL seed" "$out"/diff_*.log | head -30
+    ;;
+  wq)
+    # weight-only int8/int4 at decode sizes, and the split-K choice against forced splits
+    S=/work/main/bench/suite
+    timeout 150 ./ffnc bench $S/llama3_8b_layer_i4g128.ffn $S/llama3_70b_layer_i4g128.ffn $S/llama3_8b_layer_i8.ffn \
+      $S/llama3_70b_layer_i8.ffn --tokens 1,16,64,1024 --reps 20 --no-ceilings --json "$out/wq.json" >"$out/wq.txt" 2>&1
+    echo "wq bench: exit $?"; grep -E "suite|  ffnc" "$out/wq.txt"
+    for sp in 1 2 4 8; do
+      FFNC_GEMM_SPLITS=$sp timeout 60 ./ffnc bench $S/llama3_70b_layer_i4g128.ffn $S/llama3_8b_layer_i4g128.ffn \
+        --tokens 1 --reps 20 --no-ceilings >"$out/wq_split$sp.txt" 2>&1
+      echo "== splits $sp: exit $?"; grep -E "  ffnc" "$out/wq_split$sp.txt"
+    done
+    ;;
   startup)
     # cold (empty cache) and warm JIT start-up of the Llama-3-8B example on this machine's cores
     timeout 60 sh /work/main/bench/startup.sh /work/main/build/ffnc /work/main/examples/llama3_8b.ffn sm_90 3 \

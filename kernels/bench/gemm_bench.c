@@ -511,7 +511,7 @@ static void load_kernels(void) {
     Kernel *k = &kernels[i];
     CU_CHECK(cuModuleLoadData(&k->mod, k->cubin));
     CU_CHECK(cuModuleGetFunction(&k->fn, k->mod, k->name));
-    k->smem = ffn_gemm_smem_bytes(&k->cfg);
+    k->smem = ffn_gemm_smem_bytes(&k->cfg, 2);
     CU_CHECK(cuFuncSetAttribute(k->fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)k->smem));
     CU_CHECK(cuFuncGetAttribute(&k->regs, CU_FUNC_ATTRIBUTE_NUM_REGS, k->fn));
     CU_CHECK(cuFuncGetAttribute(&k->local_bytes, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, k->fn));
@@ -1398,9 +1398,9 @@ int main(int argc, char **argv) {
     return 0;
   }
   for (int i = 0; i < nkernels; i++)
-    if (ffn_gemm_smem_bytes(&kernels[i].cfg) > (size_t)max_smem_optin) {
+    if (ffn_gemm_smem_bytes(&kernels[i].cfg, 2) > (size_t)max_smem_optin) {
       fprintf(stderr, "%s needs %zu B of shared memory, the device allows %d\n", kernels[i].name,
-              ffn_gemm_smem_bytes(&kernels[i].cfg), max_smem_optin);
+              ffn_gemm_smem_bytes(&kernels[i].cfg, 2), max_smem_optin);
       return 2;
     }
   load_util();
