@@ -579,6 +579,12 @@ int ir_verify(const Graph *g, char *err, size_t errlen) {
       Node *a = n->args[j];
       CHECK(a && a->id >= 0 && a->id < g->next_id && pos[a->id] && GRAPH_NODE(g, pos[a->id] - 1) == a,
             "operand %d is not a live node defined before it", j);
+      /* after kernel fusion (passes/fuse.c): run-time operands come from this kernel or an earlier one */
+      if (n->group >= 0 && !a->konst && op_info[a->op].cls != OPC_LEAF) {
+        CHECK(a->group >= 0, "operand %d (%%%d) is computed by no kernel", j, a->id);
+        CHECK(a->group <= n->group, "operand %d (%%%d) is computed by kernel %d, after this node's kernel %d", j, a->id,
+              a->group, n->group);
+      }
     }
     bool k = n->op == OP_WEIGHT || n->op == OP_SCALAR || (n->op != OP_INPUT && n->nargs > 0 && args_const(n->args, n->nargs));
     CHECK(n->konst == k, "const flag is stale");

@@ -103,13 +103,22 @@ static bool floating(const Node *o) {
   return true;
 }
 
+/* Pending: a value no kernel computes yet that the kernel reading it must compute: floating,
+ * or once floating and left behind when a group was made for one of its operands
+ * (place_floating_operands: `mul(ln_mean(x), c)` read by a wider row; the mean gets a kernel,
+ * the product is no longer floating, and it must come along with its reader, not be left for a
+ * later kernel). */
+static bool pending(const Node *o) {
+  return o->group < 0 && !ir_is_const(o) && o->op != OP_SCALAR && (is_stat(o->op) || is_elementwise(o));
+}
+
 /* Can operand o of a node joining g be read by g's kernel? */
 static bool readable(Fuser *f, Group *g, Node *o) {
   if (o->group == g->id)
     return true;
   if (o->op == OP_SCALAR)
     return true;
-  if (floating(o))
+  if (pending(o))
     return can_join(f, g, o);
   if (!ir_is_const(o) && o->group > g->id)
     return false; /* produced by a later kernel */
@@ -151,8 +160,8 @@ static bool can_join(Fuser *f, Group *g, Node *n) {
 }
 
 static void join(Fuser *f, Group *g, Node *n) {
-  for (int i = 0; i < n->nargs; i++) /* floating values it reads come along */
-    if (floating(n->args[i]))
+  for (int i = 0; i < n->nargs; i++) /* pending values it reads come along */
+    if (pending(n->args[i]))
       join(f, g, n->args[i]);
   add(f, g, n);
   bool dep = is_stat(n->op) || is_norm(n->op);
