@@ -33,7 +33,7 @@ endforeach()
 # outputs poisoned with NaN first), at 1, 7, 64 and 1000 tokens. Skipped (77) without a GPU.
 foreach(model examples/llama3_tiny examples/gpt2_tiny examples/phi3_tiny tests/gpu/models/fused_llama
         tests/gpu/models/fused_gpt tests/gpu/models/gpt_bf16 tests/gpu/models/layernorm_f32
-        tests/gpu/models/rowwise_ops tests/gpu/models/swiglu_f16)
+        tests/gpu/models/rowwise_ops tests/gpu/models/swiglu_f16 tests/gpu/models/geglu_oddk_bf16)
   get_filename_component(base ${model} NAME)
   add_test(NAME gpu_grad_${base} COMMAND gpu_model_test ${model}.ffn --grad)
   set_tests_properties(gpu_grad_${base} PROPERTIES LABELS "gpu;grad" SKIP_RETURN_CODE 77
