@@ -68,11 +68,6 @@ Graph *driver_model_graph(const char *text, size_t len, const char *name, const 
 }
 
 int driver_compile_graph(Graph *g, const SourceFile *src, const DriverOptions *o, Diags *d, Plan **plan) {
-  if (o->grad) { /* sum_to, matmul_at and run-time concat have no kernels yet */
-    diag_plain(d, "backward on the GPU: not yet: the code generator has no kernels for the reductions of backward "
-                  "graphs (weight gradients summed over tokens); `--emit ir` shows the backward graph");
-    return -1;
-  }
   Compile c = {.g = g, .src = src, .diags = d, .arch = o->sm, .opt_level = o->opt_level, .tp = o->tp,
                .tp_rank = o->tp_rank};
   int rc = passes_run(&c, o->dump_after, o->dump ? o->dump : stdout);
@@ -87,6 +82,8 @@ int driver_compile(const char *text, size_t len, const char *name, const DriverO
   Graph *g = o->grad ? driver_model_graph(text, len, name, o, d) : frontend_compile_string(text, len, name, &fo, d);
   if (!g)
     return -1;
+  if (o->grad) /* driver_model_graph applied the requested FFN Fusion: the passes must not look again */
+    g->nfuse = 0;
   number_inputs(g);
   SourceFile src = {name, text, len};
   int rc = driver_compile_graph(g, &src, o, d, plan);

@@ -202,7 +202,7 @@ static const char *value(Kgen *k, Scope *s, Node *n) {
   if (s->kind == SC_ELEM && is_row_shaped(k, n) && s->parent)
     return value(k, s->parent, n);
   const char *args[3];
-  for (int i = 0; i < n->nargs && i < 3 && n->op != OP_SLICE; i++)
+  for (int i = 0; i < n->nargs && i < 3 && n->op != OP_SLICE && n->op != OP_CONCAT; i++)
     args[i] = value(k, s, n->args[i]);
   char *var = arena_printf(g->arena, "t%d", k->nvars++);
   char expr[512];
@@ -222,6 +222,27 @@ static const char *value(Kgen *k, Scope *s, Node *n) {
     int64_t ld = o->shape.d[o->shape.rank - 1].size;
     snprintf(expr, sizeof expr, "ffn::ld_%s(a->p[%d], row * %lldLL + %lld + %s)", tname(o->dtype), sl, (long long)ld,
              (long long)n->ival[0], s->col);
+  } else if (n->op == OP_CONCAT) {
+    /* along the last dim, its operands in memory: each read at its own column offset */
+    Buf e = {0};
+    int64_t at = 0;
+    for (int i = 0; i < n->nargs; i++) {
+      Node *o = n->args[i];
+      int sl = slot(k, gen_tensor_for(k->G, o));
+      int64_t w = o->shape.d[o->shape.rank - 1].size;
+      const char *ty = tname(o->dtype);
+      if (!ty)
+        fail(k->G, n, "concatenating %s values in a kernel is not supported", dtype_name(o->dtype));
+      buf_printf(&e, "%s < %lld ? ffn::ld_%s(a->p[%d], row * %lldLL + (%s - %lld)) : ", s->col, (long long)(at + w),
+                 ty ? ty : "f32", sl, (long long)w, s->col, (long long)at);
+      at += w;
+    }
+    buf_puts(&e, "0.f");
+    char *text = arena_printf(g->arena, "(%s)", e.s);
+    buf_free(&e);
+    emit_line(k, s, n);
+    buf_printf(s->out, "%sconst float %s = %s;\n", s->indent, var, text);
+    return memo_put(&s->memo, n->id, var);
   } else {
     fail(k->G, n, "internal error: %s reached the elementwise generator", op_info[n->op].name);
     return "0.f";
@@ -563,6 +584,11 @@ void emit_prelude(Gen *G) {
     buf_puts(&G->src, "#include \"gemm_sm90.cuh\"\n");
   if (G->g->prec.type[PREC_WEIGHTS] != DT_NONE)
     buf_puts(&G->src, "#include \"gemm_wq.cuh\"\n");
+  for (int i = 0; i < G->c->ngroups; i++)
+    if (G->c->groups[i]->kind == GK_SINGLE) { /* a backward graph's sums over tokens */
+      buf_puts(&G->src, "#include \"grad.cuh\"\n");
+      break;
+    }
   DType mm = G->g->prec.type[PREC_MATMUL];
   if (mm == DT_F8E4M3 || mm == DT_F8E5M2)
     buf_puts(&G->src, "#include \"fp8.cuh\"\n");

@@ -5,7 +5,8 @@
  *     codes and scales load-time steps pack; gemm_sm80.cuh for f16/bf16 with K % 8 == 0,
  *     gemm_sm90.cuh above 64 rows on sm_90, gemm_simt.cuh otherwise), one variant per tile
  *     configuration (decode / small / prefill), chosen by the runtime from M;
- *   rowwise groups: a per-row loop.
+ *   rowwise groups: a per-row loop;
+ *   single groups (backward graphs): one op alone, a template of kernels/grad.cuh.
  * Kernels whose generated text is identical (the same block inlined in every layer) are
  * emitted once. Constant tensors the kernels read are computed by load-time prep steps.
  * Pre-quantized fp8 weights are bound as their codes; their values are an f8_dequant step,
@@ -492,6 +493,123 @@ static void lower_rowwise(Gen *G, Group *gr) {
   buf_free(&body);
 }
 
+/* ---- single groups: an op of backward graphs alone in a kernel (kernels/grad.cuh) ---- */
+
+/* Whether dims [from, to) of s are static; their product in *n. */
+static bool static_dims(const Shape *s, int from, int to, int64_t *n) {
+  *n = 1;
+  for (int d = from; d < to; d++) {
+    if (s->d[d].sym >= 0)
+      return false;
+    *n *= s->d[d].size;
+  }
+  return true;
+}
+
+/* An op of a backward graph alone in a kernel: an entry point that calls its template of
+ * grad.cuh with the shapes as constants, on the operands and the result (slots in that order);
+ * KArgs.m is the product of the leading dims of the first operand. A form the templates do not
+ * cover fails with the reason. */
+static void lower_single(Gen *G, Group *gr) {
+  Node *n = gr->nodes.items[0], *x = n->args[0];
+  const char *opname = op_info[n->op].name;
+  for (int i = 0; i <= n->nargs; i++) {
+    const Node *v = i < n->nargs ? n->args[i] : n;
+    if (!tname(v->dtype)) {
+      fail(G, n, "%s of %s values is not supported by the GPU code generator yet", opname, dtype_name(v->dtype));
+      return;
+    }
+  }
+  const Shape *xs = &x->shape;
+  Shape rows = *xs; /* its leading dims (all but the last) are the launch's rows */
+  int64_t C = 0, K = 0, N = 0;
+  char call[256], what[160];
+  const char *tx = gen_ctype(x->dtype), *to = gen_ctype(n->dtype);
+  int threads = 256;
+  switch (n->op) {
+  case OP_MATMUL_AT: {
+    const Shape *bs = &n->args[1]->shape;
+    if (!static_dims(xs, xs->rank - 1, xs->rank, &K) || !static_dims(bs, bs->rank - 1, bs->rank, &N)) {
+      fail(G, n, "matmul_at with a dynamic inner dim is not supported by the GPU code generator yet");
+      return;
+    }
+    if (K > FFN_MAX_DIM || N > FFN_MAX_DIM) {
+      fail(G, n, "matmul_at with K = %lld, N = %lld is above the kernels' 32-bit limit", (long long)K, (long long)N);
+      return;
+    }
+    snprintf(call, sizeof call, "ffn::matmul_at<%s, %s, %s>((const %s *)args.p[0], (const %s *)args.p[1], (%s *)args.p[2], "
+             "args.m, %lld, %lld)", tx, gen_ctype(n->args[1]->dtype), to, tx, gen_ctype(n->args[1]->dtype), to,
+             (long long)K, (long long)N);
+    snprintf(what, sizeof what, "matmul_at: [M, %lld]^T [M, %lld] -> [%lld, %lld], summed over M", (long long)K,
+             (long long)N, (long long)K, (long long)N);
+    break;
+  }
+  case OP_SUM_TO: { /* summed: x's leading dims, and the result's dims whose bit is set */
+    int lead = xs->rank - (int)n->ival[0], p = 0, q = xs->rank;
+    bool summed[FFN_MAX_RANK];
+    for (int d = 0; d < xs->rank; d++)
+      summed[d] = d < lead || (n->ival[1] >> (d - lead) & 1);
+    while (p < xs->rank && summed[p])
+      p++; /* [0, p): a prefix summed */
+    while (q > 0 && summed[q - 1])
+      q--; /* [q, rank): a suffix summed */
+    bool cols = q == xs->rank && p > 0, rowsum = p == 0 && q < xs->rank && q > 0;
+    for (int d = p; cols && d < xs->rank; d++)
+      cols = !summed[d];
+    for (int d = 0; rowsum && d < q; d++)
+      rowsum = !summed[d];
+    if (cols && static_dims(xs, p, xs->rank, &C)) { /* x [rows, C] -> [C]: over the rows (tokens) */
+      rows.rank = p + 1;
+      snprintf(call, sizeof call, "ffn::sum_rows<%s, %s, %d>((const %s *)args.p[0], (%s *)args.p[1], args.m, %lldLL)", tx,
+               to, threads, tx, to, (long long)C);
+      snprintf(what, sizeof what, "sum_to: [M, %lld] -> [%lld], summed over M", (long long)C, (long long)C);
+      break;
+    }
+    if (rowsum && static_dims(xs, q, xs->rank, &C)) { /* x [rows, C] -> [rows]: along each row */
+      rows.rank = q + 1;
+      threads = C >= 256 ? 256 : C >= 128 ? 128 : C >= 64 ? 64 : 32;
+      snprintf(call, sizeof call, "ffn::sum_cols<%s, %s>((const %s *)args.p[0], (%s *)args.p[1], args.m, %lldLL)", tx, to,
+               tx, to, (long long)C);
+      snprintf(what, sizeof what, "sum_to: [M, %lld] -> [M], summed along the rows", (long long)C);
+      break;
+    }
+    fail(G, n, "sum_to of a rank-%d value to rank %lld (dims 0x%llx) is not supported by the GPU code generator yet: "
+               "only sums over leading or over trailing static dims", xs->rank, (long long)n->ival[0],
+         (unsigned long long)n->ival[1]);
+    return;
+  }
+  case OP_TRANSPOSE:
+    if (xs->rank != 2 || !static_dims(xs, 1, 2, &C)) {
+      fail(G, n, "a transpose computed at run time of a rank-%d value or with a dynamic last dim is not supported by "
+                 "the GPU code generator yet", xs->rank);
+      return;
+    }
+    snprintf(call, sizeof call, "ffn::transpose<%s>((const %s *)args.p[0], (%s *)args.p[1], args.m, %lldLL)", tx, tx, tx,
+             (long long)C);
+    snprintf(what, sizeof what, "transpose: [M, %lld] -> [%lld, M]", (long long)C, (long long)C);
+    break;
+  default:
+    fail(G, n, "internal error: %s reached the single-op generator", opname);
+    return;
+  }
+  if (n->op == OP_TRANSPOSE && x->dtype != n->dtype) {
+    fail(G, n, "internal error: a transpose that changes the element type");
+    return;
+  }
+  Kgen k = {.G = G, .gr = gr, .full = gr->shape, .f8_stats = -1};
+  for (int i = 0; i < n->nargs; i++)
+    if ((k.slot_tensor[k.nslots++] = gen_tensor_for(G, n->args[i])) < 0)
+      return;
+  if ((k.slot_tensor[k.nslots++] = gen_tensor_for(G, n)) < 0)
+    return;
+  Buf body = {0};
+  buf_printf(&body, "extern \"C\" __global__ void __launch_bounds__(%d) @(const __grid_constant__ ffn::KArgs args) {\n"
+             "  %s;\n}\n", threads, call);
+  int kernel = rowwise_kernel(G, body.s, C ? C : N, threads, n->op, what);
+  add_step(G, kernel, &k, &rows);
+  buf_free(&body);
+}
+
 /* ---- the whole program ---- */
 
 static int plan_outputs(Gen *G) {
@@ -602,6 +720,8 @@ int codegen_cuda(Compile *c, Plan **out) {
       lower_gemm(&G, c->groups[i]);
     else if (c->groups[i]->kind == GK_ALLREDUCE)
       lower_allreduce(&G, c->groups[i]);
+    else if (c->groups[i]->kind == GK_SINGLE)
+      lower_single(&G, c->groups[i]);
     else
       lower_rowwise(&G, c->groups[i]);
   }

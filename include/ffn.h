@@ -88,6 +88,11 @@ FFN_API ffn_status ffn_options_add_ffn_fusion(ffn_options *o, int first, int las
  * ranks = 1: the whole program (the default). Running such a program on the GPU needs NCCL
  * and is not implemented yet: ffn_model_create refuses it (FFN_ERR_UNSUPPORTED). */
 FFN_API ffn_status ffn_options_set_tensor_parallel(ffn_options *o, int ranks, int rank);
+/* on != 0: compile the program's backward graph instead of the program (training). Its inputs
+ * are the program's, then "grad.OUT" for each output OUT (dL/dOUT, OUT's shape and type); its
+ * outputs "grad.NAME" (f32, NAME's shape) for every input and weight, in declaration order.
+ * Not with tensor parallel (an all-reduce has no backward rule yet). */
+FFN_API ffn_status ffn_options_set_grad(ffn_options *o, int on);
 /* 0: no fusion (one kernel per op, for debugging); 1..3: full (default 3). */
 FFN_API ffn_status ffn_options_set_opt_level(ffn_options *o, int level);
 

@@ -11,7 +11,9 @@
  *     for a GEMM, statistics of the rows of its own A operand;
  *   - anything else joins the newest rowwise group of its shape (independent elementwise ops
  *     over the same rows share one kernel) or starts one (norms, elementwise chains, slices
- *     of tensors in memory).
+ *     and concatenations along the last dim of tensors in memory);
+ *   - the sums over tokens of backward graphs (matmul_at, sum_to) and transposes computed at
+ *     run time are a kernel each (GK_SINGLE), reading their operands from memory.
  * Statistics, and values computed only from statistics and constants (the mean * colsum
  * term of a folded layernorm), are "floating": they have no producer to join, so they are
  * placed by their first user, into the user's kernel when it can compute them there.
@@ -126,10 +128,23 @@ static bool readable(Fuser *f, Group *g, Node *o) {
   return bc != BC_NONE;
 }
 
+/* A concatenation along the last dim that a rowwise kernel of g can read: its operands are in
+ * memory (earlier kernels' results, constants). */
+static bool concat_readable(const Group *g, const Node *n) {
+  if (n->ival[0] != n->shape.rank - 1 || !shape_eq(&n->shape, &g->shape))
+    return false;
+  for (int i = 0; i < n->nargs; i++) {
+    const Node *o = n->args[i];
+    if (o->op == OP_SCALAR || floating(o) || (!ir_is_const(o) && (o->group == g->id || o->group > g->id)))
+      return false;
+  }
+  return true;
+}
+
 static bool can_join(Fuser *f, Group *g, Node *n) {
   Shape rs = row_shape(&g->shape);
   bool stat = is_stat(n->op), norm = is_norm(n->op);
-  if (g->kind == GK_ALLREDUCE)
+  if (g->kind == GK_ALLREDUCE || g->kind == GK_SINGLE)
     return false;
   if (n->op == OP_SLICE) {
     /* a rowwise kernel reads a slice of a tensor in memory at a column offset */
@@ -137,6 +152,8 @@ static bool can_join(Fuser *f, Group *g, Node *n) {
     return g->kind == GK_ROWWISE && shape_eq(&n->shape, &g->shape) && !ir_is_const(o) && !floating(o) &&
            o->group != g->id && o->group <= g->id;
   }
+  if (n->op == OP_CONCAT) /* the same, each operand at its column offset */
+    return g->kind == GK_ROWWISE && concat_readable(g, n);
   if (!is_elementwise(n) && !stat && !norm)
     return false;
   if (stat || norm) {
@@ -203,6 +220,17 @@ static int unsupported(Compile *c, Node *n, const char *what) {
   return -1;
 }
 
+/* A backward product reads a 16-bit weight with f32 gradients as A: B, a constant, is widened to
+ * f32 once at load time (exact), so the product runs in f32 like A. Not for fp8 products, which
+ * quantize B from its values (or use a checkpoint's stored codes) whatever its type. */
+static Node *widened_b(Compile *c, Group *g) {
+  DType mm = c->g->prec.type[PREC_MATMUL];
+  if (g->a->dtype != DT_F32 || g->b_nk->dtype == DT_F32 || !dtype_is_float(g->b_nk->dtype) || mm == DT_F8E4M3 ||
+      mm == DT_F8E5M2)
+    return g->b_nk;
+  return pass_new(c, OP_CAST, DT_F32, &g->b_nk, 1, NULL);
+}
+
 static int gemm_group(Fuser *f, Node *mm) {
   Compile *c = f->c;
   if (!ir_is_const(mm->args[1]))
@@ -213,6 +241,7 @@ static int gemm_group(Fuser *f, Node *mm) {
   g->mm = mm;
   g->a = mm->args[0];
   g->b_nk = matmul_b_nk(c, mm);
+  g->b_nk = widened_b(c, g);
   g->streams = two ? 2 : 1;
   add(f, g, mm);
   if (two) {
@@ -248,6 +277,17 @@ static void find_stores(Fuser *f) {
 
 static int rowwise_group(Fuser *f, Node *n);
 
+static bool is_single(Op op) { return op == OP_MATMUL_AT || op == OP_SUM_TO || op == OP_TRANSPOSE; }
+
+/* A kernel of its own for n; operands that no kernel computes yet (floating) get one first. */
+static int single_group(Fuser *f, Node *n) {
+  for (int i = 0; i < n->nargs; i++)
+    if (floating(n->args[i]) && rowwise_group(f, n->args[i]) != 0)
+      return -1;
+  add(f, new_group(f, GK_SINGLE, n->shape), n);
+  return 0;
+}
+
 /* Before a group of element shape `shape` is created for n: floating operands that such a
  * group could not compute get kernels of their own first (so they run before it). */
 static int place_floating_operands(Fuser *f, Node *n, const Shape *shape) {
@@ -269,8 +309,13 @@ static int place_floating_operands(Fuser *f, Node *n, const Shape *shape) {
 static int rowwise_group(Fuser *f, Node *n) {
   Compile *c = f->c;
   Shape shape = is_stat(n->op) || is_norm(n->op) ? n->args[0]->shape : n->shape;
-  if (n->op == OP_TRANSPOSE)
-    return unsupported(c, n, "transposing a value computed at run time");
+  if (!is_elementwise(n) && !is_stat(n->op) && !is_norm(n->op) && n->op != OP_SLICE && n->op != OP_CONCAT) {
+    char what[96];
+    snprintf(what, sizeof what, "computing %s at run time", op_info[n->op].name);
+    return unsupported(c, n, what);
+  }
+  if (n->op == OP_CONCAT && n->ival[0] != n->shape.rank - 1)
+    return unsupported(c, n, "a concatenation computed at run time along another dim than the last");
   if (shape.rank == 0)
     return unsupported(c, n, "a run-time value of rank 0");
   if (place_floating_operands(f, n, &shape) != 0)
@@ -278,6 +323,10 @@ static int rowwise_group(Fuser *f, Node *n) {
   Group *g = new_group(f, GK_ROWWISE, shape);
   if (n->op == OP_SLICE) {
     add(f, g, n); /* reads its operand (in memory) at a column offset */
+    return 0;
+  }
+  if (n->op == OP_CONCAT && concat_readable(g, n)) {
+    add(f, g, n); /* reads each operand (in memory) at its column offset */
     return 0;
   }
   if (!can_join(f, g, n))
@@ -321,6 +370,10 @@ int pass_fuse(Compile *c) {
         continue;
       if (n->op == OP_ALLREDUCE) { /* a collective between kernels, never inside one */
         add(&f, new_group(&f, GK_ALLREDUCE, n->shape), n);
+        continue;
+      }
+      if (is_single(n->op)) {
+        rc = single_group(&f, n);
         continue;
       }
       if (n->op == OP_MATMUL) {

@@ -146,8 +146,8 @@ static int backprop(Grad *G, Node *n, Node *dy) {
     if (db)
       accumulate(G, b, new2(G, OP_MATMUL_AT, a, dy));
     return 0;
-  case OP_TRANSPOSE:
-    accumulate(G, a, new1(G, OP_TRANSPOSE, dy));
+  case OP_TRANSPOSE: /* a weight read as w^T: (x^T dy)^T = dy^T x, summed in w's own layout */
+    accumulate(G, a, dy->op == OP_MATMUL_AT ? new2(G, OP_MATMUL_AT, dy->args[1], dy->args[0]) : new1(G, OP_TRANSPOSE, dy));
     return 0;
   case OP_RMSNORM:
   case OP_LAYERNORM:

@@ -26,8 +26,11 @@
 
 #include "../frontend/frontend.h"
 
-/* GK_ALLREDUCE: one ALLREDUCE node, no kernel (a launch-plan step of its own) */
-typedef enum { GK_GEMM, GK_ROWWISE, GK_ALLREDUCE } GroupKind;
+/* GK_ALLREDUCE: one ALLREDUCE node, no kernel (a launch-plan step of its own)
+ * GK_SINGLE: one node alone in a kernel of its own, its operands in memory: the sums over tokens
+ *            and the moves of backward graphs (matmul_at, sum_to, a transpose computed at run
+ *            time; kernels/grad.cuh) */
+typedef enum { GK_GEMM, GK_ROWWISE, GK_ALLREDUCE, GK_SINGLE } GroupKind;
 
 /* A kernel group: the nodes one kernel computes. */
 typedef struct {

@@ -57,6 +57,7 @@ struct ffn_options {
   FuseRequest fuse[16];
   int nfuse;
   int tp, tp_rank;
+  bool grad; /* the backward graph */
   ffn_progress_fn progress;
   void *progress_user;
 };
@@ -115,6 +116,12 @@ ffn_status ffn_options_set_tensor_parallel(ffn_options *o, int ranks, int rank) 
   return FFN_OK;
 }
 
+ffn_status ffn_options_set_grad(ffn_options *o, int on) {
+  ARG(o, "NULL argument");
+  o->grad = on != 0;
+  return FFN_OK;
+}
+
 ffn_status ffn_options_set_opt_level(ffn_options *o, int level) {
   ARG(o && level >= 0 && level <= 3, "level must be 0..3");
   o->opt_level = level;
@@ -145,6 +152,7 @@ ffn_status ffn_program_compile(const char *source, size_t len, const char *filen
     o.prec = opt->prec, o.nprec = opt->nprec;
     o.fuse = opt->fuse, o.nfuse = opt->nfuse;
     o.tp = opt->tp, o.tp_rank = opt->tp_rank;
+    o.grad = opt->grad;
   }
   Diags d;
   diags_init(&d);

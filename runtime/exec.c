@@ -576,8 +576,11 @@ ffn_status exec_step(ExecRun *run, int s) {
   }
   const PlanKernel *k = &p->kernels[ps->kernel];
   LaunchChoice c = run->choice[s];
-  if (c.m <= 0)
-    return FFN_OK; /* zero tokens: nothing to do */
+  /* zero tokens: nothing to do, but for a sum over the tokens (a weight or bias gradient of a
+   * backward graph, kernels/grad.cuh), which is zero: one block writes it */
+  bool sum_over_rows = k->op == OP_MATMUL_AT || k->op == OP_SUM_TO;
+  if (c.m <= 0 && !sum_over_rows)
+    return FFN_OK;
   KArgs args = {.m = c.m, .splits = c.splits, .ws = (float *)run->ws, .counters = (unsigned *)run->counters,
                 .rowstats = (const float *)run->rowstats};
   for (int j = 0; j < ps->nargs; j++)
@@ -596,7 +599,7 @@ ffn_status exec_step(ExecRun *run, int s) {
   if (k->kind == KK_GEMM)
     ffn_gemm_launch_grid(&c.v->cfg, (int)c.m, (int)k->n, k->streams, c.splits, m->sms, grid);
   else
-    grid[0] = (unsigned)(c.m < (int64_t)m->sms * 16 ? c.m : (int64_t)m->sms * 16);
+    grid[0] = (unsigned)(c.m < 1 ? 1 : c.m < (int64_t)m->sms * 16 ? c.m : (int64_t)m->sms * 16);
   CUfunction f = m->funcs[m->func_base[ps->kernel] + (int)(c.v - k->variants)];
   void *params[] = {&args};
   r = m->cu->cuLaunchKernel(f, grid[0], grid[1], grid[2], (unsigned)c.v->threads, 1, 1, (unsigned)c.v->smem, run->stream,

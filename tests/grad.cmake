@@ -1,12 +1,47 @@
 # Backward graphs (passes/grad.c): gradients against finite differences on the CPU reference,
-# the golden backward IR of one model, and the clean refusal of GPU code for it.
+# the golden backward IR of one model, and the launch plans of two (the sums over tokens and the
+# concatenation of chunk gradients: kernels/grad.cuh).
 ffn_c_test(grad_fd_test SOURCES ${FFNC_TEST_DIR}/grad/grad_fd_test.c LABELS grad)
 ffn_golden_test(grad_ir_gpt2_tiny EXPECT ${FFNC_TEST_DIR}/grad/gpt2_tiny.grad.ir WORKDIR ${PROJECT_SOURCE_DIR}
                 COMMAND $<TARGET_FILE:ffnc> build examples/gpt2_tiny.ffn --grad --emit ir -o -)
-ffn_golden_test(grad_no_gpu EXPECT ${FFNC_TEST_DIR}/grad/no_gpu.out WORKDIR ${PROJECT_SOURCE_DIR}
-                COMMAND $<TARGET_FILE:ffnc> build examples/gpt2_tiny.ffn --grad --emit cuda -o -)
+foreach(model llama3_tiny phi3_tiny)
+  ffn_golden_test(grad_plan_${model} EXPECT ${FFNC_TEST_DIR}/grad/${model}.grad.plan WORKDIR ${PROJECT_SOURCE_DIR}
+                  COMMAND $<TARGET_FILE:ffnc> build examples/${model}.ffn --grad --emit plan --arch sm_90 -o -)
+endforeach()
 ffn_golden_test(grad_no_rule EXPECT ${FFNC_TEST_DIR}/grad/no_rule.out WORKDIR ${PROJECT_SOURCE_DIR}
                 COMMAND $<TARGET_FILE:ffnc> build examples/llama3_tiny.ffn --grad --tp 2 --tp-rank 0 --emit ir -o -)
 add_test(NAME grad_cli COMMAND sh ${FFNC_TEST_DIR}/grad/cli_grad_test.sh $<TARGET_FILE:ffnc>
          ${PROJECT_SOURCE_DIR}/examples/llama3_tiny.ffn)
 set_tests_properties(grad_cli PROPERTIES LABELS grad)
+
+# NVRTC compiles the backward graphs of the Llama, GPT and Phi-3 examples and of the fused test
+# models (rowsum and concatenated weights) for sm_80 and sm_90, as the JIT does (no GPU needed).
+set(GRAD_MODELS examples/llama3_tiny examples/llama3_8b examples/gpt2_tiny examples/gpt2 examples/phi3_tiny
+    tests/gpu/models/fused_llama tests/gpu/models/fused_gpt)
+foreach(model ${GRAD_MODELS})
+  get_filename_component(base ${model} NAME)
+  foreach(arch sm_80 sm_90)
+    add_test(NAME nvrtc_grad_${base}_${arch}
+      COMMAND ffnc build ${PROJECT_SOURCE_DIR}/${model}.ffn --grad --arch ${arch}
+              -o ${CMAKE_CURRENT_BINARY_DIR}/${base}_grad_${arch}.ffnx)
+    set_tests_properties(nvrtc_grad_${base}_${arch} PROPERTIES LABELS "nvrtc;grad"
+      ENVIRONMENT "FFNC_CACHE_DIR=${PROJECT_BINARY_DIR}/test-kernel-cache")
+  endforeach()
+endforeach()
+
+# On the GPU: each backward graph against the CPU reference (every gradient; the seed printed;
+# outputs poisoned with NaN first), at 1, 7, 64 and 1000 tokens. Skipped (77) without a GPU.
+foreach(model examples/llama3_tiny examples/gpt2_tiny examples/phi3_tiny tests/gpu/models/fused_llama
+        tests/gpu/models/fused_gpt tests/gpu/models/gpt_bf16 tests/gpu/models/layernorm_f32
+        tests/gpu/models/rowwise_ops tests/gpu/models/swiglu_f16 tests/gpu/models/geglu_oddk_bf16)
+  get_filename_component(base ${model} NAME)
+  add_test(NAME gpu_grad_${base} COMMAND gpu_model_test ${model}.ffn --grad)
+  set_tests_properties(gpu_grad_${base} PROPERTIES LABELS "gpu;grad" SKIP_RETURN_CODE 77
+    ENVIRONMENT "${FFNC_GPU_ENV};FFNC_TEST_TOKENS=1,7,64,1000")
+endforeach()
+add_test(NAME gpu_grad_llama3_tiny_aot COMMAND gpu_model_test examples/llama3_tiny.ffn --grad --aot)
+set_tests_properties(gpu_grad_llama3_tiny_aot PROPERTIES LABELS "gpu;grad" SKIP_RETURN_CODE 77
+  ENVIRONMENT "${FFNC_GPU_ENV};FFNC_TEST_TOKENS=1,7,64,1000")
+add_test(NAME gpu_grad_llama3_tiny_O0 COMMAND gpu_model_test examples/llama3_tiny.ffn --grad -O0)
+set_tests_properties(gpu_grad_llama3_tiny_O0 PROPERTIES LABELS "gpu;grad" SKIP_RETURN_CODE 77
+  ENVIRONMENT "${FFNC_GPU_ENV};FFNC_TEST_TOKENS=1,7,64,1000")

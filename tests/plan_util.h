@@ -8,9 +8,9 @@
 
 #include "codegen/driver.h"
 
-/* A model of the source tree (FFNC_SOURCE_DIR/rel) compiled for sm_<sm> at -O<opt_level>: its plan,
- * and its optimized graph in *graph when graph is not NULL. Exits on any error. */
-static inline Plan *compile_plan_ex(const char *rel, int sm, int opt_level, Graph **graph) {
+/* A model of the source tree (FFNC_SOURCE_DIR/rel) compiled with options o: its plan, and its
+ * optimized graph in *graph when graph is not NULL. Exits on any error. */
+static inline Plan *compile_plan_opts(const char *rel, const DriverOptions *o, Graph **graph) {
   char path[4096], *text, err[512];
   size_t len;
   snprintf(path, sizeof path, "%s/%s", getenv("FFNC_SOURCE_DIR") ? getenv("FFNC_SOURCE_DIR") : ".", rel);
@@ -20,15 +20,20 @@ static inline Plan *compile_plan_ex(const char *rel, int sm, int opt_level, Grap
   }
   Diags d;
   diags_init(&d);
-  DriverOptions o = {.sm = sm, .opt_level = opt_level};
   Plan *p = NULL;
-  if (driver_compile(text, len, path, &o, &d, &p, graph) != 0) {
+  if (driver_compile(text, len, path, o, &d, &p, graph) != 0) {
     fprintf(stderr, "%s", d.text);
     exit(1);
   }
   diags_free(&d);
   free(text);
   return p;
+}
+
+/* For sm_<sm> at -O<opt_level>. */
+static inline Plan *compile_plan_ex(const char *rel, int sm, int opt_level, Graph **graph) {
+  DriverOptions o = {.sm = sm, .opt_level = opt_level};
+  return compile_plan_opts(rel, &o, graph);
 }
 
 /* The same for sm_90 at -O3, the plan only. */

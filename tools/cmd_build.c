@@ -68,6 +68,8 @@ ffn_status cli_options(const CompileArgs *ca, ffn_options **out) {
     s = ffn_options_add_ffn_fusion(o, ca->fuse[i].first, ca->fuse[i].last);
   if (s == FFN_OK && ca->tp > 1)
     s = ffn_options_set_tensor_parallel(o, ca->tp, ca->tp_rank);
+  if (s == FFN_OK && ca->grad)
+    s = ffn_options_set_grad(o, 1);
   static Report verbose = {.verbose = true}, terminal = {.terminal = true}, both = {true, true};
   bool tty = isatty(STDERR_FILENO);
   if (s == FFN_OK && (ca->verbose || tty))
@@ -209,8 +211,9 @@ static const char usage[] =
     "--tp N --tp-rank R: rank R's share of the program over N tensor-parallel ranks (each FFN sublayer's\n"
     "hidden columns split N ways, one all-reduce per sublayer; --emit plan shows the allreduce steps).\n"
     "PASS is one of frontend ffn_fusion tp canon normfold gateup fuse precision all.\n"
-    "--grad: the backward graph instead (inputs grad.OUTPUT, outputs grad.INPUT and grad.WEIGHT); only\n"
-    "--emit ir for now (unoptimized): the GPU code generator does not compile backward graphs yet.\n";
+    "--grad: the backward graph instead (inputs: the program's and grad.OUTPUT; outputs: grad.INPUT and\n"
+    "grad.WEIGHT, f32), compiled like a program; --emit ir prints it before any optimization (the passes'\n"
+    "output with --dump-ir-after=PASS).\n";
 
 enum { O_OUT, O_EMIT, O_GRAD };
 
@@ -271,7 +274,7 @@ int cmd_build(int argc, char **argv) {
     cli_error("%s", err);
     return EXIT_USAGE;
   }
-  if (!emit && !ca.grad)
+  if (!emit)
     return build_aot(&ca, out);
   char *text;
   size_t len;

@@ -69,9 +69,9 @@ static const char usage[] =
     "their `output` names; dynamic dims are bound from the input shapes. --device cpu runs the reference\n"
     "interpreter and needs no GPU; the default is gpu where one is present, else cpu. -v: what NVRTC compiled\n"
     "and how long it took, on stderr. --tp N (--device cpu): the program sharded over N tensor-parallel ranks,\n"
-    "all run by the interpreter in lockstep (the GPU needs NCCL: not yet). --grad (--device cpu): the\n"
-    "backward graph instead: its inputs are the program's and grad.OUTPUT for each output (`ffnc gen\n"
-    "--grad` writes random ones), its outputs grad.INPUT and grad.WEIGHT (f32).\n";
+    "all run by the interpreter in lockstep (the GPU needs NCCL: not yet). --grad: the backward graph\n"
+    "instead, on the GPU or the CPU reference: its inputs are the program's and grad.OUTPUT for each output\n"
+    "(`ffnc gen --grad` writes random ones), its outputs grad.INPUT and grad.WEIGHT (f32).\n";
 
 enum { O_WEIGHTS, O_INPUT, O_OUTPUT, O_DEVICE, O_GRAD };
 
@@ -126,11 +126,7 @@ int cmd_run(int argc, char **argv) {
     cli_error("run: tensor parallel on the GPU: not yet (NCCL); --device cpu simulates the %d ranks", ca.tp);
     return EXIT_USER;
   }
-  if (ca.grad && device && strcmp(device, "gpu") == 0) {
-    cli_error("run: backward on the GPU: not yet; --device cpu runs the backward graph on the reference");
-    return EXIT_USER;
-  }
-  if (ca.tp > 1 || ca.grad)
+  if (ca.tp > 1)
     device = "cpu";
   int status, nranks = ca.tp > 1 ? ca.tp : 1;
   Graph **ranks = calloc((size_t)nranks, sizeof *ranks);

@@ -82,8 +82,8 @@ def device_count():
     return _lib_handle.ffn_device_count(why, len(why))
 
 
-def _options(arch, precision, ffn_fusion, opt_level):
-    if arch is None and not precision and not ffn_fusion and opt_level is None:
+def _options(arch, precision, ffn_fusion, opt_level, grad):
+    if arch is None and not precision and not ffn_fusion and opt_level is None and not grad:
         return None
     opt = ctypes.c_void_p()
     _check(_lib_handle.ffn_options_create(ctypes.byref(opt)))
@@ -96,14 +96,16 @@ def _options(arch, precision, ffn_fusion, opt_level):
             _check(_lib_handle.ffn_options_add_ffn_fusion(opt, first, last))
         if opt_level is not None:
             _check(_lib_handle.ffn_options_set_opt_level(opt, opt_level))
+        if grad:
+            _check(_lib_handle.ffn_options_set_grad(opt, 1))
     except FFNCError:
         _lib_handle.ffn_options_destroy(opt)
         raise
     return opt
 
 
-def _compile(call, arch, precision, ffn_fusion, opt_level):
-    opt = _options(arch, precision, ffn_fusion, opt_level)
+def _compile(call, arch, precision, ffn_fusion, opt_level, grad):
+    opt = _options(arch, precision, ffn_fusion, opt_level, grad)
     handle = ctypes.c_void_p()
     try:
         _check(call(opt, ctypes.byref(handle)))
@@ -113,19 +115,20 @@ def _compile(call, arch, precision, ffn_fusion, opt_level):
     return Program(handle)
 
 
-def compile(source, filename="<string>", *, arch=None, precision=None, ffn_fusion=None, opt_level=None):
+def compile(source, filename="<string>", *, arch=None, precision=None, ffn_fusion=None, opt_level=None, grad=False):
     """Compile .ffn source text (NVRTC, through the kernel cache). arch: "sm_90"...; precision:
-    {"weights": "f8e4m3"...}; ffn_fusion: [(first, last)...]; opt_level: 0..3.
-    Raises CompileError with the diagnostics."""
+    {"weights": "f8e4m3"...}; ffn_fusion: [(first, last)...]; opt_level: 0..3; grad: the backward
+    graph instead (inputs: the program's, then "grad.OUT" per output; outputs: "grad.NAME", f32,
+    per input and weight). Raises CompileError with the diagnostics."""
     data = source.encode()
     return _compile(lambda opt, out: _lib_handle.ffn_program_compile(data, len(data), filename.encode(), opt, out),
-                    arch, precision, ffn_fusion, opt_level)
+                    arch, precision, ffn_fusion, opt_level, grad)
 
 
-def compile_file(path, *, arch=None, precision=None, ffn_fusion=None, opt_level=None):
+def compile_file(path, *, arch=None, precision=None, ffn_fusion=None, opt_level=None, grad=False):
     """Compile a .ffn file; see compile()."""
     return _compile(lambda opt, out: _lib_handle.ffn_program_compile_file(str(path).encode(), opt, out),
-                    arch, precision, ffn_fusion, opt_level)
+                    arch, precision, ffn_fusion, opt_level, grad)
 
 
 def load(path):

@@ -77,6 +77,7 @@ def _declare(lib):
         "ffn_options_set_precision": (S, [P, C, C]),
         "ffn_options_add_ffn_fusion": (S, [P, I, I]),
         "ffn_options_set_opt_level": (S, [P, I]),
+        "ffn_options_set_grad": (S, [P, I]),
         "ffn_program_compile": (S, [C, ctypes.c_size_t, C, P, PP]),
         "ffn_program_compile_file": (S, [C, P, PP]),
         "ffn_program_save": (S, [P, C]),

@@ -66,6 +66,15 @@ class Api(unittest.TestCase):
         self.assertEqual(prog.inputs[0]["dims"][0], "T")
         self.assertIn("model.layers.0.mlp.gate_proj.weight", prog.weights)
 
+    def test_backward_graph_interface(self):
+        prog = ffnc.compile_file(TINY, arch="sm_90", grad=True)
+        self.assertEqual([i["name"] for i in prog.inputs], ["x", "grad.x"])
+        names = [o["name"] for o in prog.outputs]
+        self.assertEqual(names[0], "grad.x")
+        self.assertIn("grad.model.layers.3.mlp.down_proj.weight", names)
+        self.assertEqual(len(names), 1 + 4 * 4)  # x and four weights in each of four layers
+        self.assertTrue(all(o["dtype"] == "float32" for o in prog.outputs))
+
     def test_bad_option_is_an_error(self):
         with self.assertRaises(ffnc.FFNCError):
             ffnc.compile_file(TINY, precision={"nonsense": "f32"})

@@ -47,7 +47,26 @@ static void expect(const char *good, const char *path, const char *value, const 
 #define EXPECT(path, value, want) expect(good, path, value, want, false, __LINE__)
 #define EXPECT_PREFIX(path, value, want) expect(good, path, value, want, true, __LINE__)
 
+/* The plans of backward graphs (their kernels of kernels/grad.cuh) read back as written. */
+static void backward_round_trip(const char *rel) {
+  DriverOptions o = {.sm = 90, .opt_level = 3, .grad = true};
+  Plan *plan = compile_plan_opts(rel, &o, NULL);
+  char *text = plan_to_json(plan), err[1024];
+  Plan *back = plan_from_json(text, err, sizeof err);
+  CHECK(back, "%s: the backward graph's plan is refused: %s", rel, err);
+  if (back) {
+    char *again = plan_to_json(back);
+    CHECK(strcmp(again, text) == 0, "%s: the backward graph's plan changes in a round trip", rel);
+    free(again);
+  }
+  plan_destroy(back);
+  plan_destroy(plan);
+  free(text);
+}
+
 int main(void) {
+  backward_round_trip("examples/llama3_tiny.ffn");
+  backward_round_trip("tests/gpu/models/fused_llama.ffn");
   Plan *plan = compile_plan("examples/llama3_tiny.ffn");
   char *good = plan_to_json(plan), err[1024];
   CHECK(plan->nprep > 0 && plan->nsteps > 0 && plan->nkernels > 0, "the example needs prep steps and launches");

@@ -1,13 +1,15 @@
 /* gpu_model_test.c: one model on the GPU against the CPU reference.
  *
- *   gpu_model_test MODEL.ffn [-O0..-O3] [--aot]
+ *   gpu_model_test MODEL.ffn [-O0..-O3] [--aot] [--grad]
  *
  * Compiles MODEL once (JIT through NVRTC), binds random weights, then for every token count
  * (1, 7, 64, 1000, 4096: edges that are not multiples of the tiles) runs fresh random
  * inputs and compares each output with the reference interpreter, with the tolerance of
  * its element type (gpu_util.h). With --aot the program also goes through
- * ffn_program_save / ffn_program_load and runs again from the loaded copy. Exits 77 (skip)
- * where there is no GPU.
+ * ffn_program_save / ffn_program_load and runs again from the loaded copy. With --grad the
+ * model is its backward graph (passes/grad.c; ffn_options_set_grad): random grad.OUTPUT inputs,
+ * every gradient compared with the reference's, with the tolerances of gradients (gpu_util.h:
+ * tolerance_grad). Exits 77 (skip) where there is no GPU.
  */
 #include "gpu/gpu_util.h"
 
@@ -16,16 +18,18 @@
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: gpu_model_test MODEL.ffn [-O0..-O3] [--aot]\n");
+    fprintf(stderr, "usage: gpu_model_test MODEL.ffn [-O0..-O3] [--aot] [--grad]\n");
     return 2;
   }
   int opt = 3;
-  bool aot = false;
+  bool aot = false, grad = false;
   for (int i = 2; i < argc; i++) {
     if (argv[i][0] == '-' && argv[i][1] == 'O')
       opt = argv[i][2] - '0';
     else if (strcmp(argv[i], "--aot") == 0)
       aot = true;
+    else if (strcmp(argv[i], "--grad") == 0)
+      grad = true;
   }
   require_gpu();
   char *path = source_path(argv[1]), *text, err[512];
@@ -36,7 +40,7 @@ int main(int argc, char **argv) {
   }
   Diags d;
   diags_init(&d);
-  DriverOptions dopt = {.sm = 90, .opt_level = opt};
+  DriverOptions dopt = {.sm = 90, .opt_level = opt, .grad = grad};
   Graph *g = driver_model_graph(text, len, path, &dopt, &d), *gp = NULL;
   if (!g || driver_compile(text, len, path, &dopt, &d, NULL, &gp) != 0) {
     printf("FAIL: %s", d.text);
@@ -45,12 +49,13 @@ int main(int argc, char **argv) {
   ffn_options *o;
   ffn_options_create(&o);
   ffn_options_set_opt_level(o, opt);
+  ffn_options_set_grad(o, grad);
   ffn_program *prog;
   if (ffn_program_compile(text, len, path, o, &prog) != FFN_OK) {
     printf("FAIL: compile: %s\n", ffn_last_error());
     return 1;
   }
-  printf("%s -O%d: %d kernels\n", argv[1], opt, ffn_program_num_kernels(prog));
+  printf("%s%s -O%d: %d kernels\n", argv[1], grad ? " (backward graph)" : "", opt, ffn_program_num_kernels(prog));
   if (aot) {
     char tmp[] = "/tmp/ffnc-aot-XXXXXX";
     int fd = mkstemp(tmp);

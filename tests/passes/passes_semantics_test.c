@@ -1,6 +1,6 @@
 /* passes_semantics_test.c: the optimized IR computes what the source says.
  *
- *   passes_semantics_test MODEL.ffn
+ *   passes_semantics_test MODEL.ffn [--grad]
  *
  * Runs the CPU reference on the model's graph (the front end's, with any requested FFN
  * Fusion applied: that changes the function) and on the graph after every pass
@@ -8,7 +8,8 @@
  * weights and fresh random inputs, and compares the outputs with the tolerance of their
  * element type. The passes round differently (a gain rounded into a weight instead of into
  * the activations; values inside a kernel kept in f32), so results agree to about an ulp of
- * the storage type, not bit for bit. Needs no GPU.
+ * the storage type, not bit for bit. With --grad, the same for the model's backward graph (the
+ * one the GPU runs for ffnc run --grad: passes/grad.c, then the pipeline). Needs no GPU.
  */
 #include "gpu/gpu_util.h"
 
@@ -34,8 +35,8 @@ static int compare(const char *label, const RefTensor *a, const RefTensor *b, co
 }
 
 int main(int argc, char **argv) {
-  if (argc < 2) {
-    fprintf(stderr, "usage: passes_semantics_test MODEL.ffn\n");
+  if (argc < 2 || (argc > 2 && strcmp(argv[2], "--grad") != 0)) {
+    fprintf(stderr, "usage: passes_semantics_test MODEL.ffn [--grad]\n");
     return 2;
   }
   char *path = source_path(argv[1]), *text, err[512];
@@ -46,7 +47,7 @@ int main(int argc, char **argv) {
   }
   Diags d;
   diags_init(&d);
-  DriverOptions o = {.sm = 90, .opt_level = 3};
+  DriverOptions o = {.sm = 90, .opt_level = 3, .grad = argc > 2};
   Graph *g0 = driver_model_graph(text, len, path, &o, &d), *g1 = NULL;
   if (!g0 || driver_compile(text, len, path, &o, &d, NULL, &g1) != 0) {
     printf("FAIL: %s", d.text ? d.text : "compile failed\n");
