@@ -444,11 +444,6 @@ static ffn_status load_module(ffn_model *m) {
 ffn_status ffn_model_create(const ffn_program *prog, int device, ffn_model **out) {
   ARG(prog && out, "NULL argument");
   *out = NULL;
-  /* a rank's share alone is not the model: never run it without the other ranks */
-  for (int i = 0; i < prog->plan->nsteps; i++)
-    if (prog->plan->steps[i].kind == STEP_ALLREDUCE)
-      return rt_error(FFN_ERR_UNSUPPORTED, "tensor parallel on the GPU: not yet (NCCL); this program is rank "
-                                           "%d's share over %d ranks", prog->plan->tp_rank, prog->plan->tp);
   char why[512];
   const CuApi *cu = cu_api(why, sizeof why);
   if (!cu)
@@ -462,6 +457,7 @@ ffn_status ffn_model_create(const ffn_program *prog, int device, ffn_model **out
     return rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
   m->prog = prog;
   m->cu = cu;
+  m->device = device;
   pthread_mutex_init(&m->lock, NULL);
   m->tensor = calloc((size_t)prog->plan->ntensors + 1, sizeof(CUdeviceptr));
   m->owned = calloc((size_t)prog->plan->ntensors + 1, sizeof(bool));
@@ -501,6 +497,8 @@ void ffn_model_destroy(ffn_model *m) {
   if (!m)
     return;
   const CuApi *cu = m->cu;
+  if (m->owns_comm) /* after our runs: it waits for their collectives */
+    nccl_api(NULL, 0)->CommDestroy(m->comm);
   if (m->ctx && cu->cuCtxPushCurrent(m->ctx) == CUDA_SUCCESS) {
     exec_free_workspaces(m);
     for (int t = 0; t < m->prog->plan->ntensors; t++)
@@ -523,6 +521,45 @@ void ffn_model_destroy(ffn_model *m) {
   free(m->func_base);
   free(m->modules);
   free(m);
+}
+
+ffn_status ffn_model_set_communicator(ffn_model *m, void *nccl_comm) {
+  ARG(m, "NULL argument");
+  const Plan *p = m->prog->plan;
+  if (p->tp <= 1)
+    return rt_error(FFN_ERR_INVALID_ARGUMENT, "ffn_model_set_communicator: the program is not tensor parallel "
+                    "(compile rank R's share with ffn_options_set_tensor_parallel(o, N, R))");
+  char why[1024];
+  const NcclApi *nccl = nccl_api(why, sizeof why);
+  if (!nccl)
+    return rt_error(FFN_ERR_UNSUPPORTED, "%s", why);
+  NcclComm comm = nccl_comm;
+  if (comm) { /* the communicator must be the one this share was compiled for */
+    int ranks, rank, device;
+    NCCL_CHECK(nccl, nccl->CommCount(comm, &ranks));
+    NCCL_CHECK(nccl, nccl->CommUserRank(comm, &rank));
+    NCCL_CHECK(nccl, nccl->CommCuDevice(comm, &device));
+    if (ranks != p->tp || rank != p->tp_rank)
+      return rt_error(FFN_ERR_INVALID_ARGUMENT, "ffn_model_set_communicator: the communicator is rank %d of %d, the "
+                      "program is rank %d's share over %d ranks", rank, ranks, p->tp_rank, p->tp);
+    if (device != m->device)
+      return rt_error(FFN_ERR_INVALID_ARGUMENT, "ffn_model_set_communicator: the communicator is on CUDA device %d, "
+                      "the model on device %d", device, m->device);
+  }
+  if (m->owns_comm && m->comm != comm)
+    NCCL_CHECK(nccl, nccl->CommDestroy(m->comm));
+  m->comm = comm;
+  m->owns_comm = false;
+  return FFN_OK;
+}
+
+size_t model_weight_bytes(const ffn_model *m) {
+  const Plan *p = m->prog->plan;
+  size_t bytes = 0;
+  for (int t = 0; t < p->ntensors; t++)
+    if (m->owned[t] && m->tensor[t] && (p->tensors[t].kind == PT_WEIGHT || p->tensors[t].kind == PT_DERIVED))
+      bytes += dtype_bytes(p->tensors[t].dtype, (size_t)plan_numel(p, t, NULL));
+  return bytes;
 }
 
 static int weight_index(const Plan *p, const char *name) {
