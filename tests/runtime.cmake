@@ -16,3 +16,13 @@ ffn_c_test(units_test SOURCES runtime/units_test.c LABELS runtime)
 add_test(NAME jit_units COMMAND sh ${FFNC_TEST_DIR}/runtime/jit_units_test.sh $<TARGET_FILE:ffnc>
          ${CMAKE_CURRENT_BINARY_DIR}/jit_units)
 set_tests_properties(jit_units PROPERTIES LABELS nvrtc)
+# Tensor parallel without NCCL or GPUs: the loader names a missing or wrong FFNC_NCCL_LIBRARY
+# and how to point at one; --tp 8 on a machine with fewer GPUs is refused before compiling.
+foreach(mode missing not_nccl)
+  ffn_c_test(nccl_load_${mode} SOURCES runtime/nccl_load_test.c LABELS runtime ARGS ${mode})
+endforeach()
+set_tests_properties(nccl_load_missing PROPERTIES ENVIRONMENT "FFNC_NCCL_LIBRARY=/nonexistent/libnccl.so.2")
+set_tests_properties(nccl_load_not_nccl PROPERTIES ENVIRONMENT "FFNC_NCCL_LIBRARY=libm.so.6")
+add_test(NAME tp_devices COMMAND sh ${FFNC_TEST_DIR}/runtime/tp_devices_test.sh $<TARGET_FILE:ffnc>
+         ${PROJECT_SOURCE_DIR}/examples/llama3_tiny.ffn ${CMAKE_CURRENT_BINARY_DIR}/tp_devices)
+set_tests_properties(tp_devices PROPERTIES SKIP_RETURN_CODE 77 LABELS runtime)
