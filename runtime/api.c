@@ -471,7 +471,19 @@ ffn_status ffn_model_create(const ffn_program *prog, int device, ffn_model **out
     ffn_model_destroy(m);
     return rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
   }
-  ffn_status s = FFN_OK;
+  Plan *narrow = NULL;
+  ffn_status s = tp_narrow_plan(prog->plan, &narrow, &m->window);
+  if (s == FFN_OK && narrow && !(m->narrowed = calloc(1, sizeof *m->narrowed))) {
+    plan_destroy(narrow);
+    s = rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
+  } else if (narrow) { /* the same tensors and kernels: only weight shapes and slices differ */
+    *m->narrowed = (ffn_program){narrow, prog->images, prog->nimages};
+    m->prog = m->narrowed;
+  }
+  if (s != FFN_OK) {
+    ffn_model_destroy(m);
+    return s;
+  }
   CUresult r = cu->cuDeviceGet(&m->dev, device);
   if (r == CUDA_SUCCESS)
     r = cu->cuDevicePrimaryCtxRetain(&m->ctx, m->dev);
@@ -517,6 +529,10 @@ void ffn_model_destroy(ffn_model *m) {
   for (int t = 0; m->prequant && t < m->prog->plan->ntensors; t++)
     prequant_free(&m->prequant[t]);
   free(m->prequant);
+  if (m->narrowed) /* its images are the caller's program's */
+    plan_destroy(m->narrowed->plan);
+  free(m->narrowed);
+  free(m->window);
   free(m->funcs);
   free(m->func_base);
   free(m->modules);
@@ -593,6 +609,64 @@ static ffn_status upload(ffn_model *m, int t, const void *data, size_t bytes) {
   return FFN_OK;
 }
 
+/* Weight t as the caller binds it: the whole tensor, also where the model holds a window. */
+static PlanTensor whole_weight(const ffn_model *m, int t) {
+  PlanTensor pt = m->prog->plan->tensors[t];
+  if (m->window && m->window[t].on) {
+    pt.dims[0] = dim_static(m->window[t].rows);
+    pt.dims[1] = dim_static(m->window[t].cols);
+  }
+  return pt;
+}
+
+/* Uploads weight t from the whole tensor in host memory: its window where it has one. */
+static ffn_status upload_weight(ffn_model *m, int t, const void *whole, size_t whole_bytes) {
+  const WeightWindow *w = m->window && m->window[t].on ? &m->window[t] : NULL;
+  if (!w)
+    return upload(m, t, whole, whole_bytes);
+  size_t esize = dtype_bytes(m->prog->plan->tensors[t].dtype, 1);
+  size_t bytes = (size_t)w->len * (size_t)(w->axis ? w->rows : w->cols) * esize;
+  if (w->axis == 0) /* rows: one run of the whole tensor */
+    return upload(m, t, (const char *)whole + (size_t)w->off * (size_t)w->cols * esize, bytes);
+  void *part = malloc(bytes ? bytes : 1);
+  if (!part)
+    return rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
+  window_gather(w, whole, esize, part);
+  ffn_status s = upload(m, t, part, bytes);
+  free(part);
+  return s;
+}
+
+/* Weight t's window copied out of the whole tensor in device memory (into our allocation). */
+static ffn_status copy_device_window(ffn_model *m, int t, CUdeviceptr whole) {
+  const WeightWindow *w = &m->window[t];
+  const CuApi *cu = m->cu;
+  size_t esize = dtype_bytes(m->prog->plan->tensors[t].dtype, 1);
+  size_t out_cols = (size_t)(w->axis ? w->len : w->cols), out_rows = (size_t)(w->axis ? w->rows : w->len);
+  if (m->owned[t] && m->tensor[t])
+    CU_CHECK(cu, cu->cuMemFree(m->tensor[t]));
+  m->tensor[t] = 0;
+  m->owned[t] = false;
+  m->consumed[t] = false;
+  if (!out_cols || !out_rows)
+    return FFN_OK;
+  CU_CHECK(cu, cu->cuMemAlloc(&m->tensor[t], out_rows * out_cols * esize));
+  m->owned[t] = true;
+  CUDA_MEMCPY2D c = {0};
+  c.srcMemoryType = c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  c.srcDevice = whole;
+  c.srcXInBytes = w->axis ? (size_t)w->off * esize : 0;
+  c.srcY = w->axis ? 0 : (size_t)w->off;
+  c.srcPitch = (size_t)w->cols * esize;
+  c.dstDevice = m->tensor[t];
+  c.dstPitch = out_cols * esize;
+  c.WidthInBytes = out_cols * esize;
+  c.Height = out_rows;
+  /* on the default stream, as the load-time steps that read it (ffn_model_prepare waits) */
+  CU_CHECK(cu, cu->cuMemcpy2DAsync(&c, NULL));
+  return FFN_OK;
+}
+
 static int lookup_st(void *ctx, const char *name, RawTensor *out) {
   const StTensor *t = st_find((StFile *)ctx, name);
   if (!t)
@@ -649,20 +723,21 @@ ffn_status ffn_model_bind_weights_file(ffn_model *m, const char *path) {
       s = rt_error(FFN_ERR_TENSOR, "%s: missing weight '%s'", path, pt->name);
       break;
     }
-    bool same = st->dtype == pt->dtype && st->rank == pt->rank;
-    for (int d = 0; same && d < pt->rank; d++)
-      same = st->shape[d] == pt->dims[d].size;
+    PlanTensor whole = whole_weight(m, t);
+    bool same = st->dtype == whole.dtype && st->rank == whole.rank;
+    for (int d = 0; same && d < whole.rank; d++)
+      same = st->shape[d] == whole.dims[d].size;
     if (!same) {
       char want[128], got[128];
       PlanTensor have = {.dtype = st->dtype, .rank = st->rank};
       for (int d = 0; d < st->rank; d++)
         have.dims[d] = dim_static(st->shape[d]);
-      shape_text(pt, want, sizeof want);
+      shape_text(&whole, want, sizeof want);
       shape_text(&have, got, sizeof got);
       s = rt_error(FFN_ERR_TENSOR, "%s: weight '%s': expected %s, the file has %s", path, pt->name, want, got);
       break;
     }
-    s = upload(m, t, st->data, st->nbytes);
+    s = upload_weight(m, t, st->data, st->nbytes);
   }
   CUcontext c;
   m->cu->cuCtxPopCurrent(&c);
@@ -678,7 +753,8 @@ ffn_status ffn_model_bind_weight(ffn_model *m, const char *name, const DLTensor 
   int t = weight_index(p, name);
   if (t < 0)
     return rt_error(FFN_ERR_TENSOR, "the program reads no weight named '%s'", name);
-  const PlanTensor *pt = &p->tensors[t];
+  PlanTensor whole = whole_weight(m, t);
+  const PlanTensor *pt = &whole;
   if (pt->stored != DT_NONE)
     return rt_error(FFN_ERR_UNSUPPORTED, "weight '%s' is pre-quantized (%s codes, scale '%s'): bind it from its "
                     "checkpoint with ffn_model_bind_weights_file; binding codes and scales as DLTensors: not yet",
@@ -708,10 +784,12 @@ ffn_status ffn_model_bind_weight(ffn_model *m, const char *name, const DLTensor 
     return cu_fail(m->cu, r, "cu->cuCtxPushCurrent()");
   ffn_status s = FFN_OK;
   if (d->device.device_type == kDLCPU || d->device.device_type == kDLCUDAHost) {
-    s = upload(m, t, data, bytes);
+    s = upload_weight(m, t, data, bytes);
   } else if (d->device.device_type == kDLCUDA) {
     if ((uintptr_t)data % 16)
       s = rt_error(FFN_ERR_INVALID_ARGUMENT, "weight '%s': device data must be 16-byte aligned", name);
+    else if (m->window && m->window[t].on)
+      s = copy_device_window(m, t, (CUdeviceptr)data);
     else {
       if (m->owned[t] && m->tensor[t])
         m->cu->cuMemFree(m->tensor[t]);

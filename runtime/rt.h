@@ -116,6 +116,25 @@ int nccl_dtype(DType t);
  * each owned by its model (destroyed with it): how `ffnc run --tp N` drives N GPUs. */
 ffn_status nccl_init_models(ffn_model **models, const int *devices, int n);
 
+/* ---- a tensor-parallel share's weight windows (tp_weights.c) ---- */
+
+/* The part of a whole [rows, cols] weight a share holds: rows (axis 0) or columns (axis 1)
+ * [off, off + len). */
+typedef struct {
+  bool on;
+  int axis;
+  int64_t off, len;
+  int64_t rows, cols; /* the whole weight, as stored */
+} WeightWindow;
+
+/* For a plan with tp > 1: a copy in which every weight that only a slice reads is narrowed
+ * to its window (windows[t], per plan tensor), and the steps that read it to match. *out
+ * NULL where nothing narrows (tp 1, FFNC_TP_WHOLE_WEIGHTS=1, every weight read whole). */
+ffn_status tp_narrow_plan(const Plan *p, Plan **out, WeightWindow **windows);
+/* Copies w's part of the whole row-major weight at whole (esize-byte elements) to out,
+ * contiguous. */
+void window_gather(const WeightWindow *w, const void *whole, size_t esize, void *out);
+
 /* ---- NVRTC (nvrtc.c) ---- */
 
 typedef struct {
@@ -216,6 +235,11 @@ struct ffn_model {
    * repeated) for exec_prepare to upload or fold. code_type DT_NONE: not bound / not one. */
   PrequantWeight *prequant;
   char gemm_variant[64]; /* FFNC_GEMM_VARIANT at creation: force this tile configuration ("": none) */
+  /* A tensor-parallel share's own copy of its program whose plan holds weight windows
+   * (tp_weights.c; the images are the caller's program's): prog then points to it. window[t]
+   * says what of weight t is bound; NULL: every weight whole. */
+  ffn_program *narrowed;
+  WeightWindow *window;
   int device;         /* the ordinal given to ffn_model_create */
   /* tensor parallel (a plan with tp > 1): this rank's NCCL communicator, the caller's
    * (ffn_model_set_communicator) or ours (nccl_init_models, then owns_comm) */

@@ -26,3 +26,6 @@ set_tests_properties(nccl_load_not_nccl PROPERTIES ENVIRONMENT "FFNC_NCCL_LIBRAR
 add_test(NAME tp_devices COMMAND sh ${FFNC_TEST_DIR}/runtime/tp_devices_test.sh $<TARGET_FILE:ffnc>
          ${PROJECT_SOURCE_DIR}/examples/llama3_tiny.ffn ${CMAKE_CURRENT_BINARY_DIR}/tp_devices)
 set_tests_properties(tp_devices PROPERTIES SKIP_RETURN_CODE 77 LABELS runtime)
+# A tensor-parallel share's weight windows: which weights narrow, the narrowed plan's shapes,
+# and the slices the kernels read unchanged (no GPU)
+ffn_c_test(tp_weights_test SOURCES runtime/tp_weights_test.c LABELS runtime)

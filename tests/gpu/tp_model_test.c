@@ -1,7 +1,7 @@
 /* tp_model_test.c: tensor-parallel models on one GPU (label gpu; the runs of two ranks are
  * gpu_multi's). Every rank's share of a program, bound to the whole weights and prepared,
- * holds about 1/N of the whole program's weight bytes on its device (the slices; the whole
- * weights are released after prepare); a share is refused a run without a communicator, and
+ * holds about 1/N of the whole program's weight bytes on its device after prepare, and binds
+ * only about 1/N where its weights are sliced as stored (runtime/tp_weights.c); a share is refused a run without a communicator, and
  * a communicator of the wrong size (one rank on this GPU, where NCCL is found); a program
  * that is not tensor parallel is refused one. */
 #include "check.h"
@@ -21,8 +21,9 @@ static ffn_program *compile(const char *path, int ranks, int rank) {
   return p;
 }
 
-/* A model of p on device 0 with every weight bound (small values: only the sizes matter). */
-static ffn_model *prepared(const ffn_program *p) {
+/* A model of p on device 0 with every weight bound (small values: only the sizes matter);
+ * *bound: its weight bytes before prepare. */
+static ffn_model *prepared(const ffn_program *p, double *bound) {
   ffn_model *m;
   CHECK(ffn_model_create(p, 0, &m) == FFN_OK, "%s", ffn_last_error());
   const Plan *plan = p->plan;
@@ -40,20 +41,29 @@ static ffn_model *prepared(const ffn_program *p) {
     CHECK(ffn_model_bind_weight(m, pt->name, &w) == FFN_OK, "%s", ffn_last_error());
     free(h);
   }
+  *bound = (double)model_weight_bytes(m);
   CHECK(ffn_model_prepare(m) == FFN_OK, "%s", ffn_last_error());
   return m;
 }
 
-static void shares(const char *rel, int ranks) {
+/* windows: the ranks bind only their slices (runtime/tp_weights.c; not FFN Fusion's runs, whose
+ * weights are concatenated before they are sliced) */
+static void shares(const char *rel, int ranks, bool windows) {
   char *path = source_path(rel);
   ffn_program *whole = compile(path, 1, 0);
-  ffn_model *mw = prepared(whole);
+  double whole_bound;
+  ffn_model *mw = prepared(whole, &whole_bound);
   double full = (double)model_weight_bytes(mw);
   for (int r = 0; r < ranks; r++) {
     ffn_program *p = compile(path, ranks, r);
-    ffn_model *m = prepared(p);
+    double bound;
+    ffn_model *m = prepared(p, &bound);
     double part = (double)model_weight_bytes(m) / full;
-    printf("%s --tp %d rank %d: %.0f of %.0f weight bytes (%.3f)\n", rel, ranks, r, part * full, full, part);
+    printf("%s --tp %d rank %d: %.0f of %.0f weight bytes (%.3f); bound %.0f of %.0f (%.3f)\n", rel, ranks, r,
+           part * full, full, part, bound, whole_bound, bound / whole_bound);
+    if (windows)
+      CHECK(bound / whole_bound > 0.95 / ranks && bound / whole_bound < 1.1 / ranks,
+            "%s rank %d of %d bound %.3f of the weights", rel, r, ranks, bound / whole_bound);
     /* norm gains and biases the ranks all keep are a few bytes per row */
     CHECK(part > 0.95 / ranks && part < 1.1 / ranks, "%s rank %d of %d holds %.3f of the weights", rel, r, ranks,
           part);
@@ -93,9 +103,9 @@ static void shares(const char *rel, int ranks) {
 
 int main(void) {
   require_gpu();
-  shares("examples/llama3_tiny.ffn", 2);
-  shares("examples/llama3_tiny.ffn", 4);
-  shares("examples/gpt2_tiny.ffn", 2);
-  shares("tests/gpu/models/fused_llama.ffn", 2);
+  shares("examples/llama3_tiny.ffn", 2, true);
+  shares("examples/llama3_tiny.ffn", 4, true);
+  shares("examples/gpt2_tiny.ffn", 2, true);
+  shares("tests/gpu/models/fused_llama.ffn", 2, false);
   return check_result("tp_model_test");
 }
