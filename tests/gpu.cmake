@@ -163,3 +163,7 @@ ffn_gpu_multi_test(gpu_multi_tp2_llama3_tiny examples/llama3_tiny.ffn)
 ffn_gpu_multi_test(gpu_multi_tp2_gpt2_tiny examples/gpt2_tiny.ffn)
 ffn_gpu_multi_test(gpu_multi_tp2_llama3_tiny_fused examples/llama3_tiny.ffn --ffn-fusion 0..4)
 ffn_gpu_multi_test(gpu_multi_tp2_fused_gpt tests/gpu/models/fused_gpt.ffn)
+# ffnc bench --tp 2: the ranks checked against the whole program, the all-reduce alone
+add_test(NAME gpu_multi_tp2_bench COMMAND sh ${FFNC_TEST_DIR}/gpu/tp_bench_test.sh $<TARGET_FILE:ffnc>
+         ${PROJECT_SOURCE_DIR}/examples/llama3_tiny.ffn ${CMAKE_CURRENT_BINARY_DIR}/gpu_multi_tp2_bench)
+set_tests_properties(gpu_multi_tp2_bench PROPERTIES LABELS gpu_multi SKIP_RETURN_CODE 77 ENVIRONMENT "${FFNC_GPU_ENV}")

@@ -383,9 +383,7 @@ int bench_tp(const CompileArgs *ca, const char *const *files, int nfiles, const 
     cli_error("bench: --tp %d: at most 64 ranks", ca->tp);
     return EXIT_USAGE;
   }
-  int rc = cli_check_tp_devices("bench", ca->tp);
-  if (rc != 0)
-    return rc;
+  int rc; /* cmd_bench checked the GPUs and NCCL (cli_check_tp_devices) */
   char why[1024];
   if (!(cu = cu_api(why, sizeof why)) || !(nccl = nccl_api(why, sizeof why))) {
     cli_error("bench: %s", why);

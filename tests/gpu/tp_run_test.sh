@@ -4,15 +4,12 @@
 # and with the CPU reference, at T = 1, 7, 64, 1000 and 4096 (FFNC_TEST_TOKENS overrides);
 # OPTIONs go to every run (--ffn-fusion 0..4). Skipped (77) with fewer than 2 GPUs or no NCCL.
 # NCCL: $FFNC_NCCL_LIBRARY, else libnccl.so.2 from the loader's path, else the one PyTorch's
-# pip wheel ships (site-packages/nvidia/nccl/lib), found here through python3.
+# pip wheel ships (site-packages/nvidia/nccl/lib), found through python3 (nccl_env.sh).
 set -u
 ffnc=$1 model=$2 dir=$3
 shift 3
 mkdir -p "$dir" && cd "$dir" || exit 1
-if [ -z "${FFNC_NCCL_LIBRARY:-}" ] && ! ldconfig -p 2>/dev/null | grep -q libnccl.so.2; then
-  lib=$(python3 -c "import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib', 'libnccl.so.2'))" 2>/dev/null)
-  [ -n "$lib" ] && [ -e "$lib" ] && export FFNC_NCCL_LIBRARY="$lib"
-fi
+. "$(dirname "$0")/nccl_env.sh"
 for T in $(echo "${FFNC_TEST_TOKENS:-1,7,64,1000,4096}" | tr , ' '); do
   "$ffnc" gen "$model" --weights w.st --inputs in.st --dim T=$T --seed $((T + 11)) || exit 1
   "$ffnc" run "$model" "$@" --tp 2 --device gpu --weights w.st --input in.st --output tp.st 2>err.txt; rc=$?
