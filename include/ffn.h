@@ -170,9 +170,11 @@ FFN_API ffn_status ffn_model_bind_weight(ffn_model *m, const char *name, const D
  * stream: all N ranks must run with the same inputs' shapes, at once, one host thread or
  * process per rank (a run interleaves kernels and collectives, so one thread cannot drive
  * several ranks' runs, not even in an NCCL group). The communicator stays the caller's:
- * destroy it after the model. NULL detaches it. NCCL is loaded at run time from $FFNC_NCCL_LIBRARY, else
- * libnccl.so.2: FFN_ERR_UNSUPPORTED, saying how to point at it, where it is missing. A
- * tensor-parallel model run without a communicator fails with FFN_ERR_INVALID_ARGUMENT. */
+ * destroy it after the model. NULL detaches it. NCCL is loaded at run time from
+ * $FFNC_NCCL_LIBRARY, else libnccl.so.2: FFN_ERR_UNSUPPORTED, saying how to point at it,
+ * where it is missing. A tensor-parallel model run without a communicator fails with
+ * FFN_ERR_INVALID_ARGUMENT. Every rank binds the whole weights (the checkpoint's tensors);
+ * each copies only its slices of the matrices to its device. */
 FFN_API ffn_status ffn_model_set_communicator(ffn_model *m, void *nccl_comm);
 /* Checks every weight is bound, then runs the load-time transforms (gain folding,
  * concatenation, interleaving...). Call once after binding, before running. */
