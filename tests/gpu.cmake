@@ -167,3 +167,11 @@ ffn_gpu_multi_test(gpu_multi_tp2_fused_gpt tests/gpu/models/fused_gpt.ffn)
 add_test(NAME gpu_multi_tp2_bench COMMAND sh ${FFNC_TEST_DIR}/gpu/tp_bench_test.sh $<TARGET_FILE:ffnc>
          ${PROJECT_SOURCE_DIR}/examples/llama3_tiny.ffn ${CMAKE_CURRENT_BINARY_DIR}/gpu_multi_tp2_bench)
 set_tests_properties(gpu_multi_tp2_bench PROPERTIES LABELS gpu_multi SKIP_RETURN_CODE 77 ENVIRONMENT "${FFNC_GPU_ENV}")
+# The C API with the host program's own communicators (ncclGetUniqueId, ncclCommInitRank per
+# rank on its thread, ffn_model_set_communicator): rank 0 against the whole program
+add_executable(tp_api_test gpu/tp_api_test.c)
+target_include_directories(tp_api_test PRIVATE ${PROJECT_SOURCE_DIR} ${FFNC_TEST_DIR})
+target_link_libraries(tp_api_test PRIVATE ffn)
+add_test(NAME gpu_multi_tp2_api COMMAND sh -c ". \"$0\"; exec \"$1\"" ${FFNC_TEST_DIR}/gpu/nccl_env.sh
+         $<TARGET_FILE:tp_api_test>)
+set_tests_properties(gpu_multi_tp2_api PROPERTIES LABELS gpu_multi SKIP_RETURN_CODE 77 ENVIRONMENT "${FFNC_GPU_ENV}")
