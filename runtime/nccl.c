@@ -2,9 +2,9 @@
  *
  * Like the driver (cuda_api.c), NCCL is opened with dlopen the first time a tensor-parallel
  * model needs it, so ffnc builds without nccl.h and runs without NCCL everywhere else. The
- * library is $FFNC_NCCL_LIBRARY where set (a path: PyTorch's pip wheel ships one as
- * site-packages/nvidia/nccl/lib/libnccl.so.2), else libnccl.so.2 from the loader's search
- * path (LD_LIBRARY_PATH, ldconfig).
+ * library is $FFNC_NCCL_LIBRARY where set (a path: PyTorch's pip wheels ship one under
+ * site-packages/nvidia/, nccl/lib/ for CUDA 12), else libnccl.so.2 from the loader's search
+ * path (LD_LIBRARY_PATH, ldconfig; the CUDA 13 toolkit's lib/ has one).
  */
 #include "rt.h"
 
@@ -19,9 +19,10 @@ static bool api_ok;
 static pthread_once_t api_once = PTHREAD_ONCE_INIT;
 
 static const char how_to_point[] =
-    "set FFNC_NCCL_LIBRARY to the path of libnccl.so.2 (PyTorch's pip wheel ships one: FFNC_NCCL_LIBRARY=$(python3 -c "
-    "\"import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], 'lib', 'libnccl.so.2'))\")), or add "
-    "its directory to LD_LIBRARY_PATH";
+    "set FFNC_NCCL_LIBRARY to the path of libnccl.so.2, or add its directory to LD_LIBRARY_PATH (PyTorch's pip "
+    "wheels ship one under site-packages/nvidia/: FFNC_NCCL_LIBRARY=$(python3 -c \"import glob, os, sys; "
+    "print(next(f for p in sys.path for f in glob.glob(os.path.join(p, 'nvidia', '**', 'libnccl.so.2'), "
+    "recursive=True)))\"))";
 
 static void load(void) {
   const char *env = getenv("FFNC_NCCL_LIBRARY");

@@ -124,8 +124,8 @@ for part in "$@"; do
     # tensor parallel over two GPUs (a 2-GPU machine; NCCL from PyTorch's wheel where none is
     # installed): the gpu_multi tests, the one-GPU TP checks, and the bench of the 8B and 70B
     # sublayers and the fused 4-layer stack over 2 ranks, with NCCL's all-reduce alone
-    . /work/main/tests/gpu/nccl_env.sh
-    echo "NCCL: ${FFNC_NCCL_LIBRARY:-libnccl.so.2 from the loader's path}"
+    . /work/main/tests/gpu/nccl_env.sh # also NCCL_NVLS_ENABLE=0: no NVLink multicast there
+    echo "NCCL: ${FFNC_NCCL_LIBRARY:-libnccl.so.2 from the loader's path}; NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE"
     timeout 300 ctest -R "gpu_multi|gpu_tp_model" --output-on-failure >"$out/tp_tests.log" 2>&1
     echo "tp tests: exit $?"; grep -E "tests passed|Failed|Skipped|Passed|SKIP" "$out/tp_tests.log" | tail -12
     S=/work/main/bench/suite
