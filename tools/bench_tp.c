@@ -131,7 +131,7 @@ static ffn_program *compile(const CompileArgs *base, const char *file, int tp, i
   ca.file = file;
   ca.tp = tp;
   ca.tp_rank = rank;
-  ffn_options *o;
+  ffn_options *o = NULL;
   ffn_program *p = NULL;
   ffn_status s = cli_options(&ca, &o);
   if (s == FFN_OK)

@@ -114,7 +114,7 @@ int run_gpu(const CompileArgs *ca, StFile *wf, StFile *inf, const char *weights_
   for (int r = 0; r < nranks && s == FFN_OK; r++) {
     CompileArgs rank_args = *ca;
     rank_args.tp_rank = r;
-    ffn_options *o;
+    ffn_options *o = NULL;
     s = cli_options(&rank_args, &o);
     if (s == FFN_OK)
       s = ffn_program_compile_file(ca->file, o, &progs[r]);
