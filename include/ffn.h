@@ -85,8 +85,8 @@ FFN_API ffn_status ffn_options_set_precision(ffn_options *o, const char *key, co
 FFN_API ffn_status ffn_options_add_ffn_fusion(ffn_options *o, int first, int last);
 /* Tensor parallel: compile rank `rank`'s share of the program over `ranks` ranks (each FFN
  * sublayer's hidden columns split `ranks` ways, one all-reduce of its [T, D] partial sums).
- * ranks = 1: the whole program (the default). Running such a program on the GPU needs NCCL
- * and is not implemented yet: ffn_model_create refuses it (FFN_ERR_UNSUPPORTED). */
+ * ranks = 1: the whole program (the default). A model of such a program runs only with its
+ * rank's NCCL communicator: see ffn_model_set_communicator. */
 FFN_API ffn_status ffn_options_set_tensor_parallel(ffn_options *o, int ranks, int rank);
 /* on != 0: compile the program's backward graph instead of the program (training). Its inputs
  * are the program's, then "grad.OUT" for each output OUT (dL/dOUT, OUT's shape and type); its
@@ -163,6 +163,24 @@ FFN_API ffn_status ffn_model_bind_weights_file(ffn_model *m, const char *path);
 /* One weight by name, from host memory (kDLCPU, copied) or device memory (kDLCUDA, used in
  * place: it must stay valid while the model lives). Contiguous row-major only. */
 FFN_API ffn_status ffn_model_bind_weight(ffn_model *m, const char *name, const DLTensor *t);
+/* Tensor parallel (a program compiled with ffn_options_set_tensor_parallel(o, N, R)): the
+ * model runs only with rank R's NCCL communicator of N ranks, an `ncclComm_t` passed as an
+ * opaque pointer (ffnc needs no nccl.h), made by the caller on this model's device
+ * (ncclCommInitRank in one process per GPU, or ncclCommInitAll over N devices in one):
+ *
+ *   ncclComm_t comm;  ncclCommInitRank(&comm, N, id, R);   // on the model's device
+ *   ffn_model_set_communicator(model, comm);              // checked: N ranks, rank R, device
+ *
+ * Each run enqueues an ncclAllReduce of every sublayer's [T, D] partial sums on the run's
+ * stream: all N ranks must run with the same inputs' shapes, at once, one host thread or
+ * process per rank (a run interleaves kernels and collectives, so one thread cannot drive
+ * several ranks' runs, not even in an NCCL group). The communicator stays the caller's:
+ * destroy it after the model. NULL detaches it. NCCL is loaded at run time from
+ * $FFNC_NCCL_LIBRARY, else libnccl.so.2: FFN_ERR_UNSUPPORTED, saying how to point at it,
+ * where it is missing. A tensor-parallel model run without a communicator fails with
+ * FFN_ERR_INVALID_ARGUMENT. Every rank binds the whole weights (the checkpoint's tensors);
+ * each copies only its slices of the matrices to its device. */
+FFN_API ffn_status ffn_model_set_communicator(ffn_model *m, void *nccl_comm);
 /* Checks every weight is bound, then runs the load-time transforms (gain folding,
  * concatenation, interleaving...). Call once after binding, before running. */
 FFN_API ffn_status ffn_model_prepare(ffn_model *m);

@@ -452,11 +452,6 @@ static ffn_status load_module(ffn_model *m) {
 ffn_status ffn_model_create(const ffn_program *prog, int device, ffn_model **out) {
   ARG(prog && out, "NULL argument");
   *out = NULL;
-  /* a rank's share alone is not the model: never run it without the other ranks */
-  for (int i = 0; i < prog->plan->nsteps; i++)
-    if (prog->plan->steps[i].kind == STEP_ALLREDUCE)
-      return rt_error(FFN_ERR_UNSUPPORTED, "tensor parallel on the GPU: not yet (NCCL); this program is rank "
-                                           "%d's share over %d ranks", prog->plan->tp_rank, prog->plan->tp);
   char why[512];
   const CuApi *cu = cu_api(why, sizeof why);
   if (!cu)
@@ -470,6 +465,7 @@ ffn_status ffn_model_create(const ffn_program *prog, int device, ffn_model **out
     return rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
   m->prog = prog;
   m->cu = cu;
+  m->device = device;
   pthread_mutex_init(&m->lock, NULL);
   m->tensor = calloc((size_t)prog->plan->ntensors + 1, sizeof(CUdeviceptr));
   m->owned = calloc((size_t)prog->plan->ntensors + 1, sizeof(bool));
@@ -488,7 +484,19 @@ ffn_status ffn_model_create(const ffn_program *prog, int device, ffn_model **out
     ffn_model_destroy(m);
     return rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
   }
-  ffn_status s = FFN_OK;
+  Plan *narrow = NULL;
+  ffn_status s = tp_narrow_plan(prog->plan, &narrow, &m->window);
+  if (s == FFN_OK && narrow && !(m->narrowed = calloc(1, sizeof *m->narrowed))) {
+    plan_destroy(narrow);
+    s = rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
+  } else if (narrow) { /* the same tensors and kernels: only weight shapes and slices differ */
+    *m->narrowed = (ffn_program){narrow, prog->images, prog->nimages};
+    m->prog = m->narrowed;
+  }
+  if (s != FFN_OK) {
+    ffn_model_destroy(m);
+    return s;
+  }
   CUresult r = cu->cuDeviceGet(&m->dev, device);
   if (r == CUDA_SUCCESS)
     r = cu->cuDevicePrimaryCtxRetain(&m->ctx, m->dev);
@@ -514,6 +522,8 @@ void ffn_model_destroy(ffn_model *m) {
   if (!m)
     return;
   const CuApi *cu = m->cu;
+  if (m->owns_comm) /* after our runs: it waits for their collectives */
+    nccl_api(NULL, 0)->CommDestroy(m->comm);
   if (m->ctx && cu->cuCtxPushCurrent(m->ctx) == CUDA_SUCCESS) {
     exec_free_workspaces(m);
     for (int t = 0; t < m->prog->plan->ntensors; t++)
@@ -532,10 +542,53 @@ void ffn_model_destroy(ffn_model *m) {
   for (int t = 0; m->prequant && t < m->prog->plan->ntensors; t++)
     prequant_free(&m->prequant[t]);
   free(m->prequant);
+  if (m->narrowed) /* its images are the caller's program's */
+    plan_destroy(m->narrowed->plan);
+  free(m->narrowed);
+  free(m->window);
   free(m->funcs);
   free(m->func_base);
   free(m->modules);
   free(m);
+}
+
+ffn_status ffn_model_set_communicator(ffn_model *m, void *nccl_comm) {
+  ARG(m, "NULL argument");
+  const Plan *p = m->prog->plan;
+  if (p->tp <= 1)
+    return rt_error(FFN_ERR_INVALID_ARGUMENT, "ffn_model_set_communicator: the program is not tensor parallel "
+                    "(compile rank R's share with ffn_options_set_tensor_parallel(o, N, R))");
+  char why[1024];
+  const NcclApi *nccl = nccl_api(why, sizeof why);
+  if (!nccl)
+    return rt_error(FFN_ERR_UNSUPPORTED, "%s", why);
+  NcclComm comm = nccl_comm;
+  if (comm) { /* the communicator must be the one this share was compiled for */
+    int ranks, rank, device;
+    NCCL_CHECK(nccl, nccl->CommCount(comm, &ranks));
+    NCCL_CHECK(nccl, nccl->CommUserRank(comm, &rank));
+    NCCL_CHECK(nccl, nccl->CommCuDevice(comm, &device));
+    if (ranks != p->tp || rank != p->tp_rank)
+      return rt_error(FFN_ERR_INVALID_ARGUMENT, "ffn_model_set_communicator: the communicator is rank %d of %d, the "
+                      "program is rank %d's share over %d ranks", rank, ranks, p->tp_rank, p->tp);
+    if (device != m->device)
+      return rt_error(FFN_ERR_INVALID_ARGUMENT, "ffn_model_set_communicator: the communicator is on CUDA device %d, "
+                      "the model on device %d", device, m->device);
+  }
+  if (m->owns_comm && m->comm != comm)
+    NCCL_CHECK(nccl, nccl->CommDestroy(m->comm));
+  m->comm = comm;
+  m->owns_comm = false;
+  return FFN_OK;
+}
+
+size_t model_weight_bytes(const ffn_model *m) {
+  const Plan *p = m->prog->plan;
+  size_t bytes = 0;
+  for (int t = 0; t < p->ntensors; t++)
+    if (m->owned[t] && m->tensor[t] && (p->tensors[t].kind == PT_WEIGHT || p->tensors[t].kind == PT_DERIVED))
+      bytes += dtype_bytes(p->tensors[t].dtype, (size_t)plan_numel(p, t, NULL));
+  return bytes;
 }
 
 static int weight_index(const Plan *p, const char *name) {
@@ -566,6 +619,64 @@ static ffn_status upload(ffn_model *m, int t, const void *data, size_t bytes) {
   CU_CHECK(cu, cu->cuMemAlloc(&m->tensor[t], bytes));
   m->owned[t] = true;
   CU_CHECK(cu, cu->cuMemcpyHtoD(m->tensor[t], data, bytes));
+  return FFN_OK;
+}
+
+/* Weight t as the caller binds it: the whole tensor, also where the model holds a window. */
+static PlanTensor whole_weight(const ffn_model *m, int t) {
+  PlanTensor pt = m->prog->plan->tensors[t];
+  if (m->window && m->window[t].on) {
+    pt.dims[0] = dim_static(m->window[t].rows);
+    pt.dims[1] = dim_static(m->window[t].cols);
+  }
+  return pt;
+}
+
+/* Uploads weight t from the whole tensor in host memory: its window where it has one. */
+static ffn_status upload_weight(ffn_model *m, int t, const void *whole, size_t whole_bytes) {
+  const WeightWindow *w = m->window && m->window[t].on ? &m->window[t] : NULL;
+  if (!w)
+    return upload(m, t, whole, whole_bytes);
+  size_t esize = dtype_bytes(m->prog->plan->tensors[t].dtype, 1);
+  size_t bytes = (size_t)w->len * (size_t)(w->axis ? w->rows : w->cols) * esize;
+  if (w->axis == 0) /* rows: one run of the whole tensor */
+    return upload(m, t, (const char *)whole + (size_t)w->off * (size_t)w->cols * esize, bytes);
+  void *part = malloc(bytes ? bytes : 1);
+  if (!part)
+    return rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
+  window_gather(w, whole, esize, part);
+  ffn_status s = upload(m, t, part, bytes);
+  free(part);
+  return s;
+}
+
+/* Weight t's window copied out of the whole tensor in device memory (into our allocation). */
+static ffn_status copy_device_window(ffn_model *m, int t, CUdeviceptr whole) {
+  const WeightWindow *w = &m->window[t];
+  const CuApi *cu = m->cu;
+  size_t esize = dtype_bytes(m->prog->plan->tensors[t].dtype, 1);
+  size_t out_cols = (size_t)(w->axis ? w->len : w->cols), out_rows = (size_t)(w->axis ? w->rows : w->len);
+  if (m->owned[t] && m->tensor[t])
+    CU_CHECK(cu, cu->cuMemFree(m->tensor[t]));
+  m->tensor[t] = 0;
+  m->owned[t] = false;
+  m->consumed[t] = false;
+  if (!out_cols || !out_rows)
+    return FFN_OK;
+  CU_CHECK(cu, cu->cuMemAlloc(&m->tensor[t], out_rows * out_cols * esize));
+  m->owned[t] = true;
+  CUDA_MEMCPY2D c = {0};
+  c.srcMemoryType = c.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+  c.srcDevice = whole;
+  c.srcXInBytes = w->axis ? (size_t)w->off * esize : 0;
+  c.srcY = w->axis ? 0 : (size_t)w->off;
+  c.srcPitch = (size_t)w->cols * esize;
+  c.dstDevice = m->tensor[t];
+  c.dstPitch = out_cols * esize;
+  c.WidthInBytes = out_cols * esize;
+  c.Height = out_rows;
+  /* on the default stream, as the load-time steps that read it (ffn_model_prepare waits) */
+  CU_CHECK(cu, cu->cuMemcpy2DAsync(&c, NULL));
   return FFN_OK;
 }
 
@@ -625,20 +736,21 @@ ffn_status ffn_model_bind_weights_file(ffn_model *m, const char *path) {
       s = rt_error(FFN_ERR_TENSOR, "%s: missing weight '%s'", path, pt->name);
       break;
     }
-    bool same = st->dtype == pt->dtype && st->rank == pt->rank;
-    for (int d = 0; same && d < pt->rank; d++)
-      same = st->shape[d] == pt->dims[d].size;
+    PlanTensor whole = whole_weight(m, t);
+    bool same = st->dtype == whole.dtype && st->rank == whole.rank;
+    for (int d = 0; same && d < whole.rank; d++)
+      same = st->shape[d] == whole.dims[d].size;
     if (!same) {
       char want[128], got[128];
       PlanTensor have = {.dtype = st->dtype, .rank = st->rank};
       for (int d = 0; d < st->rank; d++)
         have.dims[d] = dim_static(st->shape[d]);
-      shape_text(pt, want, sizeof want);
+      shape_text(&whole, want, sizeof want);
       shape_text(&have, got, sizeof got);
       s = rt_error(FFN_ERR_TENSOR, "%s: weight '%s': expected %s, the file has %s", path, pt->name, want, got);
       break;
     }
-    s = upload(m, t, st->data, st->nbytes);
+    s = upload_weight(m, t, st->data, st->nbytes);
   }
   CUcontext c;
   m->cu->cuCtxPopCurrent(&c);
@@ -654,7 +766,8 @@ ffn_status ffn_model_bind_weight(ffn_model *m, const char *name, const DLTensor 
   int t = weight_index(p, name);
   if (t < 0)
     return rt_error(FFN_ERR_TENSOR, "the program reads no weight named '%s'", name);
-  const PlanTensor *pt = &p->tensors[t];
+  PlanTensor whole = whole_weight(m, t);
+  const PlanTensor *pt = &whole;
   if (pt->stored != DT_NONE)
     return rt_error(FFN_ERR_UNSUPPORTED, "weight '%s' is pre-quantized (%s codes, scale '%s'): bind it from its "
                     "checkpoint with ffn_model_bind_weights_file; binding codes and scales as DLTensors: not yet",
@@ -684,10 +797,12 @@ ffn_status ffn_model_bind_weight(ffn_model *m, const char *name, const DLTensor 
     return cu_fail(m->cu, r, "cu->cuCtxPushCurrent()");
   ffn_status s = FFN_OK;
   if (d->device.device_type == kDLCPU || d->device.device_type == kDLCUDAHost) {
-    s = upload(m, t, data, bytes);
+    s = upload_weight(m, t, data, bytes);
   } else if (d->device.device_type == kDLCUDA) {
     if ((uintptr_t)data % 16)
       s = rt_error(FFN_ERR_INVALID_ARGUMENT, "weight '%s': device data must be 16-byte aligned", name);
+    else if (m->window && m->window[t].on)
+      s = copy_device_window(m, t, (CUdeviceptr)data);
     else {
       if (m->owned[t] && m->tensor[t])
         m->cu->cuMemFree(m->tensor[t]);

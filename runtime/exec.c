@@ -448,6 +448,10 @@ static ffn_status check_call(const Plan *p, const DLTensor *inputs, int ninputs,
   if (ninputs != p->ninputs || noutputs != p->noutputs)
     return rt_error(FFN_ERR_INVALID_ARGUMENT, "ffn_model_run: the model has %d inputs and %d outputs, got %d and %d",
                     p->ninputs, p->noutputs, ninputs, noutputs);
+  if (p->tp > 1 && !run->m->comm)
+    return rt_error(FFN_ERR_INVALID_ARGUMENT, "ffn_model_run: the program is rank %d's share over %d ranks (tensor "
+                    "parallel): give the model that rank's NCCL communicator with ffn_model_set_communicator first",
+                    p->tp_rank, p->tp);
   if (p->ndims > 64)
     return rt_error(FFN_ERR_INVALID_ARGUMENT, "too many dynamic dims");
   for (int i = 0; i < p->ndims; i++)
@@ -561,13 +565,43 @@ ffn_status exec_begin(ffn_model *m, CUstream stream, const DLTensor *inputs, int
   return st;
 }
 
+/* dst = the sum of src over the ranks: ncclAllReduce on the call's stream, in place when the
+ * plan gives src == dst. Every rank runs the same steps with the same dims, so a call with no
+ * elements skips it on all of them. */
+static ffn_status allreduce(ExecRun *run, const PlanStep *ps) {
+  const ffn_model *m = run->m;
+  const Plan *p = m->prog->plan;
+  const PlanTensor *src = &p->tensors[ps->src], *dst = &p->tensors[ps->dst];
+  int dtype = nccl_dtype(src->dtype);
+  if (dtype < 0 || dst->dtype != src->dtype || ps->ranks != p->tp)
+    return rt_error(FFN_ERR_IO, "launch plan: an all-reduce of %s into %s over %d ranks in a program of %d",
+                    dtype_name(src->dtype), dtype_name(dst->dtype), ps->ranks, p->tp);
+  char why[1024];
+  const NcclApi *nccl = nccl_api(why, sizeof why);
+  if (!nccl)
+    return rt_error(FFN_ERR_UNSUPPORTED, "%s", why);
+  size_t count = (size_t)plan_numel(p, ps->src, run->dims);
+  if (!count)
+    return FFN_OK;
+  /* a collective that failed asynchronously (a rank died, a timeout) is reported here rather
+   * than waited for */
+  int async = NCCL_SUCCESS;
+  NCCL_CHECK(nccl, nccl->CommGetAsyncError(m->comm, &async));
+  if (async != NCCL_SUCCESS && async != NCCL_IN_PROGRESS)
+    return rt_error(FFN_ERR_CUDA, "an earlier all-reduce failed: %s (ncclCommGetAsyncError: ncclResult_t %d)",
+                    nccl->GetErrorString(async), async);
+  NCCL_CHECK(nccl, nccl->AllReduce((const void *)run->ptr[ps->src], (void *)run->ptr[ps->dst], count, dtype, NCCL_SUM,
+                                   m->comm, run->stream));
+  return FFN_OK;
+}
+
 ffn_status exec_step(ExecRun *run, int s) {
   ffn_model *m = run->m;
   const Plan *p = m->prog->plan;
   const PlanStep *ps = &p->steps[s];
   CUresult r;
-  if (ps->kind == STEP_ALLREDUCE) /* ffn_model_create refuses such plans; a guard */
-    return rt_error(FFN_ERR_UNSUPPORTED, "tensor parallel on the GPU: not yet (NCCL)");
+  if (ps->kind == STEP_ALLREDUCE)
+    return allreduce(run, ps);
   if (ps->kind == STEP_COPY) {
     size_t bytes = tensor_bytes(p, ps->dst, run->dims);
     if (bytes && (r = m->cu->cuMemcpyDtoDAsync(run->ptr[ps->dst], run->ptr[ps->src], bytes, run->stream)) != CUDA_SUCCESS)

@@ -57,6 +57,84 @@ ffn_status cu_fail(const CuApi *cu, CUresult r, const char *call);
       return cu_fail((cu), r_, #call);                              \
   } while (0)
 
+/* ---- NCCL (nccl.c) ----
+ *
+ * Loaded at run time like the driver, for tensor-parallel programs only: no nccl.h is needed
+ * to build ffnc. The types and values below are NCCL's ABI (src/nccl.h.in): a communicator is
+ * an opaque pointer, results and enums are ints. */
+
+typedef struct ncclComm *NcclComm;
+typedef struct {
+  char internal[128]; /* NCCL_UNIQUE_ID_BYTES */
+} NcclUniqueId;
+enum {
+  NCCL_SUCCESS = 0,     /* ncclSuccess */
+  NCCL_IN_PROGRESS = 7, /* ncclInProgress (non-blocking communicators) */
+  NCCL_FLOAT16 = 6,     /* ncclFloat16 */
+  NCCL_FLOAT32 = 7,     /* ncclFloat32 */
+  NCCL_BFLOAT16 = 9,    /* ncclBfloat16 */
+  NCCL_SUM = 0,         /* ncclSum */
+};
+
+typedef struct {
+  /* ncclGetUniqueId and ncclCommInitRank are for host programs that make their own
+   * communicators (one process per GPU); ffnc itself uses ncclCommInitAll. */
+  int (*GetUniqueId)(NcclUniqueId *id);
+  int (*CommInitRank)(NcclComm *comm, int nranks, NcclUniqueId id, int rank);
+  int (*CommInitAll)(NcclComm *comms, int ndev, const int *devices);
+  int (*CommDestroy)(NcclComm comm);
+  int (*CommCount)(NcclComm comm, int *count);
+  int (*CommUserRank)(NcclComm comm, int *rank);
+  int (*CommCuDevice)(NcclComm comm, int *device);
+  int (*CommGetAsyncError)(NcclComm comm, int *error);
+  int (*AllReduce)(const void *src, void *dst, size_t count, int dtype, int op, NcclComm comm, CUstream stream);
+  int (*GroupStart)(void);
+  int (*GroupEnd)(void);
+  const char *(*GetErrorString)(int result);
+  int version; /* ncclGetVersion: 22605 for 2.26.5 */
+  char path[512]; /* what was loaded */
+} NcclApi;
+
+/* Loads NCCL once (thread-safe): $FFNC_NCCL_LIBRARY if set, else libnccl.so.2 from the
+ * loader's search path. NULL with the reason, and how to point at the library, in why. */
+const NcclApi *nccl_api(char *why, size_t len);
+
+/* If r is not ncclSuccess: sets the last error to "CALL failed: DESCRIPTION" and returns
+ * FFN_ERR_CUDA. */
+ffn_status nccl_fail(const NcclApi *nccl, int r, const char *call);
+#define NCCL_CHECK(nccl, call)                                      \
+  do {                                                              \
+    int r_ = (call);                                                \
+    if (r_ != NCCL_SUCCESS)                                         \
+      return nccl_fail((nccl), r_, #call);                          \
+  } while (0)
+
+/* NCCL's element type for t (NCCL_FLOAT32...), or -1 where NCCL has none we use. */
+int nccl_dtype(DType t);
+
+/* One communicator per model over devices[0..n) (ncclCommInitAll, rank i on devices[i]),
+ * each owned by its model (destroyed with it): how `ffnc run --tp N` drives N GPUs. */
+ffn_status nccl_init_models(ffn_model **models, const int *devices, int n);
+
+/* ---- a tensor-parallel share's weight windows (tp_weights.c) ---- */
+
+/* The part of a whole [rows, cols] weight a share holds: rows (axis 0) or columns (axis 1)
+ * [off, off + len). */
+typedef struct {
+  bool on;
+  int axis;
+  int64_t off, len;
+  int64_t rows, cols; /* the whole weight, as stored */
+} WeightWindow;
+
+/* For a plan with tp > 1: a copy in which every weight that only a slice reads is narrowed
+ * to its window (windows[t], per plan tensor), and the steps that read it to match. *out
+ * NULL where nothing narrows (tp 1, FFNC_TP_WHOLE_WEIGHTS=1, every weight read whole). */
+ffn_status tp_narrow_plan(const Plan *p, Plan **out, WeightWindow **windows);
+/* Copies w's part of the whole row-major weight at whole (esize-byte elements) to out,
+ * contiguous. */
+void window_gather(const WeightWindow *w, const void *whole, size_t esize, void *out);
+
 /* ---- NVRTC (nvrtc.c) ---- */
 
 typedef struct {
@@ -158,6 +236,16 @@ struct ffn_model {
   PrequantWeight *prequant;
   char gemm_variant[64]; /* FFNC_GEMM_VARIANT at creation: force this tile configuration ("": none) */
   int gemm_splits;       /* FFNC_GEMM_SPLITS at creation: force split-K on splittable GEMMs (0: none) */
+  /* A tensor-parallel share's own copy of its program whose plan holds weight windows
+   * (tp_weights.c; the images are the caller's program's): prog then points to it. window[t]
+   * says what of weight t is bound; NULL: every weight whole. */
+  ffn_program *narrowed;
+  WeightWindow *window;
+  int device;         /* the ordinal given to ffn_model_create */
+  /* tensor parallel (a plan with tp > 1): this rank's NCCL communicator, the caller's
+   * (ffn_model_set_communicator) or ours (nccl_init_models, then owns_comm) */
+  NcclComm comm;
+  bool owns_comm;
   pthread_mutex_t lock; /* guards the workspace pool */
   Workspace **ws;       /* entries never move: a call holds a pointer to its own */
   int nws, capws;
@@ -190,6 +278,9 @@ ffn_status exec_begin(ffn_model *m, CUstream stream, const DLTensor *inputs, int
 ffn_status exec_step(ExecRun *run, int step);
 ffn_status exec_end(ExecRun *run, ffn_status st); /* returns st, or the first error of its own */
 ffn_status exec_prepare(ffn_model *m);
+/* api.c: device bytes of the weights and load-time results the model holds (after
+ * ffn_model_prepare: what its runs read), for tests and the bench */
+size_t model_weight_bytes(const ffn_model *m);
 ffn_status exec_run(ffn_model *m, CUstream stream, const DLTensor *inputs, int ninputs, const DLTensor *outputs,
                     int noutputs);
 void exec_free_workspaces(ffn_model *m);

@@ -1,5 +1,5 @@
 #!/bin/sh
-# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] ...
+# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] ...
 # What one call on the lent GPU machine runs, with a build made here and carried there (that
 # machine has no flex, bison or jansson headers). The build has absolute paths under
 # /work/main, so the copy is linked there first; the kernel cache in build/test-kernel-cache
@@ -146,6 +146,19 @@ for part in "$@"; do
     PYTHONUNBUFFERED=1 timeout 200 python3 /work/main/bench/torch_peer.py --ffnc "$out/lowp.json" \
       --models llama3_8b_layer,llama3_70b_layer --reps 20 >"$out/torch_lowp.txt" 2>&1
     echo "torch lowp: exit $?"; grep -E "^\|" "$out/torch_lowp.txt"
+    ;;
+  tp)
+    # tensor parallel over two GPUs (a 2-GPU machine; NCCL from PyTorch's wheel where none is
+    # installed): the gpu_multi tests, the one-GPU TP checks, and the bench of the 8B and 70B
+    # sublayers and the fused 4-layer stack over 2 ranks, with NCCL's all-reduce alone
+    . /work/main/tests/gpu/nccl_env.sh # also NCCL_NVLS_ENABLE=0: no NVLink multicast there
+    echo "NCCL: ${FFNC_NCCL_LIBRARY:-libnccl.so.2 from the loader's path}; NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE"
+    timeout 300 ctest -R "gpu_multi|gpu_tp_model" --output-on-failure >"$out/tp_tests.log" 2>&1
+    echo "tp tests: exit $?"; grep -E "tests passed|Failed|Skipped|Passed|SKIP" "$out/tp_tests.log" | tail -12
+    S=/work/main/bench/suite
+    timeout 300 ./ffnc bench $S/llama3_8b_layer.ffn $S/llama3_70b_layer.ffn $S/llama3_8b_4layers_fused.ffn --tp 2 \
+      --tokens 1,16,128,1024,8192 --reps 20 >"$out/tp_bench.txt" 2>&1
+    echo "tp bench: exit $?"; cat "$out/tp_bench.txt"
     ;;
   bench)
     timeout 420 sh /work/main/bench/run_suite.sh /work/main/build/ffnc "$out" >"$out/bench.log" 2>&1

@@ -131,7 +131,7 @@ foreach(m ${GPU_TEST_MODELS})
 endforeach()
 
 # Tensor parallel: each rank's share of Llama-tiny (TP=2) compiles with NVRTC and its plan has
-# one allreduce step per sublayer (4); running it is refused until the runtime has NCCL.
+# one allreduce step per sublayer (4).
 foreach(rank 0 1)
   add_test(NAME nvrtc_tp2_rank${rank}_llama3_tiny_sm_90
     COMMAND sh -c "\"$0\" build \"$1\" --tp 2 --tp-rank $2 --arch sm_90 -o \"$3\" && \
@@ -141,3 +141,37 @@ test $(\"$0\" build \"$1\" --tp 2 --tp-rank $2 --arch sm_90 --emit plan -o - | g
   set_tests_properties(nvrtc_tp2_rank${rank}_llama3_tiny_sm_90 PROPERTIES LABELS nvrtc
     ENVIRONMENT "FFNC_CACHE_DIR=${PROJECT_BINARY_DIR}/test-kernel-cache")
 endforeach()
+
+# Tensor parallel on one GPU (label gpu): each rank's share holds about 1/N of the weight bytes
+# after prepare; a share without its communicator, or with one of the wrong size, is refused.
+add_executable(tp_model_test gpu/tp_model_test.c)
+target_include_directories(tp_model_test PRIVATE ${PROJECT_SOURCE_DIR} ${FFNC_TEST_DIR})
+target_link_libraries(tp_model_test PRIVATE ffn)
+add_test(NAME gpu_tp_model COMMAND tp_model_test)
+set_tests_properties(gpu_tp_model PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 ENVIRONMENT "${FFNC_GPU_ENV}")
+
+# Tensor parallel over two GPUs (label gpu_multi: skipped, 77, with fewer than 2 GPUs or no
+# NCCL; $FFNC_NCCL_LIBRARY, else libnccl.so.2, else PyTorch's wheel's): `ffnc run --tp 2
+# --device gpu` against one GPU and the CPU reference at T = 1, 7, 64, 1000, 4096, for a Llama
+# and a GPT example and a fused Llama run (FFN Fusion: one all-reduce).
+function(ffn_gpu_multi_test name model)
+  add_test(NAME ${name} COMMAND sh ${FFNC_TEST_DIR}/gpu/tp_run_test.sh $<TARGET_FILE:ffnc>
+           ${PROJECT_SOURCE_DIR}/${model} ${CMAKE_CURRENT_BINARY_DIR}/${name} ${ARGN})
+  set_tests_properties(${name} PROPERTIES LABELS gpu_multi SKIP_RETURN_CODE 77 ENVIRONMENT "${FFNC_GPU_ENV}")
+endfunction()
+ffn_gpu_multi_test(gpu_multi_tp2_llama3_tiny examples/llama3_tiny.ffn)
+ffn_gpu_multi_test(gpu_multi_tp2_gpt2_tiny examples/gpt2_tiny.ffn)
+ffn_gpu_multi_test(gpu_multi_tp2_llama3_tiny_fused examples/llama3_tiny.ffn --ffn-fusion 0..4)
+ffn_gpu_multi_test(gpu_multi_tp2_fused_gpt tests/gpu/models/fused_gpt.ffn)
+# ffnc bench --tp 2: the ranks checked against the whole program, the all-reduce alone
+add_test(NAME gpu_multi_tp2_bench COMMAND sh ${FFNC_TEST_DIR}/gpu/tp_bench_test.sh $<TARGET_FILE:ffnc>
+         ${PROJECT_SOURCE_DIR}/examples/llama3_tiny.ffn ${CMAKE_CURRENT_BINARY_DIR}/gpu_multi_tp2_bench)
+set_tests_properties(gpu_multi_tp2_bench PROPERTIES LABELS gpu_multi SKIP_RETURN_CODE 77 ENVIRONMENT "${FFNC_GPU_ENV}")
+# The C API with the host program's own communicators (ncclGetUniqueId, ncclCommInitRank per
+# rank on its thread, ffn_model_set_communicator): rank 0 against the whole program
+add_executable(tp_api_test gpu/tp_api_test.c)
+target_include_directories(tp_api_test PRIVATE ${PROJECT_SOURCE_DIR} ${FFNC_TEST_DIR})
+target_link_libraries(tp_api_test PRIVATE ffn)
+add_test(NAME gpu_multi_tp2_api COMMAND sh -c ". \"$0\"; exec \"$1\"" ${FFNC_TEST_DIR}/gpu/nccl_env.sh
+         $<TARGET_FILE:tp_api_test>)
+set_tests_properties(gpu_multi_tp2_api PROPERTIES LABELS gpu_multi SKIP_RETURN_CODE 77 ENVIRONMENT "${FFNC_GPU_ENV}")

@@ -16,3 +16,23 @@ ffn_c_test(units_test SOURCES runtime/units_test.c LABELS runtime)
 add_test(NAME jit_units COMMAND sh ${FFNC_TEST_DIR}/runtime/jit_units_test.sh $<TARGET_FILE:ffnc>
          ${CMAKE_CURRENT_BINARY_DIR}/jit_units)
 set_tests_properties(jit_units PROPERTIES LABELS nvrtc)
+# Tensor parallel without NCCL or GPUs: the loader names a missing or wrong FFNC_NCCL_LIBRARY
+# and how to point at one, and loads a real one where installed (skipped elsewhere); --tp 8 on
+# a machine with fewer GPUs is refused before compiling.
+foreach(mode missing not_nccl real)
+  ffn_c_test(nccl_load_${mode} SOURCES runtime/nccl_load_test.c LABELS runtime ARGS ${mode})
+endforeach()
+set_tests_properties(nccl_load_missing PROPERTIES ENVIRONMENT "FFNC_NCCL_LIBRARY=/nonexistent/libnccl.so.2")
+set_tests_properties(nccl_load_not_nccl PROPERTIES ENVIRONMENT "FFNC_NCCL_LIBRARY=libm.so.6")
+add_test(NAME tp_devices COMMAND sh ${FFNC_TEST_DIR}/runtime/tp_devices_test.sh $<TARGET_FILE:ffnc>
+         ${PROJECT_SOURCE_DIR}/examples/llama3_tiny.ffn ${CMAKE_CURRENT_BINARY_DIR}/tp_devices)
+set_tests_properties(tp_devices PROPERTIES SKIP_RETURN_CODE 77 LABELS runtime)
+# A tensor-parallel share's weight windows: which weights narrow, the narrowed plan's shapes,
+# and the slices the kernels read unchanged (no GPU)
+ffn_c_test(tp_weights_test SOURCES runtime/tp_weights_test.c LABELS runtime)
+# rt.h's NCCL values against nccl.h, where the toolkit has one (ffnc itself never needs it)
+find_path(FFNC_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+if(FFNC_NCCL_INCLUDE_DIR)
+  ffn_c_test(nccl_abi_test SOURCES runtime/nccl_abi_test.c LABELS runtime)
+  target_include_directories(nccl_abi_test SYSTEM PRIVATE ${FFNC_NCCL_INCLUDE_DIR})
+endif()

@@ -109,8 +109,11 @@ void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * and a summary on stderr with -v, a progress line when stderr is a terminal). */
 int cli_status_exit(ffn_status s);
 ffn_status cli_options(const CompileArgs *ca, ffn_options **out);
-/* run_gpu.c: `ffnc run --device gpu`. */
+/* run_gpu.c: `ffnc run --device gpu` (--tp N: the N ranks on devices 0..N-1). */
 int run_gpu(const CompileArgs *ca, StFile *wf, StFile *inf, const char *weights_path, const char *out_path);
+/* --tp N on this machine's GPUs: 0, or EXIT_DEVICE after "CMD: --tp N needs N GPUs, this
+ * machine has M" or the reason NCCL cannot be loaded. */
+int cli_check_tp_devices(const char *cmd, int ranks);
 
 int cmd_check(int argc, char **argv);
 int cmd_build(int argc, char **argv);

@@ -19,6 +19,7 @@
  * / measured bandwidth), the fraction of the floor reached and the speedups; writes JSON with
  * every number and a gnuplot script for the plot (rendered here if gnuplot is installed).
  */
+#include "bench.h"
 #include "cli.h"
 #include "codegen/driver.h"
 #include "cublaslt.h"
@@ -96,7 +97,7 @@ static inline uint32_t rnd(void) {
 }
 
 /* Uniform values with the given mean and standard deviation, stored as dt. */
-static void *random_buffer(DType dt, size_t n, double mean, double std) {
+void *random_buffer(DType dt, size_t n, double mean, double std) {
   void *p = malloc(dtype_bytes(dt, n) + 16);
   if (!p) {
     cli_error("bench: out of host memory");
@@ -133,10 +134,8 @@ static int cmp_double(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-typedef void (*RunFn)(void *ctx, int rotation, CUstream s);
-
 /* Median microseconds of reps runs (after warm-up), each between two events. */
-static double time_runs(RunFn fn, void *ctx, int rotations, int reps, CUstream s) {
+double time_runs(RunFn fn, void *ctx, int rotations, int reps, CUstream s) {
   for (int i = 0; i < 3; i++)
     fn(ctx, i % rotations, s);
   CUevent *ev = malloc(sizeof(CUevent) * (size_t)(2 * reps));
@@ -529,7 +528,7 @@ static void work(const Graph *g, int64_t tokens, double *flops, double *bytes) {
   }
 }
 
-static double rel_err(const void *a, const void *b, DType t, size_t n) {
+double rel_err(const void *a, const void *b, DType t, size_t n) {
   double num = 0, den = 0;
   for (size_t i = 0; i < n; i++) {
     double x = dtype_load(t, a, i), y = dtype_load(t, b, i);
@@ -833,12 +832,15 @@ typedef struct {
 static const char usage[] =
     "usage: ffnc bench FILE.ffn... --tokens N[,N...] [--json OUT.json] [--plot PREFIX] [--reps N]\n"
     "                  [--no-graphs] [--no-ceilings] [--compile-only] [--arch sm_XX] [-O0..-O3]\n"
-    "                  [--precision KEY=TYPE]... [--ffn-fusion A..B]... [-v]\n"
+    "                  [--precision KEY=TYPE]... [--ffn-fusion A..B]... [--tp N] [-v]\n"
     "Times each model (up to 32) against an eager cuBLASLt baseline and cuBLASLt with its fused epilogues,\n"
     "after measuring the card's copy bandwidth and cuBLASLt bf16/fp8 GEMM rate; prints a table, writes JSON\n"
     "(--json) and PREFIX.dat/.gp for gnuplot (--plot; PREFIX.png too where gnuplot is installed).\n"
     "--tokens: up to 32 token counts; --reps: timed runs per variant (median; default 30).\n"
-    "--compile-only compiles every variant into the kernel cache and needs no GPU.\n";
+    "--compile-only compiles every variant into the kernel cache and needs no GPU.\n"
+    "--tp N: tensor parallel instead: each model's N ranks on devices 0..N-1 (NCCL: $FFNC_NCCL_LIBRARY, else\n"
+    "libnccl.so.2) against the whole program on device 0, checked, timed, with NCCL's all-reduce of a [T, D]\n"
+    "tensor alone (the communication ceiling) and each rank's weight bytes.\n";
 
 enum { O_TOKENS, O_JSON, O_PLOT, O_REPS, O_NO_GRAPHS, O_NO_CEILINGS, O_COMPILE_ONLY };
 
@@ -973,11 +975,21 @@ int cmd_bench(int argc, char **argv) {
   int rc = parse_bench_args(argc, argv, &b);
   if (rc >= 0)
     return rc;
+  if (cli_check_tp("bench", &b.ca, true) != 0)
+    return EXIT_USAGE;
+  if (b.ca.tp_rank_given)
+    return cli_error("bench: --tp-rank: ffnc bench --tp N runs all the ranks together"), EXIT_USAGE;
+  if (b.ca.tp > 1 && (b.json || b.plot || b.compile_only))
+    return cli_error("bench: --tp with --json, --plot or --compile-only: not yet"), EXIT_USAGE;
   char why[512];
-  if (!b.compile_only && !(cu = cu_api(why, sizeof why))) { /* before spending time compiling */
+  if (b.ca.tp > 1 && (rc = cli_check_tp_devices("bench", b.ca.tp)) != 0) /* before spending time compiling */
+    return rc;
+  if (!b.compile_only && !(cu = cu_api(why, sizeof why))) {
     cli_error("bench: %s", why);
     return EXIT_DEVICE;
   }
+  if (b.ca.tp > 1)
+    return bench_tp(&b.ca, b.files, b.nfiles, b.tokens, b.ntokens, b.reps);
   Model *models = calloc((size_t)b.nfiles, sizeof(Model));
   if ((rc = compile_models(&b, models)) >= 0)
     return rc;

@@ -1,6 +1,7 @@
 /* cmd_run.c: `ffnc run FILE.ffn --weights W --input IN --output OUT [--device gpu|cpu]`. */
 #include "cli.h"
 #include "include/ffn.h"
+#include "runtime/rt.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -68,10 +69,12 @@ static const char usage[] =
     "Compiles FILE (JIT) and runs it once. Inputs are read by their `input` names, outputs written by\n"
     "their `output` names; dynamic dims are bound from the input shapes. --device cpu runs the reference\n"
     "interpreter and needs no GPU; the default is gpu where one is present, else cpu. -v: what NVRTC compiled\n"
-    "and how long it took, on stderr. --tp N (--device cpu): the program sharded over N tensor-parallel ranks,\n"
-    "all run by the interpreter in lockstep (the GPU needs NCCL: not yet). --grad: the backward graph\n"
-    "instead, on the GPU or the CPU reference: its inputs are the program's and grad.OUTPUT for each output\n"
-    "(`ffnc gen --grad` writes random ones), its outputs grad.INPUT and grad.WEIGHT (f32).\n";
+    "and how long it took, on stderr. --tp N: the program sharded over N tensor-parallel ranks, rank 0's\n"
+    "outputs written: on the GPU rank r runs on device r, one all-reduce per FFN sublayer through NCCL\n"
+    "($FFNC_NCCL_LIBRARY, else libnccl.so.2; N GPUs needed); on the CPU the interpreter runs the ranks in\n"
+    "lockstep. --grad: the backward graph instead, on the GPU or the CPU reference (with --tp, the CPU): its\n"
+    "inputs are the program's and grad.OUTPUT for each output (`ffnc gen --grad` writes random ones), its\n"
+    "outputs grad.INPUT and grad.WEIGHT (f32).\n";
 
 enum { O_WEIGHTS, O_INPUT, O_OUTPUT, O_DEVICE, O_GRAD };
 
@@ -122,11 +125,11 @@ int cmd_run(int argc, char **argv) {
     cli_error("run: --tp-rank: ffnc run runs all the ranks of --tp N together (no rank runs alone)");
     return EXIT_USAGE;
   }
-  if (ca.tp > 1 && device && strcmp(device, "gpu") == 0) {
-    cli_error("run: tensor parallel on the GPU: not yet (NCCL); --device cpu simulates the %d ranks", ca.tp);
+  if (ca.grad && ca.tp > 1 && device && strcmp(device, "gpu") == 0) {
+    cli_error("run: the backward graph of a tensor-parallel program on the GPU: not yet; --device cpu runs it");
     return EXIT_USER;
   }
-  if (ca.tp > 1)
+  if (ca.grad && ca.tp > 1)
     device = "cpu";
   int status, nranks = ca.tp > 1 ? ca.tp : 1;
   Graph **ranks = calloc((size_t)nranks, sizeof *ranks);
@@ -163,8 +166,13 @@ int cmd_run(int argc, char **argv) {
     goto out;
   }
   if (!device) {
-    char why[256];
-    device = ffn_device_count(why, sizeof why) > 0 ? "gpu" : "cpu";
+    char why[1024];
+    int count = ffn_device_count(why, sizeof why);
+    device = count >= nranks ? "gpu" : "cpu";
+    if (count > 0 && count < nranks)
+      snprintf(why, sizeof why, "--tp %d needs %d GPUs, this machine has %d", nranks, nranks, count);
+    if (nranks > 1 && count >= nranks && !nccl_api(why, sizeof why))
+      device = "cpu";
     if (strcmp(device, "cpu") == 0)
       fprintf(stderr, "ffnc: note: %s; running on the CPU reference interpreter\n", why);
   }

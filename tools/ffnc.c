@@ -30,6 +30,8 @@ static const char environment[] =
     "  FFNC_DISABLE_NVRTC=1      behave as if NVRTC were missing (AOT packages need none)\n"
     "  FFNC_GEMM_VARIANT=CONFIG  force a GEMM tile configuration (kernels/gemm_host.h; tuning)\n"
     "  FFNC_INTERP_THREADS=N     threads of the CPU reference interpreter (--device cpu)\n"
+    "  FFNC_NCCL_LIBRARY=PATH    the libnccl.so.2 that --tp N on the GPU loads (default: the usual search)\n"
+    "  FFNC_TP_WHOLE_WEIGHTS=1   --tp N on the GPU: each rank binds whole weights, not its slices (a check)\n"
     "  FFNC_LIBRARY=PATH         the libffn.so the Python package loads (not ffnc itself)\n"
     "\n"
     "exit status:\n"

@@ -1,0 +1,158 @@
+/* tp_api_test.c: tensor parallel through the C API with the host program's own communicators
+ * (label gpu_multi: 2 GPUs and NCCL, else skipped): the two ranks of Llama-tiny, each on its
+ * own device and host thread, with a communicator the "host program" makes as one process per
+ * GPU would (ncclGetUniqueId once, ncclCommInitRank per rank) and hands over with
+ * ffn_model_set_communicator. Both ranks' outputs are the same, and they agree with the whole
+ * program on device 0 at T = 1, 7, 64, 1000. */
+#include <pthread.h>
+
+#include "check.h"
+#include "gpu_util.h"
+#include "runtime/rt.h"
+
+enum { RANKS = 2, D = 256 };
+
+static const NcclApi *nccl;
+static NcclUniqueId id;
+
+typedef struct {
+  ffn_model *m;
+  NcclComm comm;
+  int rank;
+  int64_t tokens;
+  const uint16_t *x;
+  uint16_t *y;
+  ffn_status status;
+  char error[1024];
+} Rank;
+
+static ffn_program *compile(const char *path, int ranks, int rank) {
+  ffn_options *o;
+  ffn_program *p = NULL;
+  ffn_options_create(&o);
+  ffn_options_set_tensor_parallel(o, ranks, rank);
+  if (ffn_program_compile_file(path, o, &p) != FFN_OK) {
+    fprintf(stderr, "%s: %s\n", path, ffn_last_error());
+    exit(1);
+  }
+  ffn_options_destroy(o);
+  return p;
+}
+
+/* Random weights of a sensible scale, the same for every model (seeded by name order). */
+static void bind(ffn_model *m, const ffn_program *whole) {
+  const Plan *p = whole->plan;
+  uint64_t state = 0x9e3779b97f4a7c15ull;
+  for (int t = 0; t < p->ntensors; t++) {
+    const PlanTensor *pt = &p->tensors[t];
+    if (pt->kind != PT_WEIGHT)
+      continue;
+    int64_t shape[FFN_MAX_RANK];
+    size_t n = 1;
+    for (int d = 0; d < pt->rank; d++)
+      n *= (size_t)(shape[d] = pt->dims[d].size);
+    uint16_t *h = malloc(2 * n);
+    double scale = pt->rank == 2 ? 1.0 / sqrt((double)pt->dims[1].size) : 0.0;
+    for (size_t i = 0; i < n; i++) {
+      state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+      double u = (double)(state >> 11) / 9007199254740992.0 * 2 - 1;
+      h[i] = f32_to_bf16_bits((float)(pt->rank == 2 ? u * scale * 1.7 : 1.0 + 0.1 * u));
+    }
+    DLTensor w = {h, {kDLCPU, 0}, pt->rank, dl_of(DT_BF16), shape, NULL, 0};
+    CHECK(ffn_model_bind_weight(m, pt->name, &w) == FFN_OK, "%s", ffn_last_error());
+    free(h);
+  }
+  CHECK(ffn_model_prepare(m) == FFN_OK, "%s", ffn_last_error());
+}
+
+static ffn_status run(ffn_model *m, int64_t tokens, const uint16_t *x, uint16_t *y) {
+  int64_t shape[2] = {tokens, D};
+  DLTensor in = {(void *)x, {kDLCPU, 0}, 2, dl_of(DT_BF16), shape, NULL, 0};
+  DLTensor out = {y, {kDLCPU, 0}, 2, dl_of(DT_BF16), shape, NULL, 0};
+  return ffn_model_run_host(m, &in, 1, &out, 1);
+}
+
+/* A rank's thread: its communicator once (on its device: the model's context current), then
+ * its run. */
+static void *rank_main(void *p) {
+  Rank *r = p;
+  r->status = FFN_OK;
+  if (!r->comm) {
+    CUcontext c;
+    r->m->cu->cuCtxPushCurrent(r->m->ctx);
+    int e = nccl->CommInitRank(&r->comm, RANKS, id, r->rank);
+    r->m->cu->cuCtxPopCurrent(&c);
+    r->status = e == NCCL_SUCCESS ? ffn_model_set_communicator(r->m, r->comm) : nccl_fail(nccl, e, "nccl->CommInitRank()");
+  }
+  if (r->status == FFN_OK)
+    r->status = run(r->m, r->tokens, r->x, r->y);
+  if (r->status != FFN_OK)
+    snprintf(r->error, sizeof r->error, "%s", ffn_last_error());
+  return NULL;
+}
+
+int main(void) {
+  char why[1024];
+  int count = ffn_device_count(why, sizeof why);
+  if (count < RANKS) {
+    printf("SKIP: %d GPUs (%s)\n", count, count ? "2 needed" : why);
+    return SKIP;
+  }
+  if (!(nccl = nccl_api(why, sizeof why))) {
+    printf("SKIP: %s\n", why);
+    return SKIP;
+  }
+  CHECK(nccl->GetUniqueId(&id) == NCCL_SUCCESS, "ncclGetUniqueId");
+  char *path = source_path("examples/llama3_tiny.ffn");
+  ffn_program *whole = compile(path, 1, 0), *share[RANKS];
+  ffn_model *mw;
+  CHECK(ffn_model_create(whole, 0, &mw) == FFN_OK, "%s", ffn_last_error());
+  bind(mw, whole);
+  Rank ranks[RANKS] = {{0}};
+  for (int r = 0; r < RANKS; r++) {
+    share[r] = compile(path, RANKS, r);
+    CHECK(ffn_model_create(share[r], r, &ranks[r].m) == FFN_OK, "%s", ffn_last_error());
+    bind(ranks[r].m, whole);
+    ranks[r].rank = r;
+  }
+  static const int64_t tokens[] = {1, 7, 64, 1000};
+  for (size_t k = 0; k < sizeof tokens / sizeof tokens[0]; k++) {
+    int64_t T = tokens[k];
+    uint16_t *x = malloc(2 * (size_t)(T * D)), *ref = malloc(2 * (size_t)(T * D)), *y[RANKS];
+    for (int64_t i = 0; i < T * D; i++)
+      x[i] = f32_to_bf16_bits((float)((i * 7919 % 2001) - 1000) / 1000.0f);
+    CHECK(run(mw, T, x, ref) == FFN_OK, "whole: %s", ffn_last_error());
+    pthread_t th[RANKS];
+    for (int r = 0; r < RANKS; r++) {
+      y[r] = malloc(2 * (size_t)(T * D));
+      ranks[r].tokens = T, ranks[r].x = x, ranks[r].y = y[r];
+      pthread_create(&th[r], NULL, rank_main, &ranks[r]);
+    }
+    for (int r = 0; r < RANKS; r++) {
+      pthread_join(th[r], NULL);
+      CHECK(ranks[r].status == FFN_OK, "rank %d: %s", r, ranks[r].error);
+    }
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < T * D; i++) {
+      double a = bf16_bits_to_f32(y[0][i]), b = bf16_bits_to_f32(ref[i]);
+      num += (a - b) * (a - b), den += b * b;
+    }
+    double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    CHECK(memcmp(y[0], y[1], 2 * (size_t)(T * D)) == 0, "T=%lld: the ranks' outputs differ", (long long)T);
+    CHECK(rel < 2e-2, "T=%lld: rank 0 against the whole program: rel_l2 %.3g", (long long)T, rel);
+    printf("T=%lld: rank 0 against the whole program: rel_l2 %.3g; ranks equal\n", (long long)T, rel);
+    for (int r = 0; r < RANKS; r++)
+      free(y[r]);
+    free(x), free(ref);
+  }
+  for (int r = 0; r < RANKS; r++) {
+    ffn_model_destroy(ranks[r].m); /* then the communicator: it is the host program's */
+    if (ranks[r].comm)
+      nccl->CommDestroy(ranks[r].comm);
+    ffn_program_destroy(share[r]);
+  }
+  ffn_model_destroy(mw);
+  ffn_program_destroy(whole);
+  free(path);
+  return check_result("tp_api_test");
+}

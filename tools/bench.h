@@ -1,0 +1,22 @@
+/* bench.h: what `ffnc bench --tp N` (bench_tp.c) shares with the bench (cmd_bench.c). */
+#ifndef FFNC_BENCH_H
+#define FFNC_BENCH_H
+
+#include "cli.h"
+#include "runtime/rt.h"
+
+typedef void (*RunFn)(void *ctx, int rotation, CUstream s);
+
+/* Host values of the given mean and standard deviation, stored as dt (malloc'd). */
+void *random_buffer(DType dt, size_t n, double mean, double std);
+/* Median microseconds of reps runs of fn on s (after warm-up), each between two events; the
+ * caller's context must be current. */
+double time_runs(RunFn fn, void *ctx, int rotations, int reps, CUstream s);
+/* ||a - b|| / ||b|| over n values of type t. */
+double rel_err(const void *a, const void *b, DType t, size_t n);
+
+/* `ffnc bench --tp N`: each model's N ranks on devices 0..N-1 against the whole program on
+ * device 0, and NCCL's all-reduce of a [T, D] tensor alone. The exit status. */
+int bench_tp(const CompileArgs *ca, const char *const *files, int nfiles, const int64_t *tokens, int ntokens, int reps);
+
+#endif
