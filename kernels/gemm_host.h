@@ -10,7 +10,7 @@
  *     ffn::gemm_simt<c->bm, c->bn, c->bk, c->wm, c->wn, S, STATS, T>(g, epi, smem);             // FFN_GEMM_SIMT
  *     ffn::gemm_sm90<c->bm, c->bn, c->bk, c->stages, S, STATS, T, c->bm / c->wm, c->min_blocks>(g, epi, smem);
  *                                                                                            // FFN_GEMM_SM90
- *     ffn::gemm_wq<BITS, c->bm, c->bn, c->bk, c->wn, c->stages, S, STATS, T>(g, scales, group, epi, smem);
+ *     ffn::gemm_wq<BITS, c->bm, c->bn, c->bk, c->wn, c->wm, c->stages, S, STATS, T>(g, scales, group, epi, smem);
  *                                                                                            // FFN_GEMM_WQ
  *   }
  *
@@ -55,7 +55,8 @@ typedef enum {
   FFN_GEMM_SM90, /* wgmma tensor cores (sm_90a only), T = bf16 or f16, K % 8 == 0 */
   FFN_GEMM_WQ,   /* weight-only i8 / i4 B dequantized in registers for mma.sync (gemm_wq.cuh);
                     bk: k per 512-byte tile of codes (32: i8, 64: i4), wn: B rows per warp (16),
-                    stages: k tiles in the cp.async ring of codes, scales and activations */
+                    stages: stages of wm k tiles in the cp.async ring of codes, scales and
+                    activations */
   FFN_GEMM_SM90P /* kernel bench only: persistent FFN_GEMM_SM90 (kernels/bench/gemm_sm90_persistent.cuh):
                     wm == bm: the two consumer warpgroups ping-pong over whole tiles; wm == bm / 2:
                     they share each tile */
@@ -66,7 +67,8 @@ typedef struct {
   ffn_gemm_kind kind;
   int bm, bn, bk; /* CTA tile; bn counts merged (S*N) columns */
   int wm, wn;     /* SM80: warp tile; SIMT: thread tile (TM, TN); SM90: rows x columns per consumer
-                     warpgroup (bm / wm consumer warpgroups, wn == bn) */
+                     warpgroup (bm / wm consumer warpgroups, wn == bn); WQ: wm k tiles per ring
+                     stage, wn B rows per warp */
   int stages;     /* SM80/SM90: cp.async pipeline depth; SIMT: 2 (register double buffering) */
   int threads;    /* block size */
   int min_blocks;  /* second __launch_bounds__ argument (2 with 128 threads made ptxas spill: keep 1) */
@@ -95,17 +97,17 @@ static inline const ffn_gemm_config *ffn_gemm_configs(int *count) {
       {"sm90_128x256x64", FFN_GEMM_SM90, 128, 256, 64, 64, 256, 4, 384, 1, 1, 0},   /* 476-606 TFLOP/s; 199 KB */
       /* weight-only quantized B (gemm_wq.cuh, mma.sync), every arch: bm tokens per CTA (n8 tiles
        * of the MMA), so that a decode step does not spend MMAs on empty rows; bn = 8 warps x 16
-       * rows of B; bk = k per 512-byte tile of codes (32: i8, 64: i4); a ring of `st` k tiles,
-       * sized so that ~200 KB per SM are in flight (quant.cuh: wq_smem_bytes); registers from
-       * ptxas for sm_90a (bf16 activations). */
-      {"wq8_8", FFN_GEMM_WQ, 8, 128, 32, 1, 16, 12, 256, 4, 4, 8},   /* 55 KB, 60 regs */
-      {"wq8_16", FFN_GEMM_WQ, 16, 128, 32, 1, 16, 14, 256, 3, 3, 16}, /* 71 KB, 72 regs */
-      {"wq8_32", FFN_GEMM_WQ, 32, 128, 32, 1, 16, 11, 256, 3, 3, 32}, /* 68 KB, 78 regs */
-      {"wq8_64", FFN_GEMM_WQ, 64, 128, 32, 1, 16, 12, 256, 2, 2, 0},  /* 100 KB, 111 regs */
-      {"wq4_8", FFN_GEMM_WQ, 8, 128, 64, 1, 16, 9, 256, 4, 4, 8},     /* 55 KB, 64 regs */
-      {"wq4_16", FFN_GEMM_WQ, 16, 128, 64, 1, 16, 10, 256, 3, 3, 16}, /* 71 KB, 80 regs */
-      {"wq4_32", FFN_GEMM_WQ, 32, 128, 64, 1, 16, 10, 256, 2, 2, 32}, /* 92 KB, 106 regs */
-      {"wq4_64", FFN_GEMM_WQ, 64, 128, 64, 1, 16, 12, 256, 1, 1, 0},  /* 160 KB, 154 regs */
+       * rows of B; bk = k per 512-byte tile of codes (32: i8, 64: i4); a ring of `st` stages of
+       * `wm` k tiles each (one barrier per stage), ~100 KB of codes in flight per SM at one
+       * token (quant.cuh: wq_smem_bytes). */
+      {"wq8_8", FFN_GEMM_WQ, 8, 128, 32, 4, 16, 3, 256, 4, 4, 8},   /* 55 KB */
+      {"wq8_16", FFN_GEMM_WQ, 16, 128, 32, 2, 16, 7, 256, 3, 3, 16}, /* 71 KB */
+      {"wq8_32", FFN_GEMM_WQ, 32, 128, 32, 2, 16, 5, 256, 3, 3, 32}, /* 62 KB */
+      {"wq8_64", FFN_GEMM_WQ, 64, 128, 32, 2, 16, 6, 256, 2, 2, 0},  /* 101 KB */
+      {"wq4_8", FFN_GEMM_WQ, 8, 128, 64, 3, 16, 3, 256, 4, 4, 8},    /* 55 KB */
+      {"wq4_16", FFN_GEMM_WQ, 16, 128, 64, 2, 16, 5, 256, 3, 3, 16}, /* 71 KB */
+      {"wq4_32", FFN_GEMM_WQ, 32, 128, 64, 2, 16, 5, 256, 2, 2, 32}, /* 92 KB */
+      {"wq4_64", FFN_GEMM_WQ, 64, 128, 64, 2, 16, 6, 256, 1, 1, 0},  /* 157 KB */
       /* (The persistent sm90p_pp_128x128x64 was here until the whole-sublayer trial: faster alone
        * from M 4096, slower in the model. It is a candidate of kernels/bench/gemm_bench.c now.) */
   };
@@ -172,7 +174,7 @@ static inline size_t ffn_gemm_smem_bytes(const ffn_gemm_config *c, int elem) {
     return (size_t)c->stages * (size_t)(c->bm + c->bn) * (size_t)c->bk * 2 + (size_t)8 * c->bm * (c->wm == c->bm ? 2 : 1) +
            2048;
   if (c->kind == FFN_GEMM_WQ) /* gemm_wq.cuh: the ring of codes, scales and activations */
-    return (size_t)wq_smem_bytes(c->bm, c->bn, c->bk, c->stages, elem);
+    return (size_t)wq_smem_bytes(c->bm, c->bn, c->bk, c->wm, c->stages, elem);
   return ((size_t)2 * c->bk * (size_t)(c->bm + c->bn + 8) + (size_t)2 * c->bm) * 4;
 }
 
@@ -228,8 +230,8 @@ static inline int ffn_gemm_template_args(const ffn_gemm_config *c, int S, int ST
     return snprintf(buf, len, "%d, %d, %d, %d, %d, %d, %s, %s", c->bm, c->bn, c->bk, c->stages, S, STATS, T,
                     c->wm == c->bm ? "true" : "false");
   case FFN_GEMM_WQ: /* BITS from the tile's depth: 16 rows x bk k in 512 bytes */
-    return snprintf(buf, len, "%d, %d, %d, %d, %d, %d, %d, %d, %s", c->bk == 32 ? 8 : 4, c->bm, c->bn, c->bk, c->wn,
-                    c->stages, S, STATS, T);
+    return snprintf(buf, len, "%d, %d, %d, %d, %d, %d, %d, %d, %d, %s", c->bk == 32 ? 8 : 4, c->bm, c->bn, c->bk, c->wn,
+                    c->wm, c->stages, S, STATS, T);
   case FFN_GEMM_SIMT:
     break;
   }

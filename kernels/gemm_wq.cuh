@@ -133,7 +133,7 @@ __device__ __forceinline__ void wq_mma<float, bf16>(float (&d)[4], const u32 (&a
   for (int t = 0; t < 3; ++t) mma_16816<bf16>(d, a, x.b[t][2 * s], x.b[t][2 * s + 1]);
 }
 
-template <int BITS, int BM, int BN, int BK, int WN, int STAGES, int S, int STATS, class T, class Epi>
+template <int BITS, int BM, int BN, int BK, int WN, int TPS, int STAGES, int S, int STATS, class T, class Epi>
 __device__ __forceinline__ void gemm_wq(const GemmArgs &g, const float *__restrict__ scales, int group, const Epi &epi,
                                         char *smem) {
   typedef typename WqWeight<T>::type W;
@@ -144,7 +144,7 @@ __device__ __forceinline__ void gemm_wq(const GemmArgs &g, const float *__restri
   static_assert(BITS == 8 || BITS == 4, "i8 or i4");
   static_assert(BK == WQ_TILE_K(BITS) && WN == 16 && BN % 16 == 0 && BM % 8 == 0 && BN % (8 * S) == 0, "tile shape");
   static_assert(S == 1 || S == 2, "S is 1 or 2");
-  static_assert(wq_stages(BM, BN, BK, STAGES, (int)sizeof(T)) >= 3, "a ring of at least 3 tiles");
+  static_assert(wq_stages(BM, BN, BK, TPS, STAGES, (int)sizeof(T)) >= 3, "a ring of at least 3 stages");
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gq = lane >> 2, tq = lane & 3;
   const int M = g.M, N = g.N, K = g.K, R = S * N, splits = g.splits, z = blockIdx.z;
@@ -164,39 +164,48 @@ __device__ __forceinline__ void gemm_wq(const GemmArgs &g, const float *__restri
   const int r_lo = rb * 16 + gq, r_hi = r_lo + 8;
   const bool vec = (K & 7) == 0;
 
-  // The ring: NS k tiles, each [codes: WARPS][32 lanes][16 bytes] [i4 scales: WARPS][BLOCKS][16
-  // rows] [activations: BLOCKS][BM][32] of T (quant.cuh: wq_stage_bytes), filled by cp.async
-  // NS - 1 tiles ahead. A lane copies and later reads its own 16 bytes of codes (and for i4,
-  // lanes copy their warp's scales), so those need no barrier; the activations, which all warps
-  // share, do (one per tile). Activation rows of 64 bytes: a quarter warp's 16-byte reads (two
-  // tokens) hit every bank once. The CTA's sums reuse the space after the main loop.
-  constexpr int NS = wq_stages(BM, BN, BK, STAGES, (int)sizeof(T)); // the ring's depth
-  constexpr int CODE_B = WARPS * 512, SCALE_B = GROUPED ? WARPS * 128 : 0, TILE_A = BLOCKS * BM * 32;
-  constexpr int STAGE_B = CODE_B + SCALE_B + TILE_A * (int)sizeof(T);
-  float *Os = (float *)smem;                                                      // [BM][BN]: the CTA's sums
-  float *red = (float *)(smem + wq_ring_bytes(BM, BN, BK, STAGES, (int)sizeof(T))); // [2][WARPS][BM]
-  float *rowstat = red + 2 * WARPS * BM;                                            // [2][BM]: sum of squares, sum
+  // The ring: NS stages of TPS consecutive k tiles, each stage [codes: WARPS][TPS][32 lanes][16
+  // bytes] [i4 scales: WARPS][TPS][BLOCKS][16 rows] [activations: TPS * BLOCKS][BM][32] of T
+  // (quant.cuh: wq_stage_bytes), filled by cp.async NS - 1 stages ahead. A lane copies and later
+  // reads its own 16 bytes of codes per tile (and for i4, lanes copy their warp's scales), so
+  // those need no barrier; the activations, which all warps share, do: one per stage, so the
+  // stage's bookkeeping (wait, barrier, addresses of the next fill) is paid once per TPS tiles.
+  // Activation rows of 64 bytes: a quarter warp's 16-byte reads (two tokens) hit every bank
+  // once. The CTA's sums reuse the space after the main loop.
+  constexpr int NS = wq_stages(BM, BN, BK, TPS, STAGES, (int)sizeof(T)); // the ring's depth
+  constexpr int CODE_B = WARPS * TPS * 512, SCALE_B = GROUPED ? WARPS * TPS * 128 : 0;
+  constexpr int TILE_A = BLOCKS * BM * 32, STAGE_B = CODE_B + SCALE_B + TPS * TILE_A * (int)sizeof(T);
+  static_assert(STAGE_B == wq_stage_bytes(BM, BN, BK, TPS, (int)sizeof(T)), "quant.cuh's stage layout");
+  float *Os = (float *)smem;                                                           // [BM][BN]: the CTA's sums
+  float *red = (float *)(smem + wq_ring_bytes(BM, BN, BK, TPS, STAGES, (int)sizeof(T))); // [2][WARPS][BM]
+  float *rowstat = red + 2 * WARPS * BM; // [2][BM]: sum of squares, sum
 
   const T *__restrict__ Ag = (const T *)g.A;
   const uint4 *__restrict__ wp = (const uint4 *)g.B + ((long long)rb * ktiles + t0) * 32 + lane;
-  // i4: lane l copies the scale of row l % 16 of the warp's block for the tile's block l / 16
+  // i4: lane l copies the scale of row l % 16 of the warp's block for a tile's block l / 16
   const int sc_row = rb * 16 + lane % 16, sc_blk = lane / 16;
   const float *__restrict__ sc_base = scales + (long long)imin(sc_row, R - 1) * ngroups;
+  const int nst = (ntk + TPS - 1) / TPS; // stages of the split's range
 
-  // tile j of the split's range into ring slot j % NS; zeros past M, K and R
-  auto fill = [&](int j) {
-    if (j >= ntk) return;
-    char *stage = smem + (j % NS) * STAGE_B;
+  // stage j of the split's range (tiles j * TPS ...) into ring slot `slot`; zeros past M, K and R
+  auto fill = [&](int j, int slot) {
+    if (j >= nst) return;
+    char *stage = smem + slot * STAGE_B;
     if (active) {
-      cp_async16(smem_addr(stage + warp * 512 + lane * 16), wp + j * 32, true);
-      if (GROUPED) {
-        const int kb = (t0 + j) * BLOCKS + sc_blk, gi = imin(kb / gblocks, ngroups - 1);
-        cp_async4(smem_addr(stage + CODE_B + warp * 128 + lane * 4), sc_base + gi, sc_row < R);
+#pragma unroll
+      for (int u = 0; u < TPS; ++u) {
+        const int tile = j * TPS + u;
+        if (tile >= ntk) break;
+        cp_async16(smem_addr(stage + (warp * TPS + u) * 512 + lane * 16), wp + tile * 32, true);
+        if (GROUPED) {
+          const int kb = (t0 + tile) * BLOCKS + sc_blk, gi = imin(kb / gblocks, ngroups - 1);
+          cp_async4(smem_addr(stage + CODE_B + (warp * TPS + u) * 128 + lane * 4), sc_base + gi, sc_row < R);
+        }
       }
     }
     T *dst = (T *)(stage + CODE_B + SCALE_B);
-    const int kt0 = (t0 + j) * BK;
-    constexpr int PER = 16 / (int)sizeof(T), CHUNKS = TILE_A / PER; // 16-byte pieces
+    const int kt0 = (t0 + j * TPS) * BK;
+    constexpr int PER = 16 / (int)sizeof(T), CHUNKS = TPS * TILE_A / PER; // 16-byte pieces
     for (int c = tid; c < CHUNKS; c += THREADS) {
       const int b = c / (BM * 32 / PER), m = c / (32 / PER) % BM, kk = c % (32 / PER) * PER;
       const int row = m0 + m, k = kt0 + b * 32 + kk;
@@ -223,68 +232,76 @@ __device__ __forceinline__ void gemm_wq(const GemmArgs &g, const float *__restri
   {
 #pragma unroll
     for (int j = 0; j < NS - 1; ++j) {
-      fill(j);
+      fill(j, j);
       cp_async_commit();
     }
     float s_lo = 0.f, s_hi = 0.f;
     // where the range starts in its group, and whose turn it is for the row statistics; running
     // counters, no division per block
     int gpos = t0 * BLOCKS % gblocks, turn = t0 * BLOCKS % active_warps;
-    for (int it = 0; it < ntk; ++it) {
-      cp_async_wait<NS - 2>(); // tile it has landed (this thread's pieces) ...
-      __syncthreads();         // ... everybody's, and slot (it - 1) % NS is free
-      fill(it + NS - 1);
+    int slot = 0, fslot = NS - 1; // the stage read, and the one filled, in the ring
+    for (int st = 0; st < nst; ++st) {
+      cp_async_wait<NS - 2>(); // stage st has landed (this thread's pieces) ...
+      __syncthreads();         // ... everybody's, and slot fslot (read in the last round) is free
+      fill(st + NS - 1, fslot);
       cp_async_commit();
+      fslot = fslot + 1 == NS ? 0 : fslot + 1;
+      const char *stage = smem + slot * STAGE_B;
+      slot = slot + 1 == NS ? 0 : slot + 1;
       if (!active) continue;
-      const char *stage = smem + (it % NS) * STAGE_B;
-      const uint4 cur = *(const uint4 *)(stage + warp * 512 + lane * 16);
-      const u32 word[4] = {cur.x, cur.y, cur.z, cur.w};
-      const float *sc = (const float *)(stage + CODE_B + warp * 128);
-      const T *at = (const T *)(stage + CODE_B + SCALE_B);
 #pragma unroll
-      for (int b = 0; b < BLOCKS; ++b) {
-        const int kb = (t0 + it) * BLOCKS + b; // 32-k block
-        if (kb >= kb_end) break;               // the second half of the last i4 tile, past K
-        if (GROUPED && (kb == t0 * BLOCKS || gpos == 0)) { // a group starts: its scales
-          s_lo = sc[b * 16 + gq];
-          s_hi = sc[b * 16 + gq + 8];
-        }
-        u32 a[2][4];
-        if (BITS == 4) {
-          wq_frag_i4<W>(word[2 * b], a[0]);
-          wq_frag_i4<W>(word[2 * b + 1], a[1]);
-        } else {
-          wq_frag_i8<W>(word[0], word[1], a[0]);
-          wq_frag_i8<W>(word[2], word[3], a[1]);
-        }
-        const bool stats = STATS && turn == warp;
-        turn = turn + 1 == active_warps ? 0 : turn + 1;
+      for (int u = 0; u < TPS; ++u) {
+        const int it = st * TPS + u;
+        if (it >= ntk) break;
+        const uint4 cur = *(const uint4 *)(stage + (warp * TPS + u) * 512 + lane * 16);
+        const u32 word[4] = {cur.x, cur.y, cur.z, cur.w};
+        const float *sc = (const float *)(stage + CODE_B + (warp * TPS + u) * 128);
+        const T *at = (const T *)(stage + CODE_B + SCALE_B) + u * TILE_A;
 #pragma unroll
-        for (int t = 0; t < NT; ++t) {
-          WqAct<T> x;
-          x.load(at + (b * BM + t * 8 + gq) * 32 + 8 * tq);
-          if (stats) {
-#pragma unroll
-            for (int e = 0; e < 8; ++e) {
-              const float v = x.value(e);
-              ssq[t] = fmaf(v, v, ssq[t]);
-              if (STATS == 2) ssum[t] += v;
-            }
+        for (int b = 0; b < BLOCKS; ++b) {
+          const int kb = (t0 + it) * BLOCKS + b; // 32-k block
+          if (kb >= kb_end) break;               // the second half of the last i4 tile, past K
+          if (GROUPED && (kb == t0 * BLOCKS || gpos == 0)) { // a group starts: its scales
+            s_lo = sc[b * 16 + gq];
+            s_hi = sc[b * 16 + gq + 8];
           }
-          float(&d)[4] = GROUPED ? tmp[t] : acc[t];
-          wq_mma<T, W>(d, a[0], x, 0);
-          wq_mma<T, W>(d, a[1], x, 1);
-        }
-        if (++gpos == gblocks) gpos = 0;
-        if (GROUPED && (gpos == 0 || kb + 1 == kb_end)) { // the group ends: scale and add
+          u32 a[2][4];
+          if (BITS == 4) {
+            wq_frag_i4<W>(word[2 * b], a[0]);
+            wq_frag_i4<W>(word[2 * b + 1], a[1]);
+          } else {
+            wq_frag_i8<W>(word[0], word[1], a[0]);
+            wq_frag_i8<W>(word[2], word[3], a[1]);
+          }
+          const bool stats = STATS && turn == warp;
+          turn = turn + 1 == active_warps ? 0 : turn + 1;
 #pragma unroll
           for (int t = 0; t < NT; ++t) {
-            acc[t][0] = fmaf(tmp[t][0], s_lo, acc[t][0]);
-            acc[t][1] = fmaf(tmp[t][1], s_lo, acc[t][1]);
-            acc[t][2] = fmaf(tmp[t][2], s_hi, acc[t][2]);
-            acc[t][3] = fmaf(tmp[t][3], s_hi, acc[t][3]);
+            WqAct<T> x;
+            x.load(at + (b * BM + t * 8 + gq) * 32 + 8 * tq);
+            if (stats) {
 #pragma unroll
-            for (int i = 0; i < 4; ++i) tmp[t][i] = 0.f;
+              for (int e = 0; e < 8; ++e) {
+                const float v = x.value(e);
+                ssq[t] = fmaf(v, v, ssq[t]);
+                if (STATS == 2) ssum[t] += v;
+              }
+            }
+            float(&d)[4] = GROUPED ? tmp[t] : acc[t];
+            wq_mma<T, W>(d, a[0], x, 0);
+            wq_mma<T, W>(d, a[1], x, 1);
+          }
+          if (++gpos == gblocks) gpos = 0;
+          if (GROUPED && (gpos == 0 || kb + 1 == kb_end)) { // the group ends: scale and add
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+              acc[t][0] = fmaf(tmp[t][0], s_lo, acc[t][0]);
+              acc[t][1] = fmaf(tmp[t][1], s_lo, acc[t][1]);
+              acc[t][2] = fmaf(tmp[t][2], s_hi, acc[t][2]);
+              acc[t][3] = fmaf(tmp[t][3], s_hi, acc[t][3]);
+#pragma unroll
+              for (int i = 0; i < 4; ++i) tmp[t][i] = 0.f;
+            }
           }
         }
       }

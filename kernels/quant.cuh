@@ -85,27 +85,28 @@ WQ_FN unsigned wq_code(int q, int bits) { return (unsigned)(q + (bits == 8 ? 128
 WQ_FN int wq_code_level(unsigned code, int bits) { return (int)code - (bits == 8 ? 128 : 8); }
 
 /* gemm_wq.cuh's shared memory, bytes, for a CTA of bm tokens x bn rows of B (bn / 16 warps),
- * tiles of bk k, a ring of k tiles and activations of elem bytes: per stage each warp's tile of
- * codes (512 bytes), for i4 its rows' scales for the tile's two 32-k blocks (128 bytes), and the
- * CTA's activations (bm x bk). The ring has the configuration's `stages` tiles, fewer where they
- * would pass WQ_MAX_RING (f32 activations at 64 tokens). After the main loop the CTA's sums
- * (bm x bn f32) reuse the ring; then the row statistics, 2 x (warps + 1) x bm floats.
- * kernels/gemm_host.h sizes the launch with wq_smem_bytes, the kernel lays its memory out with
- * the parts. Constant expressions in CUDA (template arguments of the kernel). */
+ * tiles of bk k, a ring of stages of tps consecutive k tiles and activations of elem bytes: per
+ * tile each warp's codes (512 bytes), for i4 its rows' scales for the tile's two 32-k blocks
+ * (128 bytes), and the CTA's activations (bm x bk). The ring has the configuration's `stages`
+ * stages, fewer where they would pass WQ_MAX_RING (f32 activations at 64 tokens). After the
+ * main loop the CTA's sums (bm x bn f32) reuse the ring; then the row statistics,
+ * 2 x (warps + 1) x bm floats. kernels/gemm_host.h sizes the launch with wq_smem_bytes, the
+ * kernel lays its memory out with the parts. Constant expressions in CUDA (template arguments). */
 #define WQ_MAX_RING (160 * 1024)
-WQ_CFN wq_stage_bytes(int bm, int bn, int bk, int elem) {
-  return bn / 16 * (512 + (bk == 64 ? 128 : 0)) + bm * bk * elem;
+WQ_CFN wq_stage_bytes(int bm, int bn, int bk, int tps, int elem) {
+  return tps * (bn / 16 * (512 + (bk == 64 ? 128 : 0)) + bm * bk * elem);
 }
-WQ_CFN wq_stages(int bm, int bn, int bk, int stages, int elem) {
-  return stages * wq_stage_bytes(bm, bn, bk, elem) <= WQ_MAX_RING ? stages : WQ_MAX_RING / wq_stage_bytes(bm, bn, bk, elem);
+WQ_CFN wq_stages(int bm, int bn, int bk, int tps, int stages, int elem) {
+  return stages * wq_stage_bytes(bm, bn, bk, tps, elem) <= WQ_MAX_RING ? stages
+                                                                        : WQ_MAX_RING / wq_stage_bytes(bm, bn, bk, tps, elem);
 }
-WQ_CFN wq_ring_bytes(int bm, int bn, int bk, int stages, int elem) {
-  return wq_stages(bm, bn, bk, stages, elem) * wq_stage_bytes(bm, bn, bk, elem) > 4 * bm * bn
-             ? wq_stages(bm, bn, bk, stages, elem) * wq_stage_bytes(bm, bn, bk, elem)
+WQ_CFN wq_ring_bytes(int bm, int bn, int bk, int tps, int stages, int elem) {
+  return wq_stages(bm, bn, bk, tps, stages, elem) * wq_stage_bytes(bm, bn, bk, tps, elem) > 4 * bm * bn
+             ? wq_stages(bm, bn, bk, tps, stages, elem) * wq_stage_bytes(bm, bn, bk, tps, elem)
              : 4 * bm * bn;
 }
-WQ_CFN wq_smem_bytes(int bm, int bn, int bk, int stages, int elem) {
-  return wq_ring_bytes(bm, bn, bk, stages, elem) + 8 * bm * (bn / 16 + 1);
+WQ_CFN wq_smem_bytes(int bm, int bn, int bk, int tps, int stages, int elem) {
+  return wq_ring_bytes(bm, bn, bk, tps, stages, elem) + 8 * bm * (bn / 16 + 1);
 }
 
 #endif /* FFN_KERNELS_QUANT_H */

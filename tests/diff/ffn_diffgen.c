@@ -523,9 +523,10 @@ static Tolerance widened(const Graph *g, DType narrow, bool source, double e) {
  * passes round in other places (values kept in f32 inside kernels, gains folded into weights),
  * and a value one 16-bit ulp (or one fp8 code) away upstream is amplified by what follows (x^2
  * over layers, a steep tanh), on a few elements only. Measured on 3000 programs: at most 1.2%
- * (seed 247), or one element where there are few. Against the compiled program's own graph (GPU mode) none may be,
- * except in fp8 programs (measured on the H200, 125 programs: one fp8 e5m2 program, seed 34, had
- * one element of 224 outside, rel_l2 0.215 against a widened bound of 1.1). */
+ * (seed 247), or one element where there are few. Against the compiled program's own graph (GPU mode) none may be
+ * in f32 programs; as many in fp8 programs (measured on the H200, 125 programs: one fp8 e5m2 program, seed 34, had
+ * one element of 224 outside, rel_l2 0.215 against a widened bound of 1.1) and 16-bit programs
+ * (check_gpu). */
 #define SOURCE_OUTLIERS 0.02
 
 static DType narrower(DType a, DType b) {
@@ -684,9 +685,14 @@ static int check_gpu(uint64_t seed, const char *text, Graph *g0, bool nonfinite,
       for (int i = 0; i < nout && rc == 0; i++) {
         DType dt = ref[i].dtype;
         /* fp8: the GPU and the reference are two equally valid fp8 results (gpu_util.h,
-         * tolerance_of), so outliers as against the source; fp8_quality below is the check */
+         * tolerance_of), so outliers as against the source; fp8_quality below is the check.
+         * 16-bit: a stored value one ulp apart (the GPU's f32 sums against the reference's f64
+         * ones on either side of a rounding boundary) is amplified downstream as against the
+         * source (measured on the H200, 1,000 programs: seeds 151, 247, 816 had 1-17 elements
+         * outside, at most 1.2%, within the norm bound) */
+        bool outliers = exact || narrow != DT_F32;
         rc |= compare(label, "program", g0->outputs[i].name, widened(g0, narrow, false, err[i]), NULL, dt, bufs[i],
-                      &refp[i], &twin[i], exact ? SOURCE_OUTLIERS : 0);
+                      &refp[i], &twin[i], outliers ? SOURCE_OUTLIERS : 0);
         rc |= compare(label, "source", g0->outputs[i].name, widened(g0, narrow, true, err[i]), NULL, dt, bufs[i],
                       &ref[i], &twin[i], SOURCE_OUTLIERS);
         if (exact)

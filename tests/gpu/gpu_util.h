@@ -35,24 +35,26 @@
  */
 typedef struct {
   double norm, rtol, atol;
-  /* 16-bit: a stored intermediate one ulp apart (above) moves an output by up to an ulp of the
-   * largest values, which the per-element bound does not cover where a residual add cancels
-   * (-O0 stores every intermediate: llama3_tiny at 4096 tokens on the H200, 1 element in 10^6
-   * off by 0.039 at rms 1.57, one bf16 ulp of a value between 4 and 8). Up to 1 element in 10^5
-   * may be off by at most flip x max|ref|: two ulps of the largest value. */
-  double flip;
+  /* 16-bit: a few elements may be off by more, up to rare_atol x rms(ref) (a fraction `rare` of
+   * them, at least one): a stored intermediate one ulp apart (below) moves an output by up to
+   * an ulp of the values it came from, which the per-element bound does not cover where a
+   * residual add cancels or where a gradient is a product of several rounded values. Measured
+   * on the H200: -O0 llama3_tiny at 4096 tokens, 1 element in 10^6 off by 0.025 rms; the
+   * weight gradients of Llama/Phi-3, up to 9 of 196608 elements off by up to 0.19 rms. A wrong
+   * kernel is off by O(rms) on many elements. */
+  double rare_atol, rare;
 } Tolerance;
 
 static inline Tolerance tolerance_for(DType t, bool source) {
   if (t == DT_F32)
-    return (Tolerance){1e-5, 1e-4, 1e-5, 0};
+    return (Tolerance){1e-5, 1e-4, 1e-5, 0, 0};
   /* 16-bit: outputs a stored value rounds differently in one ulp (2^-8 for bf16) where the GPU's
    * f32 sums and the reference's f64 sums fall on either side of a rounding boundary, and
    * stacked layers carry such flips on; measured on the H200: bf16 rel_l2 about 1e-3 against
    * the program's reference, up to 3e-3 at one token, 8e-3 against the source's. */
   if (t == DT_F16)
-    return source ? (Tolerance){3e-3, 5e-2, 2e-2, 0x1p-9} : (Tolerance){2e-3, 2e-2, 1e-2, 0x1p-9};
-  return source ? (Tolerance){1.5e-2, 1e-1, 5e-2, 0x1p-6} : (Tolerance){1e-2, 5e-2, 2e-2, 0x1p-6}; /* bf16 */
+    return source ? (Tolerance){3e-3, 5e-2, 2e-2, 5e-2, 1e-5} : (Tolerance){2e-3, 2e-2, 1e-2, 5e-2, 1e-5};
+  return source ? (Tolerance){1.5e-2, 1e-1, 5e-2, 0.1, 1e-5} : (Tolerance){1e-2, 5e-2, 2e-2, 0.1, 1e-5}; /* bf16 */
 }
 
 /* Whether g is a backward graph (passes/grad.c): it has the inputs grad.OUTPUT, a name no program
@@ -70,14 +72,16 @@ static inline bool is_backward_graph(const Graph *g) {
  * sums over the tokens (matmul_at, sum_to: up to 1000 terms each, summed in order by one thread)
  * against the reference's f64 ones, and the cancellation of the norms' backward (u - mean(u) -
  * xhat mean(u xhat)): f32 ten times looser than forward f32 values; 16-bit as the forward values
- * against the source, which already covers the differences of the passes. First set without a
- * measurement: the GPU tests print rel_l2 and max_abs of every gradient to tighten them from. */
+ * against the source, which already covers the differences of the passes. Measured on the H200
+ * (12 models, T = 1..1000): bf16 rel_l2 0.24-0.7% against the program's reference, up to 1.2%
+ * against the source's; a few weight-gradient elements (the `rare` allowance) beyond the
+ * per-element bound. */
 static inline Tolerance tolerance_grad(DType t, bool source) {
   if (t == DT_F32)
-    return (Tolerance){1e-4, 1e-3, 1e-4, 0};
+    return (Tolerance){1e-4, 1e-3, 1e-4, 0, 0};
   if (t == DT_F16)
-    return source ? (Tolerance){5e-3, 5e-2, 2e-2, 0} : (Tolerance){3e-3, 5e-2, 2e-2, 0};
-  return source ? (Tolerance){3e-2, 1e-1, 5e-2, 0} : (Tolerance){1.5e-2, 1e-1, 5e-2, 0}; /* bf16 */
+    return source ? (Tolerance){5e-3, 5e-2, 2e-2, 0.5, 1e-4} : (Tolerance){3e-3, 5e-2, 2e-2, 0.5, 1e-4};
+  return source ? (Tolerance){3e-2, 1e-1, 5e-2, 0.5, 1e-4} : (Tolerance){1.5e-2, 1e-1, 5e-2, 0.5, 1e-4}; /* bf16 */
 }
 
 /* The tolerance for g's outputs. Under `precision weights i8|i4` the program's reference and
@@ -101,11 +105,11 @@ static inline Tolerance tolerance_of(const Graph *g, DType narrow, bool source) 
    * only a norm bound and gross per-element errors here; what fp8 must get right is checked by
    * fp8_quality: the GPU no less accurate than the reference against the unquantized result. */
   if (mm == DT_F8E4M3 || mm == DT_F8E5M2)
-    t = source ? (Tolerance){5e-2, 1.0, 0.4, 0} : (Tolerance){4e-2, 1.0, 0.4, 0};
+    t = source ? (Tolerance){5e-2, 1.0, 0.4, 0, 0} : (Tolerance){4e-2, 1.0, 0.4, 0, 0};
   if (source && w == DT_I8)
-    t = (Tolerance){3e-2, 0.3, 0.3, 0};
+    t = (Tolerance){3e-2, 0.3, 0.3, 0, 0};
   if (source && w == DT_I4)
-    t = (Tolerance){0.3, 1.0, 1.0, 0};
+    t = (Tolerance){0.3, 1.0, 1.0, 0, 0};
   return t;
 }
 
@@ -316,21 +320,18 @@ static inline int bind_weights(ffn_model *m, const TensorSet *w) {
 
 static int compare_one(const char *label, const char *which, const char *name, Tolerance tol, DType dt,
                        const void *out, const RefTensor *ref) {
-  int64_t n = ref_numel(ref), bad = 0, flips = 0, first_bad = -1, at_max = -1;
-  double num = 0, den = 0, maxerr = 0, maxref = 0;
-  for (int64_t j = 0; j < n; j++) {
+  int64_t n = ref_numel(ref), bad = 0, rare = 0, first_bad = -1, at_max = -1;
+  double num = 0, den = 0, maxerr = 0;
+  for (int64_t j = 0; j < n; j++)
     den += (double)ref->data[j] * ref->data[j];
-    if (fabs(ref->data[j]) > maxref)
-      maxref = fabs(ref->data[j]);
-  }
   double rms = n ? sqrt(den / (double)n) : 0;
   for (int64_t j = 0; j < n; j++) {
     double o = dtype_load(dt, out, (size_t)j), r = ref->data[j], e = fabs(o - r);
     if (!(e <= tol.rtol * fabs(r) + tol.atol * rms)) { /* NaN fails too */
       if (first_bad < 0)
         first_bad = j;
-      if (e <= tol.flip * maxref)
-        flips++; /* a rounding flip upstream, counted below */
+      if (e <= tol.rtol * fabs(r) + tol.rare_atol * rms)
+        rare++; /* a rounding flip upstream: a few allowed, below */
       else
         bad++;
     }
@@ -341,12 +342,12 @@ static int compare_one(const char *label, const char *which, const char *name, T
     }
   }
   double rel = den > 0 ? sqrt(num / den) : sqrt(num);
-  int64_t max_flips = tol.flip > 0 ? 1 + n / 100000 : 0;
-  bool ok = bad == 0 && flips <= max_flips && rel <= tol.norm;
+  int64_t max_rare = tol.rare > 0 ? (int64_t)fmax(1, tol.rare * (double)n) : 0;
+  bool ok = bad == 0 && rare <= max_rare && rel <= tol.norm;
   printf("%s %s %s vs %s reference: rel_l2 %.3g (tol %.1e), max_abs %.3g at %lld, rms %.3g, %lld/%lld outside tol"
-         " (%lld of them within %.3g = flip x max|ref|, %lld allowed)\n",
-         ok ? "ok  " : "FAIL", label, name, which, rel, tol.norm, maxerr, (long long)at_max, rms,
-         (long long)(bad + flips), (long long)n, (long long)flips, tol.flip * maxref, (long long)max_flips);
+         " (%lld within %.2g rms, %lld allowed)\n",
+         ok ? "ok  " : "FAIL", label, name, which, rel, tol.norm, maxerr, (long long)at_max, rms, (long long)(bad + rare),
+         (long long)n, (long long)rare, tol.rare_atol, (long long)max_rare);
   if (!ok && first_bad >= 0)
     printf("      first bad element %lld: gpu %.6g ref %.6g\n", (long long)first_bad, dtype_load(dt, out, (size_t)first_bad),
            ref->data[first_bad]);
