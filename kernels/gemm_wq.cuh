@@ -53,6 +53,13 @@ template <> __device__ __forceinline__ u32 fma2<f16>(u32 a, u32 b, u32 c) {
 template <class W> struct WqIsF16 { static constexpr bool value = false; };
 template <> struct WqIsF16<f16> { static constexpr bool value = true; };
 
+// (a & b) | c in one instruction (ptxas leaves the and and the or apart)
+__device__ __forceinline__ u32 and_or(u32 a, u32 b, u32 c) {
+  u32 d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
 // The A fragment registers of one k16 step, as W x 2, from the lane's words (quant.cuh).
 // i4, word w: register i = nibbles i (low half) and i + 4 (high half), each placed in the
 // mantissa of 128.0 (bf16) or 1024.0 (f16) and offset by the code's own 8: v * 1 - (base + 8).
@@ -61,7 +68,7 @@ template <class W> __device__ __forceinline__ void wq_frag_i4(u32 w, u32 (&a)[4]
   const u32 base = h ? 0x64006400u : 0x43004300u, one = h ? 0x3c003c00u : 0x3f803f80u,
             off = h ? 0xe408e408u : 0xc308c308u; // -(1024 + 8), -(128 + 8)
 #pragma unroll
-  for (int i = 0; i < 4; ++i) a[i] = fma2<W>(((w >> (4 * i)) & 0x000f000fu) | base, one, off);
+  for (int i = 0; i < 4; ++i) a[i] = fma2<W>(and_or(w >> (4 * i), 0x000f000fu, base), one, off);
 }
 // i8, words w0 (a[0]: bytes 0, 1; a[1]: bytes 2, 3) and w1 (a[2], a[3]). f16: the byte under
 // the exponent byte 0x64 is 1024 + code; bf16 has too few mantissa bits for 8-bit codes, so

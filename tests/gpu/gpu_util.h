@@ -75,13 +75,15 @@ static inline bool is_backward_graph(const Graph *g) {
  * against the source, which already covers the differences of the passes. Measured on the H200
  * (12 models, T = 1..1000): bf16 rel_l2 0.24-0.7% against the program's reference, up to 1.2%
  * against the source's; a few weight-gradient elements (the `rare` allowance) beyond the
- * per-element bound. */
+ * per-element bound, all within 0.5 rms: up to 72 of 180224 (4e-4), against either reference.
+ * A 16-bit forward value rounded the other way moves a few output gradients dy_t, and at few
+ * tokens a weight gradient (a sum of few outer products dy_t x_t^T) carries each along a row. */
 static inline Tolerance tolerance_grad(DType t, bool source) {
   if (t == DT_F32)
     return (Tolerance){1e-4, 1e-3, 1e-4, 0, 0};
   if (t == DT_F16)
-    return source ? (Tolerance){5e-3, 5e-2, 2e-2, 0.5, 1e-4} : (Tolerance){3e-3, 5e-2, 2e-2, 0.5, 1e-4};
-  return source ? (Tolerance){3e-2, 1e-1, 5e-2, 0.5, 1e-4} : (Tolerance){1.5e-2, 1e-1, 5e-2, 0.5, 1e-4}; /* bf16 */
+    return source ? (Tolerance){5e-3, 5e-2, 2e-2, 0.5, 1e-2} : (Tolerance){3e-3, 5e-2, 2e-2, 0.5, 1e-2};
+  return source ? (Tolerance){3e-2, 1e-1, 5e-2, 0.5, 1e-2} : (Tolerance){1.5e-2, 1e-1, 5e-2, 0.5, 1e-2}; /* bf16 */
 }
 
 /* The tolerance for g's outputs. Under `precision weights i8|i4` the program's reference and
