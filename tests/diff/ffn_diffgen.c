@@ -469,6 +469,42 @@ static void poke_nonfinite(TensorSet *in, uint64_t seed) {
     dtype_store(t->dtype, (void *)t->data, (size_t)(next(&rng) % (uint64_t)n), vals[k]);
 }
 
+/* Whether the program's result is rounding noise: one ulp more on every finite input element
+ * (in its own type) moves some output by more than a quarter (rel_l2). Seed 378 took the f16
+ * rounding residual cast(v, f16) - v, normalized it with a layernorm and took the residual
+ * again: its output depends on the last bits of every sum, so no two correct implementations
+ * agree on it. Skipped like the overflowing programs. */
+static bool ill_conditioned(const Graph *g0, const TensorSet *w, const TensorSet *in, const RefTensor *ref) {
+  TensorSet q = {calloc((size_t)(in->n ? in->n : 1), sizeof(Named)), in->n};
+  bool ill = false;
+  for (int i = 0; i < in->n; i++) {
+    RawTensor t = in->items[i].t;
+    void *data = malloc(t.nbytes ? t.nbytes : 1);
+    memcpy(data, t.data, t.nbytes);
+    size_t n = t.nbytes / dtype_bytes(t.dtype, 1);
+    for (size_t e = 0; e < n; e++) { /* the next value of the type away from zero */
+      double v = dtype_load(t.dtype, data, e);
+      if (!finite_d(v))
+        continue;
+      double up = v;
+      for (double step = fabs(v) * 0x1p-24 + 0x1p-140; up == v || dtype_load(t.dtype, data, e) == v; step *= 2) {
+        up = v >= 0 ? v + step : v - step;
+        dtype_store(t.dtype, data, e, up);
+      }
+    }
+    t.data = data;
+    q.items[i] = (Named){strdup(in->items[i].name), t};
+  }
+  RefTensor r[64] = {0};
+  if (reference(g0, w, &q, r) == 0)
+    for (int i = 0; i < g0->noutputs && !ill; i++)
+      ill = rel_l2_finite(&ref[i], r[i].data, DT_NONE, NULL, ref_numel(&r[i])) > 0.25;
+  for (int i = 0; i < g0->noutputs; i++)
+    ref_free(&r[i]);
+  set_free(&q);
+  return ill;
+}
+
 /* The source's own rounding error per output: rel_l2 of r0 against its f32 twin's outputs
  * (into r: the caller frees them). */
 static int twin_error(uint64_t seed, const Graph *g0, const TensorSet *w, const TensorSet *in, const RefTensor *r0,
@@ -523,10 +559,9 @@ static Tolerance widened(const Graph *g, DType narrow, bool source, double e) {
  * passes round in other places (values kept in f32 inside kernels, gains folded into weights),
  * and a value one 16-bit ulp (or one fp8 code) away upstream is amplified by what follows (x^2
  * over layers, a steep tanh), on a few elements only. Measured on 3000 programs: at most 1.2%
- * (seed 247), or one element where there are few. Against the compiled program's own graph (GPU mode) none may be
- * in f32 programs; as many in fp8 programs (measured on the H200, 125 programs: one fp8 e5m2 program, seed 34, had
- * one element of 224 outside, rel_l2 0.215 against a widened bound of 1.1) and 16-bit programs
- * (check_gpu). */
+ * (seed 247), or one element where there are few. Against the compiled program's own graph (GPU mode) as many
+ * (check_gpu; measured on the H200, 125 programs: one fp8 e5m2 program, seed 34, had one element of
+ * 224 outside, rel_l2 0.215 against a widened bound of 1.1). */
 #define SOURCE_OUTLIERS 0.02
 
 static DType narrower(DType a, DType b) {
@@ -650,8 +685,8 @@ static int check_gpu(uint64_t seed, const char *text, Graph *g0, bool nonfinite,
       snprintf(what, sizeof what, "the reference fails at %s", label);
       report(seed, text, "gpu", what);
       failed = 1;
-    } else if (!sane(ref, g0->noutputs, nonfinite)) {
-      failed = 2; /* overflows: skipped */
+    } else if (!sane(ref, g0->noutputs, nonfinite) || ill_conditioned(g0, &w, &in, ref)) {
+      failed = 2; /* overflows, or rounding noise: skipped */
     } else if (narrow != DT_F32 && twin_error(seed, g0, &w, &in, ref, err, twin) != 0) {
       report(seed, text, "gpu", "its f32 twin does not compile or run");
       failed = 1;
@@ -686,13 +721,13 @@ static int check_gpu(uint64_t seed, const char *text, Graph *g0, bool nonfinite,
         DType dt = ref[i].dtype;
         /* fp8: the GPU and the reference are two equally valid fp8 results (gpu_util.h,
          * tolerance_of), so outliers as against the source; fp8_quality below is the check.
-         * 16-bit: a stored value one ulp apart (the GPU's f32 sums against the reference's f64
-         * ones on either side of a rounding boundary) is amplified downstream as against the
-         * source (measured on the H200, 1,000 programs: seeds 151, 247, 816 had 1-17 elements
-         * outside, at most 1.2%, within the norm bound) */
-        bool outliers = exact || narrow != DT_F32;
+         * Other types: a value one ulp apart (the GPU's f32 sums against the reference's f64
+         * ones, on either side of a 16-bit rounding boundary or not) is amplified downstream as
+         * against the source (measured on the H200, 1,000 programs: seeds 151, 247, 816 (16-bit)
+         * and 373 (f32) had 1-17 elements outside, at most 1.2%); the norm bound still holds,
+         * and a wrong column or row is far outside it */
         rc |= compare(label, "program", g0->outputs[i].name, widened(g0, narrow, false, err[i]), NULL, dt, bufs[i],
-                      &refp[i], &twin[i], outliers ? SOURCE_OUTLIERS : 0);
+                      &refp[i], &twin[i], SOURCE_OUTLIERS);
         rc |= compare(label, "source", g0->outputs[i].name, widened(g0, narrow, true, err[i]), NULL, dt, bufs[i],
                       &ref[i], &twin[i], SOURCE_OUTLIERS);
         if (exact)
@@ -889,7 +924,7 @@ static int check_program(uint64_t seed, const Options *opt, int index, Counts *c
     if (reference(g0, &w, &in, r0) != 0) {
       report(seed, text, "cpu", "the reference fails on the source's graph");
       rc = -1;
-    } else if (!sane(r0, g0->noutputs, nonfinite))
+    } else if (!sane(r0, g0->noutputs, nonfinite) || ill_conditioned(g0, &w, &in, r0))
       rc = 1;
     else if (narrowest_type(g0) != DT_F32 && twin_error(seed, g0, &w, &in, r0, err, twin) != 0) {
       report(seed, text, "cpu", "its f32 twin does not compile or run");
@@ -993,7 +1028,7 @@ int main(int argc, char **argv) {
     c.skipped += rc > 0;
     fflush(stdout);
   }
-  printf("ffn_diffgen: %d programs (seeds %llu..%llu, mode %s): %d passed, %d failed, %d skipped (overflow); "
+  printf("ffn_diffgen: %d programs (seeds %llu..%llu, mode %s): %d passed, %d failed, %d skipped (overflow or rounding noise); "
          "%d with NaN/Inf inputs; %d compiled with NVRTC\n",
          count, (unsigned long long)base, (unsigned long long)(base + (uint64_t)count - 1), opt.mode, c.passed,
          c.failed, c.skipped, c.nonfinite, c.nvrtc);

@@ -106,8 +106,12 @@ static inline Tolerance tolerance_of(const Graph *g, DType narrow, bool source) 
    * noise (measured on the H200: rel_l2 0.2-0.4% after one layer, 1-2% after two). Against them
    * only a norm bound and gross per-element errors here; what fp8 must get right is checked by
    * fp8_quality: the GPU no less accurate than the reference against the unquantized result. */
-  if (mm == DT_F8E4M3 || mm == DT_F8E5M2)
+  if (mm == DT_F8E4M3)
     t = source ? (Tolerance){5e-2, 1.0, 0.4, 0, 0} : (Tolerance){4e-2, 1.0, 0.4, 0, 0};
+  /* e5m2: codes twice as far apart, a flip moves an element twice as far (measured, 1,000 random
+   * programs: seed 451, stacked e5m2 products, rel_l2 0.059 between two valid results) */
+  if (mm == DT_F8E5M2)
+    t = source ? (Tolerance){1e-1, 1.0, 0.8, 0, 0} : (Tolerance){8e-2, 1.0, 0.8, 0, 0};
   if (source && w == DT_I8)
     t = (Tolerance){3e-2, 0.3, 0.3, 0, 0};
   if (source && w == DT_I4)
