@@ -100,7 +100,7 @@ static inline const ffn_gemm_config *ffn_gemm_configs(int *count) {
        * rows of B; bk = k per 512-byte tile of codes (32: i8, 64: i4); a ring of `st` stages of
        * `wm` k tiles each (one barrier per stage), ~100 KB of codes in flight per SM at one
        * token (quant.cuh: wq_smem_bytes). */
-      {"wq8_8", FFN_GEMM_WQ, 8, 128, 32, 3, 16, 4, 256, 4, 4, 8},   /* 55 KB */
+      {"wq8_8", FFN_GEMM_WQ, 8, 128, 32, 4, 16, 3, 256, 4, 4, 8},   /* 55 KB */
       {"wq8_16", FFN_GEMM_WQ, 16, 128, 32, 2, 16, 7, 256, 3, 3, 16}, /* 71 KB */
       {"wq8_32", FFN_GEMM_WQ, 32, 128, 32, 2, 16, 5, 256, 3, 3, 32}, /* 62 KB */
       {"wq8_64", FFN_GEMM_WQ, 64, 128, 32, 2, 16, 6, 256, 2, 2, 0},  /* 101 KB */

@@ -25,9 +25,9 @@
 // tile's k16 steps (4 for i4, 2 for i8), turned into bf16x2 / f16x2 with a mask (or byte
 // permute) and one fma per register: the levels q are exact in both types. k is permuted at
 // pack time so that a lane's B fragments for two steps are 8 consecutive k, one 16-byte load.
-// Products are accumulated per k group in f32 (two chains of MMAs, part) and added to the
-// result times the group's f32 scale when the group ends (G = 0: once, at the end; i8: the
-// whole range, scaled at the end), so each output is sum_g s_g * sum_k a_k q_k: the reference's
+// Products are accumulated per k group in f32 (tmp) and added to the result times the group's
+// f32 scale when the group ends (G = 0: once, at the end; i8 accumulates straight into the
+// result, scaled at the end), so each output is sum_g s_g * sum_k a_k q_k: the reference's
 // sum_k a_k (float)(q_k s_g) up to f32 rounding. f32 activations are split into three bf16
 // terms (hi + mid + lo, 24 bits) and take three MMAs per step. Above 64 rows the same loop runs
 // over 64-token tiles (each CTA decodes its weights again; kernels/NOTES.md).
@@ -228,17 +228,12 @@ __device__ __forceinline__ void gemm_wq(const GemmArgs &g, const float *__restri
     }
   };
 
-  // At one or two token tiles, two chains of MMAs (i4: the tile's two 32-k blocks; i8: even and
-  // odd tiles) into part[0] and part[1], so that each MMA waits for the one before last, not the
-  // last (more token tiles are independent chains already): the products of a group (i4) or of
-  // the whole range (i8), added up when the group or the range ends.
-  constexpr int CHAINS = NT <= 2 ? 2 : 1;
-  float acc[NT][4], part[2][NT][4], ssq[NT], ssum[NT];
+  float acc[NT][4], tmp[NT][4], ssq[NT], ssum[NT];
 #pragma unroll
   for (int t = 0; t < NT; ++t) {
     ssq[t] = ssum[t] = 0.f;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) acc[t][i] = part[0][t][i] = part[1][t][i] = 0.f;
+    for (int i = 0; i < 4; ++i) acc[t][i] = tmp[t][i] = 0.f;
   }
 
   {
@@ -261,14 +256,12 @@ __device__ __forceinline__ void gemm_wq(const GemmArgs &g, const float *__restri
       const char *stage = smem + slot * STAGE_B;
       slot = slot + 1 == NS ? 0 : slot + 1;
       if (!active) continue;
-      uint4 codes[TPS]; // the stage's codes first: their shared-memory latency overlaps
-#pragma unroll
-      for (int u = 0; u < TPS; ++u) codes[u] = *(const uint4 *)(stage + (warp * TPS + u) * 512 + lane * 16);
 #pragma unroll
       for (int u = 0; u < TPS; ++u) {
         const int it = st * TPS + u;
         if (it >= ntk) break;
-        const u32 word[4] = {codes[u].x, codes[u].y, codes[u].z, codes[u].w};
+        const uint4 cur = *(const uint4 *)(stage + (warp * TPS + u) * 512 + lane * 16);
+        const u32 word[4] = {cur.x, cur.y, cur.z, cur.w};
         const float *sc = (const float *)(stage + CODE_B + (warp * TPS + u) * 128);
         const T *at = (const T *)(stage + CODE_B + SCALE_B) + u * TILE_A;
 #pragma unroll
@@ -301,19 +294,21 @@ __device__ __forceinline__ void gemm_wq(const GemmArgs &g, const float *__restri
                 if (STATS == 2) ssum[t] += v;
               }
             }
-            float(&d)[4] = part[(GROUPED ? b : u) % CHAINS][t];
+            float(&d)[4] = GROUPED ? tmp[t] : acc[t];
             wq_mma<T, W>(d, a[0], x, 0);
             wq_mma<T, W>(d, a[1], x, 1);
           }
           if (++gpos == gblocks) gpos = 0;
           if (GROUPED && (gpos == 0 || kb + 1 == kb_end)) { // the group ends: scale and add
 #pragma unroll
-            for (int t = 0; t < NT; ++t)
+            for (int t = 0; t < NT; ++t) {
+              acc[t][0] = fmaf(tmp[t][0], s_lo, acc[t][0]);
+              acc[t][1] = fmaf(tmp[t][1], s_lo, acc[t][1]);
+              acc[t][2] = fmaf(tmp[t][2], s_hi, acc[t][2]);
+              acc[t][3] = fmaf(tmp[t][3], s_hi, acc[t][3]);
 #pragma unroll
-              for (int i = 0; i < 4; ++i) {
-                acc[t][i] = fmaf(part[0][t][i] + part[1][t][i], i < 2 ? s_lo : s_hi, acc[t][i]);
-                part[0][t][i] = part[1][t][i] = 0.f;
-              }
+              for (int i = 0; i < 4; ++i) tmp[t][i] = 0.f;
+            }
           }
         }
       }
@@ -325,9 +320,10 @@ __device__ __forceinline__ void gemm_wq(const GemmArgs &g, const float *__restri
   if (!GROUPED && active) { // i8: times the row's scale
     const float s_lo = r_lo < R ? scales[r_lo] : 0.f, s_hi = r_hi < R ? scales[r_hi] : 0.f;
 #pragma unroll
-    for (int t = 0; t < NT; ++t)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[t][i] = (part[0][t][i] + part[1][t][i]) * (i < 2 ? s_lo : s_hi);
+    for (int t = 0; t < NT; ++t) {
+      acc[t][0] *= s_lo, acc[t][1] *= s_lo;
+      acc[t][2] *= s_hi, acc[t][3] *= s_hi;
+    }
   }
 
   // ---- the warps' sums, and the row statistics, into smem ----
