@@ -382,12 +382,32 @@ int ffn_device_count(char *why, size_t why_len) {
   return n;
 }
 
-/* Function name of the program: it is in one of the modules (a compile unit each). */
+/* Whether image holds the symbol name: a cubin's string table has it NUL-terminated after a
+ * NUL or '.' (".text.NAME"), PTX as ".entry NAME(". A hint only: asking the driver for a
+ * function a module lacks is an API error that sanitizers report, so only the modules that
+ * hold the name are asked. */
+static bool image_names(const Image *im, const char *name) {
+  size_t n = strlen(name);
+  const char *p = im->image, *end = p + im->size;
+  for (; p + n <= end && (p = memchr(p, name[0], (size_t)(end - p))) != NULL && p + n <= end; p++) {
+    if (memcmp(p, name, n) != 0)
+      continue;
+    char before = p == (const char *)im->image ? '\0' : p[-1], after = p + n < end ? p[n] : '\0';
+    if ((before == '\0' || before == '.' || before == ' ') && (after == '\0' || after == '('))
+      return true;
+  }
+  return false;
+}
+
+/* Function name of the program: it is in one of the modules (a compile unit each); those
+ * whose image names it first, then (a hint that missed) the others. */
 static ffn_status find_function(ffn_model *m, const char *name, CUfunction *f) {
   CUresult r = CUDA_ERROR_NOT_FOUND;
-  for (int i = 0; i < m->nmodules; i++)
-    if ((r = m->cu->cuModuleGetFunction(f, m->modules[i], name)) != CUDA_ERROR_NOT_FOUND)
-      break;
+  for (int pass = 0; pass < 2 && r == CUDA_ERROR_NOT_FOUND; pass++)
+    for (int i = 0; i < m->nmodules; i++)
+      if (image_names(&m->prog->images[i], name) == (pass == 0) &&
+          (r = m->cu->cuModuleGetFunction(f, m->modules[i], name)) != CUDA_ERROR_NOT_FOUND)
+        break;
   if (r != CUDA_SUCCESS)
     return rt_error(FFN_ERR_IO, "the compiled program has no kernel %s (cuModuleGetFunction: %d)", name, (int)r);
   return FFN_OK;

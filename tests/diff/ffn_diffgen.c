@@ -726,10 +726,13 @@ static int check_gpu(uint64_t seed, const char *text, Graph *g0, bool nonfinite,
          * against the source (measured on the H200, 1,000 programs: seeds 151, 247, 816 (16-bit)
          * and 373 (f32) had 1-17 elements outside, at most 1.2%); the norm bound still holds,
          * and a wrong column or row is far outside it */
-        rc |= compare(label, "program", g0->outputs[i].name, widened(g0, narrow, false, err[i]), NULL, dt, bufs[i],
-                      &refp[i], &twin[i], SOURCE_OUTLIERS);
-        rc |= compare(label, "source", g0->outputs[i].name, widened(g0, narrow, true, err[i]), NULL, dt, bufs[i],
-                      &ref[i], &twin[i], SOURCE_OUTLIERS);
+        /* fp8: two valid fp8 results differ by up to about half of either's distance from the
+         * unquantized one (seed 451, e5m2: 35% from it, 12.6% apart), added to the bound */
+        double e = err[i] + (exact ? 0.25 * rel_l2_of(DT_NONE, NULL, &refp[i], &refx[i]) : 0);
+        rc |= compare(label, "program", g0->outputs[i].name, widened(g0, narrow, false, e), NULL, dt, bufs[i], &refp[i],
+                      &twin[i], SOURCE_OUTLIERS);
+        rc |= compare(label, "source", g0->outputs[i].name, widened(g0, narrow, true, e), NULL, dt, bufs[i], &ref[i],
+                      &twin[i], SOURCE_OUTLIERS);
         if (exact)
           rc |= fp8_quality(label, g0->outputs[i].name, dt, bufs[i], &refp[i], &refx[i]);
         if (rc) {
