@@ -38,7 +38,7 @@ static ffn_status launch1d(ffn_model *m, CUfunction f, long long n, PrepArgs *ar
 }
 
 /* Checks a prep step's shapes with the IR's own shape rules (AOT plans come from files). */
-static ffn_status check_prep(const Plan *p, const PrepStep *s) {
+ffn_status exec_check_prep(const Plan *p, const PrepStep *s) {
   Node args[8], *argp[8], proto = {.ival = {s->ival[0], s->ival[1]}, .fval = s->fval};
   for (int i = 0; i < s->nargs; i++) {
     const PlanTensor *t = &p->tensors[s->args[i]];
@@ -219,7 +219,7 @@ static ffn_status prep_stored_scales(ffn_model *m, const PrepStep *s, CUdevicept
 
 static ffn_status prep_one(ffn_model *m, const PrepStep *s) {
   CUdeviceptr out;
-  ffn_status st = check_prep(m->prog->plan, s);
+  ffn_status st = exec_check_prep(m->prog->plan, s);
   if (st == FFN_OK)
     st = prep_output(m, s, &out);
   if (st != FFN_OK)

@@ -252,6 +252,8 @@ struct ffn_model {
 };
 
 /* exec.c */
+/* A load-time step's shapes against the IR's own shape rules (AOT plans come from files). */
+ffn_status exec_check_prep(const Plan *p, const PrepStep *s);
 typedef struct {
   const KernelVariant *v; /* the variant for this call's M */
   int splits;

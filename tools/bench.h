@@ -7,6 +7,18 @@
 
 typedef void (*RunFn)(void *ctx, int rotation, CUstream s);
 
+/* A driver call of the bench (a file-scope `cu` in view): on failure the call and the driver's
+ * reason, exit 3. */
+#define CK(call)                                                     \
+  do {                                                               \
+    CUresult r_ = (call);                                            \
+    if (r_ != CUDA_SUCCESS) {                                        \
+      cu_fail(cu, r_, #call);                                        \
+      cli_error("bench: %s", ffn_last_error());                      \
+      exit(EXIT_DEVICE);                                             \
+    }                                                                \
+  } while (0)
+
 /* Host values of the given mean and standard deviation, stored as dt (malloc'd). */
 void *random_buffer(DType dt, size_t n, double mean, double std);
 /* Median microseconds of reps runs of fn on s (after warm-up), each between two events; the

@@ -21,16 +21,6 @@
 static const CuApi *cu;
 static const NcclApi *nccl;
 
-#define CK(call)                                                     \
-  do {                                                               \
-    CUresult r_ = (call);                                            \
-    if (r_ != CUDA_SUCCESS) {                                        \
-      cu_fail(cu, r_, #call);                                        \
-      cli_error("bench: %s", ffn_last_error());                      \
-      exit(EXIT_DEVICE);                                             \
-    }                                                                \
-  } while (0)
-
 static void die(const char *file, ffn_status s) {
   if (s == FFN_ERR_SOURCE)
     fputs(ffn_last_error(), stderr);

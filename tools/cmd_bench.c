@@ -76,16 +76,6 @@ static const CuApi *cu;
 static Lt *lt;
 static char errbuf[1024];
 
-#define CK(call)                                                     \
-  do {                                                               \
-    CUresult r_ = (call);                                            \
-    if (r_ != CUDA_SUCCESS) {                                        \
-      cu_fail(cu, r_, #call);                                        \
-      cli_error("bench: %s", ffn_last_error());                      \
-      exit(EXIT_DEVICE);                                             \
-    }                                                                \
-  } while (0)
-
 /* ---- random data (fast; the values only need the right scale) ---- */
 
 static uint64_t rng_state = 0x853c49e6748fea9bull;

@@ -1,7 +1,7 @@
 /* tp_weights_test.c: a tensor-parallel share's weight windows (runtime/tp_weights.c), no GPU.
  * For Llama- and GPT-tiny's shares, plain and fused (FFN Fusion's concatenated weights), a
  * share binds 1/N of the matrices, the narrowed plan's load-time steps keep consistent shapes
- * (the runtime's check_prep rule), and every slice a kernel reads is the same whether the
+ * (the runtime's exec_check_prep rule), and every slice a kernel reads is the same whether the
  * whole weights or the windows are bound (the load-time steps evaluated here on random data).
  * TP 1 and FFNC_TP_WHOLE_WEIGHTS=1 narrow nothing. */
 #include <math.h>
@@ -25,26 +25,12 @@ static Plan *compile(const char *src, size_t len, int tp, int rank, bool fused) 
   return p;
 }
 
-/* The runtime's rule for a load-time step (exec.c check_prep): the IR's shape inference. */
+/* The runtime's rule for a load-time step (exec.c), with its reason on failure. */
 static bool consistent(const Plan *p, const PrepStep *s) {
-  Node args[8], *argp[8], proto = {.ival = {s->ival[0], s->ival[1]}, .fval = s->fval};
-  for (int i = 0; i < s->nargs; i++) {
-    const PlanTensor *t = &p->tensors[s->args[i]];
-    args[i] = (Node){.dtype = t->dtype, .shape = {.rank = t->rank}};
-    memcpy(args[i].shape.d, t->dims, sizeof(Dim) * (size_t)t->rank);
-    argp[i] = &args[i];
-  }
-  const PlanTensor *o = &p->tensors[s->out];
-  Shape out = {.rank = o->rank}, want;
-  memcpy(out.d, o->dims, sizeof(Dim) * (size_t)o->rank);
-  char why[256] = "";
-  bool ok = s->op == OP_SCALAR || (ir_infer_shape(NULL, s->op, argp, s->nargs, &proto, &want, why, sizeof why) &&
-                                   shape_eq(&want, &out));
-  if (!ok)
-    fprintf(stderr, "%s: %s; want rank %d [%lld, %lld], have [%lld, %lld] from %d args\n", op_info[s->op].name, why,
-            want.rank, (long long)want.d[0].size, (long long)want.d[1].size, (long long)out.d[0].size,
-            (long long)out.d[1].size, s->nargs);
-  return ok;
+  if (exec_check_prep(p, s) == FFN_OK)
+    return true;
+  fprintf(stderr, "%s\n", ffn_last_error());
+  return false;
 }
 
 /* The load-time steps of these plans on the host, on 16-bit codes: transpose, slice,
