@@ -382,11 +382,9 @@ int ffn_device_count(char *why, size_t why_len) {
   return n;
 }
 
-/* Whether image holds the symbol name: a cubin's string table has it NUL-terminated after a
- * NUL or '.' (".text.NAME"), PTX as ".entry NAME(". A hint only: asking the driver for a
- * function a module lacks is an API error that sanitizers report, so only the modules that
- * hold the name are asked. */
-static bool image_names(const Image *im, const char *name) {
+/* A hint only: asking the driver for a function a module lacks is an API error that
+ * sanitizers report, so find_function asks the modules that hold the name first. */
+bool image_names(const Image *im, const char *name) {
   size_t n = strlen(name);
   const char *p = im->image, *end = p + im->size;
   for (; p + n <= end && (p = memchr(p, name[0], (size_t)(end - p))) != NULL && p + n <= end; p++) {

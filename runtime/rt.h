@@ -143,6 +143,9 @@ typedef struct {
   bool ptx;
 } Image;
 
+/* Whether image holds the symbol name: a cubin's string table has it NUL-terminated after a
+ * NUL or '.' (".text.NAME"), PTX as ".entry NAME(" (api.c). */
+bool image_names(const Image *im, const char *name);
 /* Compiles source for arch ("sm_90") into a cubin (or PTX), through the cache. */
 ffn_status nvrtc_compile(const char *source, const char *name, const char *arch, bool ptx, Image *out);
 /* "13.0", or the reason NVRTC cannot be loaded; returns false if unavailable. */

@@ -12,6 +12,8 @@ add_test(NAME cache_cli COMMAND sh ${FFNC_TEST_DIR}/runtime/cache_cli_test.sh $<
 set_tests_properties(cache_cli PROPERTIES LABELS nvrtc)
 # the programs NVRTC compiles for a plan: every kernel in exactly one, the runtime's shared (no NVRTC)
 ffn_c_test(units_test SOURCES runtime/units_test.c LABELS runtime)
+# which compiled unit holds each kernel, as the loader guesses it from the images (NVRTC, no GPU)
+ffn_c_test(image_names_test SOURCES runtime/image_names_test.c LABELS nvrtc)
 # one package from one thread or four; -v; an edited model compiles only its new kernel (NVRTC, no GPU)
 add_test(NAME jit_units COMMAND sh ${FFNC_TEST_DIR}/runtime/jit_units_test.sh $<TARGET_FILE:ffnc>
          ${CMAKE_CURRENT_BINARY_DIR}/jit_units)
