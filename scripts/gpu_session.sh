@@ -113,6 +113,9 @@ for part in "$@"; do
     done
     wait
     sort -t' ' -k3 -n "$out/diff_summary.txt"
+    echo "programs run: $(cat "$out"/diff_*.log | grep -c '^seed [0-9]*: ')," \
+      "passed $(cat "$out"/diff_*.log | grep -c '^seed [0-9]*: passed')," \
+      "skipped $(cat "$out"/diff_*.log | grep -c '^seed [0-9]*: skipped')"
     grep -h "^FAIL seed" "$out"/diff_*.log | head -30
     ;;
   wq)

@@ -1029,6 +1029,8 @@ int main(int argc, char **argv) {
     c.passed += rc == 0;
     c.failed += rc < 0;
     c.skipped += rc > 0;
+    if (strcmp(opt.mode, "gpu") == 0) /* slow: a line each, so a batch cut short still counts */
+      printf("seed %llu: %s\n", (unsigned long long)seed, rc == 0 ? "passed" : rc < 0 ? "FAILED" : "skipped");
     fflush(stdout);
   }
   printf("ffn_diffgen: %d programs (seeds %llu..%llu, mode %s): %d passed, %d failed, %d skipped (overflow or rounding noise); "
