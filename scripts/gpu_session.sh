@@ -30,12 +30,16 @@ for part in "$@"; do
     ;;
   sanitize)
     for tool in memcheck racecheck; do
-      for m in examples/llama3_tiny.ffn tests/gpu/models/rowwise_ops.ffn; do
+      for m in examples/llama3_tiny.ffn tests/gpu/models/rowwise_ops.ffn tests/gpu/models/wq_llama_i4g32_bf16.ffn; do
         name=$(basename "$m" .ffn)
         FFNC_TEST_TOKENS=1,7,130 timeout 60 compute-sanitizer --tool $tool --error-exitcode 9 \
           ./tests/gpu_model_test "$m" >"$out/${tool}_$name.log" 2>&1
         echo "compute-sanitizer $tool $name: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/${tool}_$name.log" | tail -1))"
       done
+      # a backward graph: the kernels of kernels/grad.cuh
+      FFNC_TEST_TOKENS=1,7,130 timeout 90 compute-sanitizer --tool $tool --error-exitcode 9 \
+        ./tests/gpu_model_test examples/gpt2_tiny.ffn --grad >"$out/${tool}_grad.log" 2>&1
+      echo "compute-sanitizer $tool gpt2_tiny --grad: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/${tool}_grad.log" | tail -1))"
     done
     ;;
   ab)
