@@ -2,6 +2,9 @@
 # pin the optimized IR, the launch plans and the generated CUDA of small models.
 #   FFNC_UPDATE_GOLDEN=1 ctest -R '^cg_'   rewrites them; review the diff: it is the code we emit.
 ffn_c_test(plan_structure_test SOURCES codegen/plan_structure_test.c LABELS codegen)
+# kernels/gemm_host.h: shared memory and occupancy of every tile configuration, gemm_wq's ring
+# and split-K
+ffn_c_test(gemm_host_test SOURCES codegen/gemm_host_test.c LABELS codegen)
 
 set(CG_DIR ${FFNC_TEST_DIR}/codegen)
 foreach(model examples/llama3_tiny examples/gpt2_tiny examples/phi3_tiny tests/gpu/models/unmerged_gate)

@@ -1,0 +1,87 @@
+/* gemm_host_test.c: the host-side facts of kernels/gemm_host.h that the kernels and the launch
+ * rely on, for every configuration of the table (no GPU needed):
+ *
+ *  - shared memory: every configuration fits the per-block limit of the arches that use it
+ *    (sm_90: 227 KB; sm_80, which never runs the wgmma kinds: 163 KB), for 16-bit and f32
+ *    activations; and ctas_per_sm CTAs, each with the 1 KB the driver reserves, fit an SM's
+ *    228 KB (the split-K rule counts on that occupancy);
+ *  - gemm_wq: its ring keeps at least 3 stages (the kernel's static_assert) whatever the
+ *    activation type, and the stage layout adds up;
+ *  - split-K of gemm_wq: between 1 and 32, at least 8 tiles of codes per split, and for the
+ *    Llama-3 decode shapes on an H200 the choices kernels/NOTES.md measured against.
+ */
+#include <stdio.h>
+#include <stdbool.h>
+#include <string.h>
+
+#include "check.h"
+#include "kernels/gemm_host.h"
+
+enum { SM90_BLOCK = 232448, SM80_BLOCK = 166912, SM_TOTAL = 233472, RESERVED = 1024, H200_SMS = 132 };
+
+static void check_smem(const ffn_gemm_config *c) {
+  for (int elem = 2; elem <= 4; elem += 2) {
+    size_t smem = ffn_gemm_smem_bytes(c, elem);
+    bool sm80 = c->kind != FFN_GEMM_SM90 && c->kind != FFN_GEMM_SM90P;
+    CHECK(smem <= (size_t)(sm80 ? SM80_BLOCK : SM90_BLOCK), "%s: %zu bytes of shared memory (%d-byte A)", c->name, smem,
+          elem);
+    if (elem == 2 && c->ctas_per_sm > 0)
+      CHECK((size_t)c->ctas_per_sm * (smem + RESERVED) <= SM_TOTAL, "%s: %d CTAs of %zu bytes do not fit an SM",
+            c->name, c->ctas_per_sm, smem);
+  }
+}
+
+static void check_wq(const ffn_gemm_config *c) {
+  for (int elem = 2; elem <= 4; elem += 2) {
+    int stages = wq_stages(c->bm, c->bn, c->bk, c->wm, c->stages, elem);
+    CHECK(stages >= 3 && stages <= c->stages, "%s: %d ring stages with %d-byte activations", c->name, stages, elem);
+    int warps = c->bn / 16, per_tile = warps * (512 + (c->bk == 64 ? 128 : 0)) + c->bm * c->bk * elem;
+    CHECK(wq_stage_bytes(c->bm, c->bn, c->bk, c->wm, elem) == c->wm * per_tile, "%s: stage bytes", c->name);
+    CHECK(wq_ring_bytes(c->bm, c->bn, c->bk, c->wm, c->stages, elem) >= 4 * c->bm * c->bn,
+          "%s: the ring cannot hold the CTA's sums", c->name);
+  }
+  CHECK(c->wn == 16 && c->bn % 16 == 0 && c->bm % 8 == 0 && (c->bk == 32 || c->bk == 64), "%s: tile shape", c->name);
+}
+
+/* split-K of a gemm_wq product of R merged rows, K inner, M tokens on an H200 */
+static int wq_splits(const char *cfg, int M, long R, int K) {
+  int n;
+  const ffn_gemm_config *t = ffn_gemm_configs(&n);
+  for (int i = 0; i < n; i++)
+    if (strcmp(t[i].name, cfg) == 0)
+      return ffn_gemm_pick_splits(M, (int)R, 1, K, &t[i], H200_SMS);
+  CHECK(0, "no configuration %s", cfg);
+  return 0;
+}
+
+static void check_splits(void) {
+  int n;
+  const ffn_gemm_config *t = ffn_gemm_configs(&n);
+  for (int i = 0; i < n; i++) {
+    if (t[i].kind != FFN_GEMM_WQ)
+      continue;
+    for (long R = 16; R <= 65536; R *= 4)
+      for (int K = 32; K <= 65536; K *= 2) {
+        int s = ffn_gemm_pick_splits(1, (int)R, 1, K, &t[i], H200_SMS), ktiles = (K + t[i].bk - 1) / t[i].bk;
+        CHECK(s >= 1 && s <= 32 && (s == 1 || ktiles / s >= 8), "%s R=%ld K=%d: %d splits of %d k tiles", t[i].name, R,
+              K, s, ktiles);
+      }
+  }
+  /* the decode shapes of kernels/NOTES.md (gate/up: 2F merged rows; down: D rows) */
+  CHECK(wq_splits("wq4_8", 1, 57344, 8192) == 1, "70B i4 gate/up: %d", wq_splits("wq4_8", 1, 57344, 8192));
+  CHECK(wq_splits("wq4_8", 1, 8192, 28672) == 8, "70B i4 down: %d", wq_splits("wq4_8", 1, 8192, 28672));
+  CHECK(wq_splits("wq4_8", 1, 28672, 4096) == 2, "8B i4 gate/up: %d", wq_splits("wq4_8", 1, 28672, 4096));
+  CHECK(wq_splits("wq8_8", 1, 8192, 28672) == 8, "70B i8 down: %d", wq_splits("wq8_8", 1, 8192, 28672));
+}
+
+int main(void) {
+  int n;
+  const ffn_gemm_config *t = ffn_gemm_configs(&n);
+  for (int i = 0; i < n; i++) {
+    check_smem(&t[i]);
+    if (t[i].kind == FFN_GEMM_WQ)
+      check_wq(&t[i]);
+  }
+  check_splits();
+  return check_result("gemm_host_test");
+}
