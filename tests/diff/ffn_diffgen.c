@@ -486,11 +486,11 @@ static bool ill_conditioned(const Graph *g0, const TensorSet *w, const TensorSet
       double v = dtype_load(t.dtype, data, e);
       if (!finite_d(v))
         continue;
-      double up = v;
-      for (double step = fabs(v) * 0x1p-24 + 0x1p-140; up == v || dtype_load(t.dtype, data, e) == v; step *= 2) {
-        up = v >= 0 ? v + step : v - step;
-        dtype_store(t.dtype, data, e, up);
-      }
+      double step = fabs(v) * 0x1p-24 + 0x1p-140;
+      do {
+        dtype_store(t.dtype, data, e, v >= 0 ? v + step : v - step);
+        step *= 2;
+      } while (dtype_load(t.dtype, data, e) == v);
     }
     t.data = data;
     q.items[i] = (Named){strdup(in->items[i].name), t};

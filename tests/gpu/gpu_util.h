@@ -188,6 +188,21 @@ static inline void set_add(TensorSet *s, const char *name, DType dt, int rank, c
   memcpy(it->t.shape, shape, sizeof(int64_t) * (size_t)rank);
 }
 
+/* Rank `rank`'s share of the program at path over `ranks` ranks (1, 0: the whole program);
+ * exits on a compile error. */
+static inline ffn_program *compile_tp(const char *path, int ranks, int rank) {
+  ffn_options *o;
+  ffn_program *p = NULL;
+  ffn_options_create(&o);
+  ffn_options_set_tensor_parallel(o, ranks, rank);
+  if (ffn_program_compile_file(path, o, &p) != FFN_OK) {
+    fprintf(stderr, "%s: %s\n", path, ffn_last_error());
+    exit(1);
+  }
+  ffn_options_destroy(o);
+  return p;
+}
+
 static inline void set_free(TensorSet *s) {
   for (int i = 0; i < s->n; i++) {
     free(s->items[i].name);

@@ -26,19 +26,6 @@ typedef struct {
   char error[1024];
 } Rank;
 
-static ffn_program *compile(const char *path, int ranks, int rank) {
-  ffn_options *o;
-  ffn_program *p = NULL;
-  ffn_options_create(&o);
-  ffn_options_set_tensor_parallel(o, ranks, rank);
-  if (ffn_program_compile_file(path, o, &p) != FFN_OK) {
-    fprintf(stderr, "%s: %s\n", path, ffn_last_error());
-    exit(1);
-  }
-  ffn_options_destroy(o);
-  return p;
-}
-
 /* Random weights of a sensible scale, the same for every model (seeded by name order). */
 static void bind(ffn_model *m, const ffn_program *whole) {
   const Plan *p = whole->plan;
@@ -104,13 +91,13 @@ int main(void) {
   }
   CHECK(nccl->GetUniqueId(&id) == NCCL_SUCCESS, "ncclGetUniqueId");
   char *path = source_path("examples/llama3_tiny.ffn");
-  ffn_program *whole = compile(path, 1, 0), *share[RANKS];
+  ffn_program *whole = compile_tp(path, 1, 0), *share[RANKS];
   ffn_model *mw;
   CHECK(ffn_model_create(whole, 0, &mw) == FFN_OK, "%s", ffn_last_error());
   bind(mw, whole);
   Rank ranks[RANKS] = {{0}};
   for (int r = 0; r < RANKS; r++) {
-    share[r] = compile(path, RANKS, r);
+    share[r] = compile_tp(path, RANKS, r);
     CHECK(ffn_model_create(share[r], r, &ranks[r].m) == FFN_OK, "%s", ffn_last_error());
     bind(ranks[r].m, whole);
     ranks[r].rank = r;

@@ -8,19 +8,6 @@
 #include "gpu_util.h"
 #include "runtime/rt.h"
 
-static ffn_program *compile(const char *path, int ranks, int rank) {
-  ffn_options *o;
-  ffn_program *p = NULL;
-  ffn_options_create(&o);
-  ffn_options_set_tensor_parallel(o, ranks, rank);
-  if (ffn_program_compile_file(path, o, &p) != FFN_OK) {
-    fprintf(stderr, "%s: %s\n", path, ffn_last_error());
-    exit(1);
-  }
-  ffn_options_destroy(o);
-  return p;
-}
-
 /* A model of p on device 0 with every weight bound (small values: only the sizes matter);
  * *bound: its weight bytes before prepare. */
 static ffn_model *prepared(const ffn_program *p, double *bound) {
@@ -50,12 +37,12 @@ static ffn_model *prepared(const ffn_program *p, double *bound) {
  * also reads a weight whole, like the layernorm fold of a fused GPT run) */
 static void shares(const char *rel, int ranks, bool windows) {
   char *path = source_path(rel);
-  ffn_program *whole = compile(path, 1, 0);
+  ffn_program *whole = compile_tp(path, 1, 0);
   double whole_bound;
   ffn_model *mw = prepared(whole, &whole_bound);
   double full = (double)model_weight_bytes(mw);
   for (int r = 0; r < ranks; r++) {
-    ffn_program *p = compile(path, ranks, r);
+    ffn_program *p = compile_tp(path, ranks, r);
     double bound;
     ffn_model *m = prepared(p, &bound);
     double part = (double)model_weight_bytes(m) / full;
