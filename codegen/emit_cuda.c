@@ -396,6 +396,7 @@ void emit_gemm_entry(Kgen *k, const ffn_gemm_config *c, bool ext, Buf *body) {
   const char *tmpl = c->kind == FFN_GEMM_SM80   ? "gemm_sm80"
                      : c->kind == FFN_GEMM_SM90 ? "gemm_sm90"
                      : c->kind == FFN_GEMM_WQ   ? "gemm_wq"
+                     : c->kind == FFN_GEMM_WQD  ? "gemm_wqd"
                                                 : "gemm_simt";
   char params[160];
   bool f8_stats = k->f8 && k->f8_stats >= 0; /* the quantizer computed A's statistics */
@@ -406,8 +407,8 @@ void emit_gemm_entry(Kgen *k, const ffn_gemm_config *c, bool ext, Buf *body) {
              f8_stats ? "(const float *)a.p[4]" : "a.rowstats");
   else
     snprintf(epi, sizeof epi, "epi");
-  char extra[64] = ""; /* gemm_wq: the scales (slot 2) and the i4 group length */
-  if (c->kind == FFN_GEMM_WQ)
+  char extra[64] = ""; /* gemm_wq, gemm_wqd: the scales (slot 2) and the i4 group length */
+  if (c->kind == FFN_GEMM_WQ || c->kind == FFN_GEMM_WQD)
     snprintf(extra, sizeof extra, "(const float *)a.p[2], %d, ", k->wq_group);
   buf_printf(body,
              "extern \"C\" __global__ void __launch_bounds__(%d, %d) @_%s(const __grid_constant__ ffn::KArgs a) {\n"
@@ -583,7 +584,7 @@ void emit_prelude(Gen *G) {
   if (G->c->arch == 90)
     buf_puts(&G->src, "#include \"gemm_sm90.cuh\"\n");
   if (G->g->prec.type[PREC_WEIGHTS] != DT_NONE)
-    buf_puts(&G->src, "#include \"gemm_wq.cuh\"\n");
+    buf_puts(&G->src, "#include \"gemm_wqd.cuh\"\n"); /* and gemm_wq.cuh */
   for (int i = 0; i < G->c->ngroups; i++)
     if (G->c->groups[i]->kind == GK_SINGLE) { /* a backward graph's sums over tokens */
       buf_puts(&G->src, "#include \"grad.cuh\"\n");

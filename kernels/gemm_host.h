@@ -12,6 +12,8 @@
  *                                                                                            // FFN_GEMM_SM90
  *     ffn::gemm_wq<BITS, c->bm, c->bn, c->bk, c->wn, c->wm, c->stages, S, STATS, T>(g, scales, group, epi, smem);
  *                                                                                            // FFN_GEMM_WQ
+ *     ffn::gemm_wqd<BITS, c->bm, c->bn, c->wm, c->stages, S, STATS, T>(g, scales, group, epi, smem);
+ *                                                                                            // FFN_GEMM_WQD
  *   }
  *
  * (FFN_GEMM_SM90 kernels must be compiled for sm_90a: NVRTC --gpu-architecture=sm_90a.)
@@ -57,9 +59,12 @@ typedef enum {
                     bk: k per 512-byte tile of codes (32: i8, 64: i4), wn: B rows per warp (16),
                     stages: stages of wm k tiles in the cp.async ring of codes, scales and
                     activations */
-  FFN_GEMM_SM90P /* kernel bench only: persistent FFN_GEMM_SM90 (kernels/bench/gemm_sm90_persistent.cuh):
+  FFN_GEMM_SM90P, /* kernel bench only: persistent FFN_GEMM_SM90 (kernels/bench/gemm_sm90_persistent.cuh):
                     wm == bm: the two consumer warpgroups ping-pong over whole tiles; wm == bm / 2:
                     they share each tile */
+  FFN_GEMM_WQD   /* FFN_GEMM_WQ's product at decode sizes (gemm_wqd.cuh): codes streamed into
+                    registers, wm k tiles ahead per lane; stages: k tiles per chunk of
+                    activations and scales (a multiple of wm) */
 } ffn_gemm_kind;
 
 typedef struct {
@@ -100,6 +105,12 @@ static inline const ffn_gemm_config *ffn_gemm_configs(int *count) {
        * rows of B; bk = k per 512-byte tile of codes (32: i8, 64: i4); a ring of `st` stages of
        * `wm` k tiles each (one barrier per stage), ~100 KB of codes in flight per SM at one
        * token (quant.cuh: wq_smem_bytes). */
+      /* the same at decode sizes (gemm_wqd.cuh): 8 k tiles of codes in flight per lane
+       * (32 KB per CTA), activations and scales in chunks of 512 k; smem for bf16 activations */
+      {"wqd8_8", FFN_GEMM_WQD, 8, 128, 32, 8, 16, 16, 256, 1, 2, 8},   /* 16 KB, 104 regs */
+      {"wqd8_16", FFN_GEMM_WQD, 16, 128, 32, 8, 16, 16, 256, 1, 2, 16}, /* 32 KB, 108 regs */
+      {"wqd4_8", FFN_GEMM_WQD, 8, 128, 64, 8, 16, 8, 256, 1, 2, 8},    /* 33 KB, 128 regs */
+      {"wqd4_16", FFN_GEMM_WQD, 16, 128, 64, 8, 16, 8, 256, 2, 2, 16}, /* 49 KB, <= 128 regs */
       {"wq8_8", FFN_GEMM_WQ, 8, 128, 32, 4, 16, 3, 256, 4, 4, 8},   /* 55 KB */
       {"wq8_16", FFN_GEMM_WQ, 16, 128, 32, 2, 16, 7, 256, 3, 3, 16}, /* 71 KB */
       {"wq8_32", FFN_GEMM_WQ, 32, 128, 32, 2, 16, 5, 256, 3, 3, 32}, /* 62 KB */
@@ -175,6 +186,8 @@ static inline size_t ffn_gemm_smem_bytes(const ffn_gemm_config *c, int elem) {
            2048;
   if (c->kind == FFN_GEMM_WQ) /* gemm_wq.cuh: the ring of codes, scales and activations */
     return (size_t)wq_smem_bytes(c->bm, c->bn, c->bk, c->wm, c->stages, elem);
+  if (c->kind == FFN_GEMM_WQD) /* gemm_wqd.cuh: chunks of activations and scales */
+    return (size_t)wqd_smem_bytes(c->bm, c->bn, c->bk, c->stages, elem);
   return ((size_t)2 * c->bk * (size_t)(c->bm + c->bn + 8) + (size_t)2 * c->bm) * 4;
 }
 
@@ -232,6 +245,9 @@ static inline int ffn_gemm_template_args(const ffn_gemm_config *c, int S, int ST
   case FFN_GEMM_WQ: /* BITS from the tile's depth: 16 rows x bk k in 512 bytes */
     return snprintf(buf, len, "%d, %d, %d, %d, %d, %d, %d, %d, %d, %s", c->bk == 32 ? 8 : 4, c->bm, c->bn, c->bk, c->wn,
                     c->wm, c->stages, S, STATS, T);
+  case FFN_GEMM_WQD:
+    return snprintf(buf, len, "%d, %d, %d, %d, %d, %d, %d, %s", c->bk == 32 ? 8 : 4, c->bm, c->bn, c->wm, c->stages, S,
+                    STATS, T);
   case FFN_GEMM_SIMT:
     break;
   }
@@ -265,7 +281,7 @@ static inline int ffn_gemm_pick_splits(int M, int N, int S, int K, const ffn_gem
   const long tiles_m = ffn_gemm_tiles_m(c, M), tiles = tiles_m * ffn_gemm_tiles_n(c, N, S);
   const int ktiles = (K + c->bk - 1) / c->bk;
   if (num_sms <= 0 || tiles <= 0) return 1;
-  if (c->kind == FFN_GEMM_WQ) return ffn_gemm_wq_splits(tiles, ktiles, (long)num_sms * c->ctas_per_sm);
+  if (c->kind == FFN_GEMM_WQ || c->kind == FFN_GEMM_WQD) return ffn_gemm_wq_splits(tiles, ktiles, (long)num_sms * c->ctas_per_sm);
   long per_sm = tiles_m >= 2 ? 2 : 1;
   if (c->ctas_per_sm > 0 && per_sm > c->ctas_per_sm) per_sm = c->ctas_per_sm;
   long s = ((long)num_sms * per_sm + tiles / 2) / tiles;

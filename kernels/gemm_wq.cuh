@@ -140,6 +140,63 @@ __device__ __forceinline__ void wq_mma<float, bf16>(float (&d)[4], const u32 (&a
   for (int t = 0; t < 3; ++t) mma_16816<bf16>(d, a, x.b[t][2 * s], x.b[t][2 * s + 1]);
 }
 
+// The warp's sums (acc[t]: the MMA's C fragments, rows = B rows, columns = tokens) into the
+// CTA's [BM][BN] block Os.
+template <int NT, int BN>
+__device__ __forceinline__ void wq_store(float *Os, const float (&acc)[NT][4], int warp, int gq, int tq) {
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    const int m = t * 8 + 2 * tq, c = warp * 16 + gq;
+    Os[m * BN + c] = acc[t][0];
+    Os[(m + 1) * BN + c] = acc[t][1];
+    Os[m * BN + c + 8] = acc[t][2];
+    Os[(m + 1) * BN + c + 8] = acc[t][3];
+  }
+}
+
+// The end of gemm_wq and gemm_wqd, once the CTA's sums are in Os ([BM][BN] f32) and its rows'
+// statistics in rowstat ([2][BM]: sums of squares, sums), after a barrier: split-K (every split
+// stores its sums; the last to arrive adds them in split order), then the epilogue, one call per
+// (row, pair of output columns).
+template <int BM, int BN, int THREADS, int S, int STATS, class Epi>
+__device__ __forceinline__ void wq_finish(const GemmArgs &g, const Epi &epi, float *Os, float *rowstat, int m0,
+                                          int n0) {
+  constexpr int SLAB = BM * BN + 2 * BM;
+  const int tid = threadIdx.x, splits = g.splits, z = blockIdx.z, M = g.M, N = g.N;
+  if (splits > 1) {
+    float *slab = g.ws + ((size_t)blockIdx.x * splits + z) * SLAB;
+    for (int i = tid; i < BM * BN; i += THREADS) slab[i] = Os[i];
+    if (STATS)
+      for (int m = tid; m < 2 * BM; m += THREADS) slab[BM * BN + m] = rowstat[m];
+    if (!gemm_splitk_arrive(g.counters + blockIdx.x, splits)) return;
+    for (int i = tid; i < SLAB; i += THREADS) {
+      if (!STATS && i >= BM * BN) break;
+      float v = 0.f;
+      for (int sp = 0; sp < splits; ++sp) v += ld_cg_f(g.ws + ((size_t)blockIdx.x * splits + sp) * SLAB + i);
+      if (i < BM * BN) Os[i] = v;
+      else rowstat[i - BM * BN] = v;
+    }
+    __syncthreads();
+  }
+
+  constexpr int BNS = BN / S, PAIRS = BNS / 2;
+  for (int i = tid; i < BM * PAIRS; i += THREADS) {
+    const int m = i / PAIRS, cl = 2 * (i % PAIRS), row = m0 + m, col = n0 / S + cl;
+    if (row >= M || col >= N) continue;
+    float v[S][2];
+#pragma unroll
+    for (int s = 0; s < S; ++s)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) { // merged column of stream s, column cl + e (groups of 8)
+        const int c = cl + e;
+        v[s][e] = Os[m * BN + (c / 8) * 8 * S + s * 8 + c % 8];
+      }
+    const float rsumsq = STATS ? rowstat[m] : 0.f, rsum = STATS == 2 ? rowstat[BM + m] : 0.f;
+    epi(row, col, col + 1 < N ? 2 : 1, v, rsum, rsumsq);
+  }
+}
+
+
 template <int BITS, int BM, int BN, int BK, int WN, int TPS, int STAGES, int S, int STATS, class T, class Epi>
 __device__ __forceinline__ void gemm_wq(const GemmArgs &g, const float *__restrict__ scales, int group, const Epi &epi,
                                         char *smem) {
@@ -147,7 +204,6 @@ __device__ __forceinline__ void gemm_wq(const GemmArgs &g, const float *__restri
   constexpr int WARPS = BN / 16, THREADS = WARPS * 32, NT = BM / 8;
   constexpr int BLOCKS = BK / 32;     // 32-k blocks per tile: 2 (i4) or 1 (i8)
   constexpr bool GROUPED = BITS == 4; // i8: one scale per row, applied at the end
-  constexpr int SLAB = BM * BN + 2 * BM;
   static_assert(BITS == 8 || BITS == 4, "i8 or i4");
   static_assert(BK == WQ_TILE_K(BITS) && WN == 16 && BN % 16 == 0 && BM % 8 == 0 && BN % (8 * S) == 0, "tile shape");
   static_assert(S == 1 || S == 2, "S is 1 or 2");
@@ -327,14 +383,7 @@ __device__ __forceinline__ void gemm_wq(const GemmArgs &g, const float *__restri
   }
 
   // ---- the warps' sums, and the row statistics, into smem ----
-#pragma unroll
-  for (int t = 0; t < NT; ++t) {
-    const int m = t * 8 + 2 * tq, c = warp * 16 + gq;
-    Os[m * BN + c] = acc[t][0];
-    Os[(m + 1) * BN + c] = acc[t][1];
-    Os[m * BN + c + 8] = acc[t][2];
-    Os[(m + 1) * BN + c + 8] = acc[t][3];
-  }
+  wq_store<NT, BN>(Os, acc, warp, gq, tq);
   if (STATS) {
 #pragma unroll
     for (int t = 0; t < NT; ++t) { // the four lanes of a token hold different k
@@ -359,39 +408,7 @@ __device__ __forceinline__ void gemm_wq(const GemmArgs &g, const float *__restri
     }
   __syncthreads();
 
-  // ---- split-K: every split stores its sums; the last to arrive adds them in split order ----
-  if (splits > 1) {
-    float *slab = g.ws + ((size_t)blockIdx.x * splits + z) * SLAB;
-    for (int i = tid; i < BM * BN; i += THREADS) slab[i] = Os[i];
-    if (STATS)
-      for (int m = tid; m < 2 * BM; m += THREADS) slab[BM * BN + m] = rowstat[m];
-    if (!gemm_splitk_arrive(g.counters + blockIdx.x, splits)) return;
-    for (int i = tid; i < SLAB; i += THREADS) {
-      if (!STATS && i >= BM * BN) break;
-      float v = 0.f;
-      for (int sp = 0; sp < splits; ++sp) v += ld_cg_f(g.ws + ((size_t)blockIdx.x * splits + sp) * SLAB + i);
-      if (i < BM * BN) Os[i] = v;
-      else rowstat[i - BM * BN] = v;
-    }
-    __syncthreads();
-  }
-
-  // ---- epilogue: one call per (row, pair of output columns) ----
-  constexpr int BNS = BN / S, PAIRS = BNS / 2;
-  for (int i = tid; i < BM * PAIRS; i += THREADS) {
-    const int m = i / PAIRS, cl = 2 * (i % PAIRS), row = m0 + m, col = n0 / S + cl;
-    if (row >= M || col >= N) continue;
-    float v[S][2];
-#pragma unroll
-    for (int s = 0; s < S; ++s)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) { // merged column of stream s, column cl + e (groups of 8)
-        const int c = cl + e;
-        v[s][e] = Os[m * BN + (c / 8) * 8 * S + s * 8 + c % 8];
-      }
-    const float rsumsq = STATS ? rowstat[m] : 0.f, rsum = STATS == 2 ? rowstat[BM + m] : 0.f;
-    epi(row, col, col + 1 < N ? 2 : 1, v, rsum, rsumsq);
-  }
+  wq_finish<BM, BN, THREADS, S, STATS>(g, epi, Os, rowstat, m0, n0);
 }
 
 } // namespace ffn

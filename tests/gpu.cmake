@@ -119,14 +119,18 @@ add_test(NAME gpu_oom COMMAND gpu_oom_test)
 set_tests_properties(gpu_oom PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 ENVIRONMENT "${FFNC_GPU_ENV}")
 
 # The weight-only kernels pick a tile of 8, 16, 32 or 64 tokens by M (kernels/gemm_host.h): the
-# default token counts reach only 8 and 64, so each quantized model also runs at 2, 13 and 29.
+# default token counts reach only 8 and 64, so each quantized model also runs at 2, 13, 16 and
+# 29, and at 1 and 13 with split-K forced to 3 (chunks and splits that end inside a group).
 foreach(m ${GPU_TEST_MODELS})
   get_filename_component(base ${m} NAME_WE)
   if(base MATCHES "^wq_")
     file(RELATIVE_PATH rel ${PROJECT_SOURCE_DIR} ${m})
     add_test(NAME gpu_${base}_mid_tiles COMMAND gpu_model_test ${rel})
     set_tests_properties(gpu_${base}_mid_tiles PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
-      ENVIRONMENT "${FFNC_GPU_ENV};FFNC_TEST_TOKENS=2,13,29")
+      ENVIRONMENT "${FFNC_GPU_ENV};FFNC_TEST_TOKENS=2,13,16,29")
+    add_test(NAME gpu_${base}_split3 COMMAND gpu_model_test ${rel})
+    set_tests_properties(gpu_${base}_split3 PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
+      ENVIRONMENT "${FFNC_GPU_ENV};FFNC_TEST_TOKENS=1,13;FFNC_GEMM_SPLITS=3")
   endif()
 endforeach()
 
