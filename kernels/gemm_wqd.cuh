@@ -6,14 +6,16 @@
 //
 // BM = 8 x (token tiles), BN = 16 x warps, DEPTH = k tiles of codes in flight per lane, CT = k
 // tiles per chunk of activations (a multiple of DEPTH). Grid and split-K as gemm_wq; BN * 2
-// threads; dynamic smem wqd_smem_bytes(BM, BN, BK, CT, sizeof(T)) (quant.cuh).
+// threads; dynamic smem wqd_smem_bytes(BM, BN, BK, CT, DEPTH, sizeof(T)) (quant.cuh).
 //
 // Why another kernel (kernels/NOTES.md, 2026-12-01): gemm_wq puts everything through one
 // cp.async ring with a CTA barrier per stage, ~300 instructions per warp per 512-byte tile; at
 // one token it is issue-bound at a quarter of the copy rate for i4. Here:
-// - Each lane streams its own 16 bytes of every tile of its warp's 16 rows straight into
-//   registers, DEPTH tiles ahead (ld.global.nc, no L1 allocation): no shared memory, no
-//   barrier, no address arithmetic beyond one add per tile for the codes.
+// - Each lane streams its own 16 bytes of every tile of its warp's 16 rows through its own
+//   ring of DEPTH slots in shared memory, DEPTH - 1 tiles ahead (cp.async): it copies and reads
+//   back only its own bytes, so the codes need no barrier. (Registers loaded DEPTH tiles ahead
+//   were the first version: ptxas moved the loads next to their use, and every tile waited for
+//   DRAM, 1.2 us per tile at 17% of the copy rate.)
 // - The activations and the i4 scales of the CTA come in chunks of CT tiles through a
 //   double-buffered cp.async pair of buffers: two barriers per chunk (16-32 tiles), not per tile.
 // - i4 with bf16 (or f32) activations: a code c becomes the bf16 128 + c with one shift and one
@@ -27,15 +29,6 @@
 #include "gemm_wq.cuh"
 
 namespace ffn {
-
-// 16 bytes streamed once: not kept in L1; L2 fetches 256 bytes (the lane's neighbours' share)
-__device__ __forceinline__ uint4 ld_stream16(const uint4 *p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
 
 // i4 word w as A fragment registers holding 128 + c (bf16): nibbles i and i + 4 into the
 // mantissa of 128.0, no offset (see above)
@@ -67,7 +60,7 @@ __device__ __forceinline__ void gemm_wqd(const GemmArgs &g, const float *__restr
   typedef typename WqWeight<T>::type W;
   constexpr int WARPS = BN / 16, THREADS = WARPS * 32, NT = BM / 8, BK = WQ_TILE_K(BITS);
   constexpr int BLOCKS = BK / 32, NBLK = CT * BLOCKS;   // 32-k blocks per tile, per chunk
-  constexpr bool I4 = BITS == 4, FOLD = I4 && !WqIsF16<W>::value;
+  constexpr bool I4 = BITS == 4, FOLD = I4 && sizeof(T) == 2 && !WqIsF16<W>::value; // bf16 activations
   constexpr bool PASS = FOLD || STATS;                   // the per-chunk pass over the activations
   constexpr int ACT_B = NBLK * BM * 32 * (int)sizeof(T); // one chunk's activations, bytes
   constexpr int SC_B = I4 ? NBLK * BN * 4 : 0;           // one chunk's i4 scales, bytes
@@ -75,8 +68,9 @@ __device__ __forceinline__ void gemm_wqd(const GemmArgs &g, const float *__restr
   static_assert(BITS == 8 || BITS == 4, "i8 or i4");
   static_assert(BN % 16 == 0 && BM % 8 == 0 && BN % (8 * S) == 0 && (S == 1 || S == 2), "tile shape");
   static_assert(CT % DEPTH == 0 && THREADS % BM == 0, "chunks of whole prefetch rounds");
-  constexpr int SMEM = wqd_smem_bytes(BM, BN, BK, CT, (int)sizeof(T));
-  static_assert(wqd_bufs_bytes(BM, BN, BK, CT, (int)sizeof(T)) == 2 * (ACT_B + SC_B) + (I4 ? ITEMS * 4 : 0) &&
+  constexpr int SMEM = wqd_smem_bytes(BM, BN, BK, CT, DEPTH, (int)sizeof(T));
+  static_assert(wqd_bufs_bytes(BM, BN, BK, CT, DEPTH, (int)sizeof(T)) ==
+                        2 * (ACT_B + SC_B) + (I4 ? ITEMS * 4 : 0) + WARPS * DEPTH * 512 &&
                     SMEM >= 2 * (ACT_B + SC_B) + (I4 ? ITEMS * 4 : 0) + 8 * BM &&
                     SMEM >= 4 * (BM * BN + 2 * ITEMS) + 8 * BM,
                 "quant.cuh's layout");
@@ -101,6 +95,7 @@ __device__ __forceinline__ void gemm_wqd(const GemmArgs &g, const float *__restr
   T *act = (T *)smem;                             // [2][NBLK][BM][32]
   float *scs = (float *)(smem + 2 * ACT_B);       // [2][NBLK][BN]: each block's group scale per row
   float *bsum = (float *)(smem + 2 * (ACT_B + SC_B)); // [NBLK][BM]: sums of the chunk's blocks
+  char *ring = smem + 2 * (ACT_B + SC_B) + (I4 ? ITEMS * 4 : 0) + warp * DEPTH * 512 + lane * 16; // [DEPTH] x 512
   float *rowstat = (float *)(smem + SMEM - 8 * BM); // [2][BM]
 
   // chunk c of the split's range (tiles c * CT ...) into buffer c & 1; zeros past M, K and R
@@ -144,19 +139,23 @@ __device__ __forceinline__ void gemm_wqd(const GemmArgs &g, const float *__restr
   for (int u = 0; u < IPT; ++u) stq[u] = sts[u] = 0.f;
 
   const uint4 *__restrict__ wp = (const uint4 *)g.B + ((long long)rb * ktiles + t0) * 32 + lane;
-  uint4 q[DEPTH];
-#pragma unroll
-  for (int d = 0; d < DEPTH; ++d)
-    if (active && d < ntk) q[d] = ld_stream16(wp + d * 32);
   fill(0);
   cp_async_commit();
+#pragma unroll
+  for (int d = 0; d < DEPTH - 1; ++d) { // one group per tile, empty or not, so that the waits count tiles
+    if (active && d < ntk) cp_async16(smem_addr(ring + d * 512), wp + d * 32, true);
+    cp_async_commit();
+  }
 
   float s_lo = 0.f, s_hi = 0.f;
   int gpos = t0 * BLOCKS % gblocks; // the block's place in its group
   for (int i0 = 0; i0 < ntk; i0 += DEPTH) {
     const int c = i0 / CT;
     if (i0 % CT == 0) { // a chunk starts: its activations and scales have landed, the other buffer is free
-      cp_async_wait<0>();
+      // (groups after the chunk's: chunk 0, the first DEPTH - 1 tiles; later chunks, the CT tiles
+      // of the chunk before, whose codes may stay in flight)
+      if (c == 0) cp_async_wait<DEPTH - 1>();
+      else cp_async_wait<CT>();
       __syncthreads();
       fill(c + 1);
       cp_async_commit();
@@ -169,7 +168,7 @@ __device__ __forceinline__ void gemm_wqd(const GemmArgs &g, const float *__restr
           float s = 0.f, s2 = 0.f;
           wq_sum32(src + j * 32, s, s2);
           if (FOLD) bsum[j] = s;
-          stq[u] += s2, sts[u] += s;
+          if ((t0 + c * CT) * BLOCKS + j / BM < kb_end) stq[u] += s2, sts[u] += s; // the split's own k only
         }
         __syncthreads();
       }
@@ -180,9 +179,13 @@ __device__ __forceinline__ void gemm_wqd(const GemmArgs &g, const float *__restr
     for (int d = 0; d < DEPTH; ++d) {
       const int i = i0 + d;
       if (i >= ntk) break;
-      const uint4 cur = q[d];
-      if (active && i + DEPTH < ntk) q[d] = ld_stream16(wp + (i + DEPTH) * 32);
+      // tile i + DEPTH - 1 into the slot tile i - 1 was read from; then tile i has landed
+      if (active && i + DEPTH - 1 < ntk)
+        cp_async16(smem_addr(ring + (d + DEPTH - 1) % DEPTH * 512), wp + (i + DEPTH - 1) * 32, true);
+      cp_async_commit();
+      cp_async_wait<DEPTH - 1>();
       if (!active) continue;
+      const uint4 cur = *(const uint4 *)(ring + d * 512);
       const u32 word[4] = {cur.x, cur.y, cur.z, cur.w};
 #pragma unroll
       for (int b = 0; b < BLOCKS; ++b) {

@@ -109,18 +109,19 @@ WQ_CFN wq_smem_bytes(int bm, int bn, int bk, int tps, int stages, int elem) {
   return wq_ring_bytes(bm, bn, bk, tps, stages, elem) + 8 * bm * (bn / 16 + 1);
 }
 
-/* gemm_wqd.cuh's shared memory, bytes, for bm tokens x bn rows of B, k tiles of bk and chunks
- * of ct tiles: two buffers of a chunk's activations (bm x ct*bk of elem bytes) and, for i4, of
- * its blocks' scales (one f32 per 32-k block and row), then for i4 the chunk's per-(block,
- * token) activation sums; after the main loop the CTA's sums (bm x bn f32) and the row
- * statistics' partials (2 per block and token) take their place; then the row statistics,
- * 2 x bm floats. */
-WQ_CFN wqd_bufs_bytes(int bm, int bn, int bk, int ct, int elem) {
-  return 2 * ct * (bk / 32) * (bm * 32 * elem + (bk == 64 ? bn * 4 : 0)) + (bk == 64 ? ct * (bk / 32) * bm * 4 : 0);
+/* gemm_wqd.cuh's shared memory, bytes, for bm tokens x bn rows of B, k tiles of bk, chunks of
+ * ct tiles and rings of depth tiles of codes: two buffers of a chunk's activations (bm x ct*bk
+ * of elem bytes) and, for i4, of its blocks' scales (one f32 per 32-k block and row), then for
+ * i4 the chunk's per-(block, token) activation sums, then each warp's ring of codes (depth x
+ * 512 bytes); after the main loop the CTA's sums (bm x bn f32) and the row statistics'
+ * partials (2 per block and token) take their place; then the row statistics, 2 x bm floats. */
+WQ_CFN wqd_bufs_bytes(int bm, int bn, int bk, int ct, int depth, int elem) {
+  return 2 * ct * (bk / 32) * (bm * 32 * elem + (bk == 64 ? bn * 4 : 0)) + (bk == 64 ? ct * (bk / 32) * bm * 4 : 0) +
+         bn / 16 * depth * 512;
 }
-WQ_CFN wqd_smem_bytes(int bm, int bn, int bk, int ct, int elem) {
-  return (wqd_bufs_bytes(bm, bn, bk, ct, elem) > 4 * (bm * bn + 2 * bm * ct * (bk / 32))
-              ? wqd_bufs_bytes(bm, bn, bk, ct, elem)
+WQ_CFN wqd_smem_bytes(int bm, int bn, int bk, int ct, int depth, int elem) {
+  return (wqd_bufs_bytes(bm, bn, bk, ct, depth, elem) > 4 * (bm * bn + 2 * bm * ct * (bk / 32))
+              ? wqd_bufs_bytes(bm, bn, bk, ct, depth, elem)
               : 4 * (bm * bn + 2 * bm * ct * (bk / 32))) +
          8 * bm;
 }
