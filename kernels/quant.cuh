@@ -110,19 +110,16 @@ WQ_CFN wq_smem_bytes(int bm, int bn, int bk, int tps, int stages, int elem) {
 }
 
 /* gemm_wqd.cuh's shared memory, bytes, for bm tokens x bn rows of B, k tiles of bk, chunks of
- * ct tiles and rings of depth tiles of codes: two buffers of a chunk's activations (bm x ct*bk
- * of elem bytes) and, for i4, of its blocks' scales (one f32 per 32-k block and row), then for
- * i4 the chunk's per-(block, token) activation sums, then each warp's ring of codes (depth x
- * 512 bytes); after the main loop the CTA's sums (bm x bn f32) and the row statistics'
- * partials (2 per block and token) take their place; then the row statistics, 2 x bm floats. */
-WQ_CFN wqd_bufs_bytes(int bm, int bn, int bk, int ct, int depth, int elem) {
-  return 2 * ct * (bk / 32) * (bm * 32 * elem + (bk == 64 ? bn * 4 : 0)) + (bk == 64 ? ct * (bk / 32) * bm * 4 : 0) +
-         bn / 16 * depth * 512;
-}
+ * ct tiles of activations and rings of depth slots: two buffers of a chunk's activations (bm x
+ * ct*bk of elem bytes), then each warp's ring, a slot holding a tile's codes (32 lanes x 16
+ * bytes) and for i4 a scale per lane (row lane % 16, block lane / 16); after the main loop the
+ * CTA's sums (bm x bn f32) and the warps' row statistics (2 x warps x bm) take their place;
+ * then the row statistics, 2 x bm floats. */
+WQ_CFN wqd_slot_bytes(int bk) { return bk == 64 ? 512 + 128 : 512; }
 WQ_CFN wqd_smem_bytes(int bm, int bn, int bk, int ct, int depth, int elem) {
-  return (wqd_bufs_bytes(bm, bn, bk, ct, depth, elem) > 4 * (bm * bn + 2 * bm * ct * (bk / 32))
-              ? wqd_bufs_bytes(bm, bn, bk, ct, depth, elem)
-              : 4 * (bm * bn + 2 * bm * ct * (bk / 32))) +
+  return (2 * ct * bk * bm * elem + bn / 16 * depth * wqd_slot_bytes(bk) > 4 * bm * bn + 8 * bn / 16 * bm
+              ? 2 * ct * bk * bm * elem + bn / 16 * depth * wqd_slot_bytes(bk)
+              : 4 * bm * bn + 8 * bn / 16 * bm) +
          8 * bm;
 }
 
