@@ -105,13 +105,14 @@ static inline const ffn_gemm_config *ffn_gemm_configs(int *count) {
        * rows of B; bk = k per 512-byte tile of codes (32: i8, 64: i4); a ring of `st` stages of
        * `wm` k tiles each (one barrier per stage), ~100 KB of codes in flight per SM at one
        * token (quant.cuh: wq_smem_bytes). */
-      /* the same at decode sizes (gemm_wqd.cuh): each warp's ring of 8 tiles of codes (and i4
-       * scales), activations in chunks of 8 (i4) or 16 (i8) tiles: 512 k */
-      {"wqd8_8", FFN_GEMM_WQD, 8, 128, 32, 8, 16, 16, 256, 3, 3, 8},   /* 48 KB */
-      {"wqd8_16", FFN_GEMM_WQD, 16, 128, 32, 8, 16, 16, 256, 3, 3, 16}, /* 64 KB */
+      /* ... and the decode kernel (gemm_wqd.cuh): each warp's ring of 8 tiles of codes (and i4
+       * scales), activations in chunks of 8 (i4) or 16 (i8) tiles, 512 k; the first config of
+       * a kind whose max_m covers M wins, so i8 keeps the ring kernel at <= 8 tokens (224 vs
+       * 235 us for the 70B sublayer at one token) and takes gemm_wqd at 9-16 (284 vs 300) */
       {"wqd4_8", FFN_GEMM_WQD, 8, 128, 64, 8, 16, 8, 256, 3, 3, 8},    /* 56 KB */
-      {"wqd4_16", FFN_GEMM_WQD, 16, 128, 64, 8, 16, 8, 256, 3, 3, 16},  /* 72 KB */
-      {"wq8_8", FFN_GEMM_WQ, 8, 128, 32, 4, 16, 3, 256, 4, 4, 8},   /* 55 KB */
+      {"wqd4_16", FFN_GEMM_WQD, 16, 128, 64, 8, 16, 8, 256, 3, 3, 16}, /* 72 KB */
+      {"wq8_8", FFN_GEMM_WQ, 8, 128, 32, 4, 16, 3, 256, 4, 4, 8},    /* 55 KB */
+      {"wqd8_16", FFN_GEMM_WQD, 16, 128, 32, 8, 16, 16, 256, 3, 3, 16}, /* 64 KB */
       {"wq8_16", FFN_GEMM_WQ, 16, 128, 32, 2, 16, 7, 256, 3, 3, 16}, /* 71 KB */
       {"wq8_32", FFN_GEMM_WQ, 32, 128, 32, 2, 16, 5, 256, 3, 3, 32}, /* 62 KB */
       {"wq8_64", FFN_GEMM_WQ, 64, 128, 32, 2, 16, 6, 256, 2, 2, 0},  /* 101 KB */

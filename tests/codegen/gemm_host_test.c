@@ -7,7 +7,10 @@
  *    228 KB (the split-K rule counts on that occupancy);
  *  - gemm_wq: its ring keeps at least 3 stages (the kernel's static_assert) whatever the
  *    activation type, and the stage layout adds up;
- *  - split-K of gemm_wq: between 1 and 32, at least 8 tiles of codes per split, and for the
+ *  - gemm_wqd: chunks of whole ring rounds, its shared memory holds the chunk buffers and the
+ *    rings, then the CTA's sums and the warps' statistics, and the decode regimes pick it for
+ *    i4 (1-16 tokens) and i8 (9-16) before the ring kernel;
+ *  - split-K of gemm_wq and gemm_wqd: between 1 and 32, at least 8 tiles of codes per split, and for the
  *    Llama-3 decode shapes on an H200 the choices kernels/NOTES.md measured against.
  */
 #include <stdio.h>
@@ -43,6 +46,31 @@ static void check_wq(const ffn_gemm_config *c) {
   CHECK(c->wn == 16 && c->bn % 16 == 0 && c->bm % 8 == 0 && (c->bk == 32 || c->bk == 64), "%s: tile shape", c->name);
 }
 
+static void check_wqd(const ffn_gemm_config *c) {
+  CHECK(c->stages % c->wm == 0 && c->wm >= 2, "%s: chunks of %d tiles, rings of %d", c->name, c->stages, c->wm);
+  CHECK(c->wn == 16 && c->bn % 16 == 0 && c->bm % 8 == 0 && (c->bk == 32 || c->bk == 64), "%s: tile shape", c->name);
+  CHECK(c->max_m > 0 && c->max_m <= 16 && c->max_m <= c->bm, "%s: decode sizes only (max_m %d)", c->name, c->max_m);
+  for (int elem = 2; elem <= 4; elem += 2) {
+    int warps = c->bn / 16, smem = wqd_smem_bytes(c->bm, c->bn, c->bk, c->stages, c->wm, elem);
+    int loop = 2 * c->stages * c->bk * c->bm * elem + warps * c->wm * wqd_slot_bytes(c->bk);
+    int after = 4 * c->bm * c->bn + 8 * warps * c->bm;
+    CHECK(smem >= loop + 8 * c->bm && smem >= after + 8 * c->bm && smem <= (loop > after ? loop : after) + 8 * c->bm,
+          "%s: %d bytes of shared memory for a loop of %d and an end of %d", c->name, smem, loop, after);
+  }
+}
+
+/* The configuration the runtime launches for M rows of a weight-only product of `bits`: the first
+ * compiled one (table order: codegen/lower.c config_used) whose max_m covers M. */
+static const char *wq_pick(int bits, int M) {
+  int n;
+  const ffn_gemm_config *t = ffn_gemm_configs(&n);
+  for (int i = 0; i < n; i++)
+    if ((t[i].kind == FFN_GEMM_WQ || t[i].kind == FFN_GEMM_WQD) && t[i].bk == (bits == 8 ? 32 : 64) &&
+        (t[i].max_m == 0 || M <= t[i].max_m))
+      return t[i].name;
+  return "";
+}
+
 /* split-K of a gemm_wq product of R merged rows, K inner, M tokens on an H200 */
 static int wq_splits(const char *cfg, int M, long R, int K) {
   int n;
@@ -58,7 +86,7 @@ static void check_splits(void) {
   int n;
   const ffn_gemm_config *t = ffn_gemm_configs(&n);
   for (int i = 0; i < n; i++) {
-    if (t[i].kind != FFN_GEMM_WQ)
+    if (t[i].kind != FFN_GEMM_WQ && t[i].kind != FFN_GEMM_WQD)
       continue;
     for (long R = 16; R <= 65536; R *= 4)
       for (int K = 32; K <= 65536; K *= 2) {
@@ -81,7 +109,17 @@ int main(void) {
     check_smem(&t[i]);
     if (t[i].kind == FFN_GEMM_WQ)
       check_wq(&t[i]);
+    if (t[i].kind == FFN_GEMM_WQD)
+      check_wqd(&t[i]);
   }
   check_splits();
+  static const struct {
+    int bits, M;
+    const char *cfg;
+  } pick[] = {{4, 1, "wqd4_8"}, {4, 8, "wqd4_8"}, {4, 9, "wqd4_16"}, {4, 16, "wqd4_16"}, {4, 17, "wq4_32"},
+              {4, 64, "wq4_64"}, {4, 4096, "wq4_64"}, {8, 1, "wq8_8"}, {8, 12, "wqd8_16"}, {8, 33, "wq8_64"}};
+  for (size_t i = 0; i < sizeof pick / sizeof pick[0]; i++)
+    CHECK(strcmp(wq_pick(pick[i].bits, pick[i].M), pick[i].cfg) == 0, "i%d at M = %d: %s, not %s", pick[i].bits,
+          pick[i].M, wq_pick(pick[i].bits, pick[i].M), pick[i].cfg);
   return check_result("gemm_host_test");
 }
