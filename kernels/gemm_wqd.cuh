@@ -90,27 +90,32 @@ __device__ __forceinline__ void gemm_wqd(const GemmArgs &g, const float *__restr
   };
 
   // Tile j's codes (and i4: lane l's scale, row l % 16, block l / 16) into ring slot j % DEPTH
-  // (`slot`, a constant where the loops are unrolled). The scale's group follows the copied
-  // tiles: sg, sr = group and place in it of block (t0 + j) * BLOCKS + l / 16, advanced BLOCKS
-  // (<= 2) blocks per tile; blocks past K copy the last group's (never used).
-  const uint4 *__restrict__ wp = (const uint4 *)g.B + ((long long)rb * ktiles + t0) * 32 + lane;
+  // (`slot`, a constant where the loops are unrolled); tiles are copied in order. The scale's
+  // group follows the copied tiles: sc_src, sr = its scale and the place in the group of block
+  // (t0 + j) * BLOCKS + l / 16, advanced BLOCKS (<= 2) blocks per tile; blocks past K copy the
+  // last group's (never used).
+  // The sources advance with the copies (running pointers: recomputing them from the tile
+  // index cost ~30 instructions per tile in 64-bit arithmetic).
+  const uint4 *__restrict__ src = (const uint4 *)g.B + ((long long)rb * ktiles + t0) * 32 + lane;
   const int sc_row = rb * 16 + lane % 16;
-  const float *__restrict__ sc_base = scales + (long long)imin(sc_row, R - 1) * ngroups;
+  const float *__restrict__ sc_src = scales + (long long)imin(sc_row, R - 1) * ngroups;
+  const float *const sc_last = sc_src + ngroups - 1;
   const u32 code_dst = smem_addr(slots) + lane * 16, sc_dst = smem_addr(slots) + 512 + lane * 4;
-  int sg = 0, sr = 0;
+  int sr = 0;
   if (I4) {
     const int kb = t0 * BLOCKS + lane / 16;
-    sg = kb / gblocks, sr = kb % gblocks;
+    sc_src += kb / gblocks, sr = kb % gblocks;
   }
   auto copy = [&](int j, int slot) {
     if (active && j < ntk) {
-      cp_async16(code_dst + slot * SLOT_B, wp + j * 32, true);
+      cp_async16(code_dst + slot * SLOT_B, src, true);
+      src += 32;
       if (I4) {
-        cp_async4(sc_dst + slot * SLOT_B, sc_base + imin(sg, ngroups - 1), sc_row < R);
+        cp_async4(sc_dst + slot * SLOT_B, sc_src < sc_last ? sc_src : sc_last, sc_row < R);
         sr += BLOCKS;
         if (sr >= gblocks) {
-          sr -= gblocks, ++sg;
-          if (sr >= gblocks) sr -= gblocks, ++sg;
+          sr -= gblocks, ++sc_src;
+          if (sr >= gblocks) sr -= gblocks, ++sc_src;
         }
       }
     }
