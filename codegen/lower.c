@@ -403,7 +403,7 @@ static PlanKernel gemm_kernel(Kgen *k, Buf *body) {
   emit_gemm_functor(k, body);
   int ncfg;
   const ffn_gemm_config *table = ffn_gemm_configs(&ncfg);
-  for (int i = 0; i < ncfg && pk.nvariants < 6; i++) {
+  for (int i = 0; i < ncfg && pk.nvariants < (int)(sizeof pk.variants / sizeof pk.variants[0]); i++) {
     const ffn_gemm_config *c = &table[i];
     if (!config_used(c, tc, k->G->c->arch == 90, k->wq_bits, k->f8 != DT_NONE) || !ffn_gemm_config_takes(c, k->f8 != DT_NONE) ||
         !ffn_gemm_config_fits(c, (long long)gr->streams * k->ncols, k->f8 != DT_NONE))

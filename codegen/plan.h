@@ -66,7 +66,7 @@ typedef struct {
 typedef struct {
   KernelKind kind;
   int nvariants;
-  KernelVariant variants[6];
+  KernelVariant variants[8];
   /* GEMM: output columns per stream, inner dim, streams */
   int64_t n, k;
   int streams;

@@ -646,7 +646,10 @@ static void check_variants(Model *md, Io *io, RunCtx *rc, CUstream s, double err
       host[v][i] = malloc(bytes + 16);
       CK(cu->cuMemcpyDtoH(host[v][i], (CUdeviceptr)io->out[v][0][i].data, bytes));
     }
-  double tol = md->type == DT_F32 ? 1e-4 : 2e-2; /* the eager variant rounds after every op */
+  /* the eager variant rounds after every op; with i4 weights it also quantizes other weights
+   * (-O3 folds the norm's gain into them first): two valid i4 results, each ~2% from the
+   * unquantized one (measured 2.1-2.4e-2 apart on the Llama-3 sublayers) */
+  double tol = md->type == DT_F32 ? 1e-4 : md->g->prec.type[PREC_WEIGHTS] == DT_I4 ? 6e-2 : 2e-2;
   for (int v = 0; v < NVARIANTS; v++) {
     int other = v == V_EAGER ? V_FFNC : V_EAGER;
     err[v] = 0;
