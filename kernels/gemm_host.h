@@ -111,10 +111,6 @@ static inline const ffn_gemm_config *ffn_gemm_configs(int *count) {
        * 235 us for the 70B sublayer at one token) and takes gemm_wqd at 9-16 (284 vs 300) */
       {"wqd4_8", FFN_GEMM_WQD, 8, 128, 64, 8, 16, 8, 256, 3, 3, 8},    /* 56 KB */
       {"wqd4_16", FFN_GEMM_WQD, 16, 128, 64, 8, 16, 8, 256, 2, 2, 16}, /* 72 KB; 3 CTAs spill */
-      /* A/B candidates at one token, reached only through FFNC_GEMM_VARIANT (max_m 7 and 6 keep them
-       * compiled beside wqd4_8 and behind it): rings of 6 and 4 at 4 CTAs per SM (64 registers) */
-      {"wqd4_8o4", FFN_GEMM_WQD, 8, 128, 64, 6, 16, 6, 256, 4, 4, 7}, /* 43 KB */
-      {"wqd4_8d4", FFN_GEMM_WQD, 8, 128, 64, 4, 16, 8, 256, 4, 4, 6}, /* 36 KB */
       {"wq8_8", FFN_GEMM_WQ, 8, 128, 32, 4, 16, 3, 256, 4, 4, 8},    /* 55 KB */
       {"wqd8_16", FFN_GEMM_WQD, 16, 128, 32, 8, 16, 16, 256, 3, 3, 16}, /* 64 KB */
       {"wq8_16", FFN_GEMM_WQ, 16, 128, 32, 2, 16, 7, 256, 3, 3, 16}, /* 71 KB */
