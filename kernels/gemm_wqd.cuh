@@ -27,6 +27,8 @@
 
 namespace ffn {
 
+template <bool B> struct BoolC { static constexpr bool value = B; };
+
 template <int BITS, int BM, int BN, int DEPTH, int CT, int S, int STATS, class T, class Epi>
 __device__ __forceinline__ void gemm_wqd(const GemmArgs &g, const float *__restrict__ scales, int group,
                                          const Epi &epi, char *smem) {
@@ -136,80 +138,110 @@ __device__ __forceinline__ void gemm_wqd(const GemmArgs &g, const float *__restr
   for (int d = 0; d < DEPTH - 1; ++d) copy(d, d);
 
   float s_lo = 0.f, s_hi = 0.f;
-  int gpos = t0 * BLOCKS % gblocks;                  // the block's place in its group
-  int turn = t0 * BLOCKS % imax(active_warps, 1);    // whose turn it is for the row statistics
-  for (int i0 = 0; i0 < ntk; i0 += DEPTH) {
-    const int c = i0 / CT;
-    if (i0 % CT == 0) { // a chunk starts: its activations have landed, the other buffer is free
-      // (groups after the chunk's: for chunk 0 the first DEPTH - 1 tiles, later the CT tiles of
-      // the chunk before, whose codes stay in flight)
-      if (c == 0) cp_async_wait<DEPTH - 1>();
-      else cp_async_wait<CT>();
-      __syncthreads();
-      fill(c + 1);
-      cp_async_commit();
+  int gpos = t0 * BLOCKS % gblocks;               // the block's place in its group
+  int turn = t0 * BLOCKS % imax(active_warps, 1); // whose turn it is for the row statistics
+  bool first = true;                              // the split's first block (maybe mid-group)
+  auto flush = [&]() { // a group's sums, times its scales, into the result
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+      acc[t][0] = fmaf(tmp[t][0], s_lo, acc[t][0]);
+      acc[t][1] = fmaf(tmp[t][1], s_lo, acc[t][1]);
+      acc[t][2] = fmaf(tmp[t][2], s_hi, acc[t][2]);
+      acc[t][3] = fmaf(tmp[t][3], s_hi, acc[t][3]);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) tmp[t][e] = 0.f;
     }
-    const T *at = act + (c & 1) * (ACT_B / (int)sizeof(T));
+  };
+
+  // a chunk starts at tile i0: its activations have landed, the other buffer is free (groups
+  // after the chunk's: for chunk 0 the first DEPTH - 1 tiles, later the CT tiles of the chunk
+  // before, whose codes stay in flight)
+  auto chunk = [&](int i0) {
+    if (i0 % CT != 0) return;
+    if (i0 == 0) cp_async_wait<DEPTH - 1>();
+    else cp_async_wait<CT>();
+    __syncthreads();
+    fill(i0 / CT + 1);
+    cp_async_commit();
+  };
+
+  // Tile i from ring slot d (i % DEPTH), its activations at block lb0 of chunk buffer `at`.
+  // LAST: the split's last tile, whose second 32-k block may lie past K.
+  auto tile = [&](int i, int d, const T *at, int lb0, auto last) {
+    constexpr bool LAST = decltype(last)::value;
+    copy(i + DEPTH - 1, (d + DEPTH - 1) % DEPTH); // into the slot tile i - 1 was read from
+    cp_async_wait<DEPTH - 1>();                   // tile i has landed (this lane's part) ...
+    if (I4) __syncwarp();                         // ... and the warp's scales
+    if (!active) return;
+    const char *slot = slots + d * SLOT_B;
+    const uint4 cur = *(const uint4 *)(slot + lane * 16);
+    const u32 word[4] = {cur.x, cur.y, cur.z, cur.w};
+#pragma unroll
+    for (int b = 0; b < BLOCKS; ++b) {
+      if (LAST && (t0 + i) * BLOCKS + b >= kb_end) break;
+      const int lb = lb0 + b;
+      if (I4 && (gpos == 0 || first)) { // a group starts: its scales
+        s_lo = *(const float *)(slot + 512 + (b * 16 + gq) * 4);
+        s_hi = *(const float *)(slot + 512 + (b * 16 + gq + 8) * 4);
+        first = false;
+      }
+      u32 a[2][4];
+      if (I4) {
+        wq_frag_i4<W>(word[2 * b], a[0]);
+        wq_frag_i4<W>(word[2 * b + 1], a[1]);
+      } else {
+        wq_frag_i8<W>(word[0], word[1], a[0]);
+        wq_frag_i8<W>(word[2], word[3], a[1]);
+      }
+      const bool stats = STATS && turn == warp;
+      turn = turn + 1 == active_warps ? 0 : turn + 1;
+#pragma unroll
+      for (int t = 0; t < NT; ++t) {
+        WqAct<T> x;
+        x.load(at + (lb * BM + t * 8 + gq) * 32 + 8 * tq);
+        if (stats) {
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            const float v = x.value(e);
+            ssq[t] = fmaf(v, v, ssq[t]);
+            if (STATS == 2) ssum[t] += v;
+          }
+        }
+        float(&dd)[4] = I4 ? tmp[t] : acc[t];
+        wq_mma<T, W>(dd, a[0], x, 0);
+        wq_mma<T, W>(dd, a[1], x, 1);
+      }
+      if (I4 && ++gpos == gblocks) { // the group ends: scale and add
+        gpos = 0;
+        flush();
+      }
+    }
+  };
+
+  // whole rounds of DEPTH tiles, then the rest with the split's last tile (so the block loop
+  // of every other tile has no bounds check)
+  int i0 = 0;
+  for (; i0 + DEPTH < ntk; i0 += DEPTH) {
+    chunk(i0);
+    const T *at = act + (i0 / CT & 1) * (ACT_B / (int)sizeof(T));
+    const int lb0 = i0 % CT * BLOCKS;
+#pragma unroll
+    for (int d = 0; d < DEPTH; ++d) tile(i0 + d, d, at, lb0 + d * BLOCKS, BoolC<false>());
+  }
+  if (i0 < ntk) {
+    chunk(i0);
+    const T *at = act + (i0 / CT & 1) * (ACT_B / (int)sizeof(T));
+    const int lb0 = i0 % CT * BLOCKS;
 #pragma unroll
     for (int d = 0; d < DEPTH; ++d) {
-      const int i = i0 + d;
-      if (i >= ntk) break;
-      copy(i + DEPTH - 1, (d + DEPTH - 1) % DEPTH); // into the slot tile i - 1 was read from
-      cp_async_wait<DEPTH - 1>(); // tile i has landed (this lane's part) ...
-      if (I4) __syncwarp();       // ... and the warp's scales
-      if (!active) continue;
-      const char *slot = slots + d * SLOT_B;
-      const uint4 cur = *(const uint4 *)(slot + lane * 16);
-      const u32 word[4] = {cur.x, cur.y, cur.z, cur.w};
-#pragma unroll
-      for (int b = 0; b < BLOCKS; ++b) {
-        const int kb = (t0 + i) * BLOCKS + b, lb = (i % CT) * BLOCKS + b;
-        if (kb >= kb_end) break; // the second half of the last i4 tile, past K
-        if (I4 && (kb == t0 * BLOCKS || gpos == 0)) { // a group starts: its scales
-          s_lo = *(const float *)(slot + 512 + (b * 16 + gq) * 4);
-          s_hi = *(const float *)(slot + 512 + (b * 16 + gq + 8) * 4);
-        }
-        u32 a[2][4];
-        if (I4) {
-          wq_frag_i4<W>(word[2 * b], a[0]);
-          wq_frag_i4<W>(word[2 * b + 1], a[1]);
-        } else {
-          wq_frag_i8<W>(word[0], word[1], a[0]);
-          wq_frag_i8<W>(word[2], word[3], a[1]);
-        }
-        const bool stats = STATS && turn == warp;
-        turn = turn + 1 == active_warps ? 0 : turn + 1;
-#pragma unroll
-        for (int t = 0; t < NT; ++t) {
-          WqAct<T> x;
-          x.load(at + (lb * BM + t * 8 + gq) * 32 + 8 * tq);
-          if (stats) {
-#pragma unroll
-            for (int e = 0; e < 8; ++e) {
-              const float v = x.value(e);
-              ssq[t] = fmaf(v, v, ssq[t]);
-              if (STATS == 2) ssum[t] += v;
-            }
-          }
-          float(&dd)[4] = I4 ? tmp[t] : acc[t];
-          wq_mma<T, W>(dd, a[0], x, 0);
-          wq_mma<T, W>(dd, a[1], x, 1);
-        }
-        if (++gpos == gblocks) gpos = 0;
-        if (I4 && (gpos == 0 || kb + 1 == kb_end)) { // the group ends: scale and add
-#pragma unroll
-          for (int t = 0; t < NT; ++t) {
-            acc[t][0] = fmaf(tmp[t][0], s_lo, acc[t][0]);
-            acc[t][1] = fmaf(tmp[t][1], s_lo, acc[t][1]);
-            acc[t][2] = fmaf(tmp[t][2], s_hi, acc[t][2]);
-            acc[t][3] = fmaf(tmp[t][3], s_hi, acc[t][3]);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) tmp[t][e] = 0.f;
-          }
-        }
+      if (i0 + d + 1 < ntk) tile(i0 + d, d, at, lb0 + d * BLOCKS, BoolC<false>());
+      else {
+        tile(i0 + d, d, at, lb0 + d * BLOCKS, BoolC<true>());
+        break;
       }
     }
   }
+  if (I4 && active) flush(); // the split's last group, if it ends inside it
   cp_async_wait<0>();
   __syncthreads(); // the buffers are read: the sums take their place
 
