@@ -92,32 +92,31 @@ __device__ __forceinline__ void gemm_wqd(const GemmArgs &g, const float *__restr
   };
 
   // Tile j's codes (and i4: lane l's scale, row l % 16, block l / 16) into ring slot j % DEPTH
-  // (`slot`, a constant where the loops are unrolled); tiles are copied in order. The scale's
-  // group follows the copied tiles: sc_src, sr = its scale and the place in the group of block
-  // (t0 + j) * BLOCKS + l / 16, advanced BLOCKS (<= 2) blocks per tile; blocks past K copy the
-  // last group's (never used).
-  // The sources advance with the copies (running pointers: recomputing them from the tile
-  // index cost ~30 instructions per tile in 64-bit arithmetic).
+  // (`slot`, a constant where the loops are unrolled); tiles are copied in order. The codes'
+  // source is a running pointer; the scale's group a 32-bit index sg with sr, the place in the
+  // group of block (t0 + j) * BLOCKS + l / 16, advanced BLOCKS (<= 2) blocks per tile without
+  // branches; blocks past K copy the last group's (never used). (Recomputing the addresses from
+  // the tile index, or clamping a 64-bit pointer, cost 30-45 instructions per tile.)
   const uint4 *__restrict__ src = (const uint4 *)g.B + ((long long)rb * ktiles + t0) * 32 + lane;
   const int sc_row = rb * 16 + lane % 16;
-  const float *__restrict__ sc_src = scales + (long long)imin(sc_row, R - 1) * ngroups;
-  const float *const sc_last = sc_src + ngroups - 1;
+  const float *__restrict__ sc_row_base = scales + (long long)imin(sc_row, R - 1) * ngroups;
   const u32 code_dst = smem_addr(slots) + lane * 16, sc_dst = smem_addr(slots) + 512 + lane * 4;
-  int sr = 0;
+  int sg = 0, sr = 0;
   if (I4) {
     const int kb = t0 * BLOCKS + lane / 16;
-    sc_src += kb / gblocks, sr = kb % gblocks;
+    sg = kb / gblocks, sr = kb % gblocks;
   }
+  const bool copying = active && (!I4 || sc_row < R);
   auto copy = [&](int j, int slot) {
     if (active && j < ntk) {
       cp_async16(code_dst + slot * SLOT_B, src, true);
       src += 32;
       if (I4) {
-        cp_async4(sc_dst + slot * SLOT_B, sc_src < sc_last ? sc_src : sc_last, sc_row < R);
-        sr += BLOCKS;
-        if (sr >= gblocks) {
-          sr -= gblocks, ++sc_src;
-          if (sr >= gblocks) sr -= gblocks, ++sc_src;
+        cp_async4(sc_dst + slot * SLOT_B, sc_row_base + imin(sg, ngroups - 1), copying);
+#pragma unroll
+        for (int k = 0; k < BLOCKS; ++k) {
+          const int step = ++sr >= gblocks;
+          sr -= step * gblocks, sg += step;
         }
       }
     }
@@ -165,9 +164,10 @@ __device__ __forceinline__ void gemm_wqd(const GemmArgs &g, const float *__restr
     cp_async_commit();
   };
 
-  // Tile i from ring slot d (i % DEPTH), its activations at block lb0 of chunk buffer `at`.
+  // Tile i from ring slot d (i % DEPTH); `at`: this lane's activations of the round's first
+  // block (token gq, k 8 tq ... 8 tq + 7 of the block), so that the offsets are constants.
   // LAST: the split's last tile, whose second 32-k block may lie past K.
-  auto tile = [&](int i, int d, const T *at, int lb0, auto last) {
+  auto tile = [&](int i, int d, const T *at, auto last) {
     constexpr bool LAST = decltype(last)::value;
     copy(i + DEPTH - 1, (d + DEPTH - 1) % DEPTH); // into the slot tile i - 1 was read from
     cp_async_wait<DEPTH - 1>();                   // tile i has landed (this lane's part) ...
@@ -179,7 +179,7 @@ __device__ __forceinline__ void gemm_wqd(const GemmArgs &g, const float *__restr
 #pragma unroll
     for (int b = 0; b < BLOCKS; ++b) {
       if (LAST && (t0 + i) * BLOCKS + b >= kb_end) break;
-      const int lb = lb0 + b;
+      const int lb = d * BLOCKS + b; // the block in the round (a constant: at is the round's)
       if (I4 && (gpos == 0 || first)) { // a group starts: its scales
         s_lo = *(const float *)(slot + 512 + (b * 16 + gq) * 4);
         s_hi = *(const float *)(slot + 512 + (b * 16 + gq + 8) * 4);
@@ -198,7 +198,7 @@ __device__ __forceinline__ void gemm_wqd(const GemmArgs &g, const float *__restr
 #pragma unroll
       for (int t = 0; t < NT; ++t) {
         WqAct<T> x;
-        x.load(at + (lb * BM + t * 8 + gq) * 32 + 8 * tq);
+        x.load(at + (lb * BM + t * 8) * 32);
         if (stats) {
 #pragma unroll
           for (int e = 0; e < 8; ++e) {
@@ -220,23 +220,24 @@ __device__ __forceinline__ void gemm_wqd(const GemmArgs &g, const float *__restr
 
   // whole rounds of DEPTH tiles, then the rest with the split's last tile (so the block loop
   // of every other tile has no bounds check)
+  auto round_at = [&](int i0) { // the lane's activations of round i0's first block
+    return act + (i0 / CT & 1) * (ACT_B / (int)sizeof(T)) + (i0 % CT * BLOCKS * BM + gq) * 32 + 8 * tq;
+  };
   int i0 = 0;
   for (; i0 + DEPTH < ntk; i0 += DEPTH) {
     chunk(i0);
-    const T *at = act + (i0 / CT & 1) * (ACT_B / (int)sizeof(T));
-    const int lb0 = i0 % CT * BLOCKS;
+    const T *at = round_at(i0);
 #pragma unroll
-    for (int d = 0; d < DEPTH; ++d) tile(i0 + d, d, at, lb0 + d * BLOCKS, BoolC<false>());
+    for (int d = 0; d < DEPTH; ++d) tile(i0 + d, d, at, BoolC<false>());
   }
   if (i0 < ntk) {
     chunk(i0);
-    const T *at = act + (i0 / CT & 1) * (ACT_B / (int)sizeof(T));
-    const int lb0 = i0 % CT * BLOCKS;
+    const T *at = round_at(i0);
 #pragma unroll
     for (int d = 0; d < DEPTH; ++d) {
-      if (i0 + d + 1 < ntk) tile(i0 + d, d, at, lb0 + d * BLOCKS, BoolC<false>());
+      if (i0 + d + 1 < ntk) tile(i0 + d, d, at, BoolC<false>());
       else {
-        tile(i0 + d, d, at, lb0 + d * BLOCKS, BoolC<true>());
+        tile(i0 + d, d, at, BoolC<true>());
         break;
       }
     }
