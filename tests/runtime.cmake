@@ -38,3 +38,6 @@ if(FFNC_NCCL_INCLUDE_DIR)
   ffn_c_test(nccl_abi_test SOURCES runtime/nccl_abi_test.c LABELS runtime)
   target_include_directories(nccl_abi_test SYSTEM PRIVATE ${FFNC_NCCL_INCLUDE_DIR})
 endif()
+# Tuned GEMM choices (runtime/tune.h): the file's round trip, damaged and foreign files refused,
+# the bucket of a call, and how a run chooses with them (no GPU)
+ffn_c_test(tune_store_test SOURCES runtime/tune_store_test.c LABELS runtime)
