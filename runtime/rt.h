@@ -292,6 +292,8 @@ ffn_status tune_load_model(ffn_model *m);
 /* Kernel `kernel`'s identity for tuning: a hash of its variants' names and of the compiled
  * image that holds each one, with N, K and the streams, 32 hex digits into out. */
 void tune_kernel_id(const ffn_program *p, int kernel, char out[33]);
+/* The key of GEMM kernel `kernel`'s tuned choices on m's device (tune.h). */
+void tune_model_key(const ffn_model *m, int kernel, TuneKey *key);
 
 /* One call in progress: exec_begin checks the tensors, binds the dims, lays out and takes a
  * workspace and resolves every tensor's device pointer; exec_step enqueues one plan step;

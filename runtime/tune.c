@@ -72,7 +72,7 @@ static bool is_tunable(const Plan *p, int kernel) {
   return p->kernels[kernel].kind == KK_GEMM && first_step(p, kernel) >= 0;
 }
 
-static void kernel_key(const ffn_model *m, int kernel, TuneKey *key) {
+void tune_model_key(const ffn_model *m, int kernel, TuneKey *key) {
   const Plan *p = m->prog->plan;
   const PlanKernel *k = &p->kernels[kernel];
   *key = (TuneKey){.sms = m->sms, .driver = m->cu->version, .n = k->n, .k = k->k, .streams = k->streams};
@@ -144,7 +144,7 @@ ffn_status tune_load_model(ffn_model *m) {
     if (!is_tunable(p, k))
       continue;
     TuneKey key;
-    kernel_key(m, k, &key);
+    tune_model_key(m, k, &key);
     char why[600];
     int rc = tune_load(dir, &key, e, why, sizeof why);
     if (rc == 1 && to_tuned(&p->kernels[k], e, &m->tuned[k], why, sizeof why) != 0)
@@ -391,7 +391,7 @@ static ffn_status tune_kernel(Tuner *t, int kernel, int step, const int64_t *req
   t->run.ws = ws_ptr, t->run.counters = counters, t->run.rowstats = rowstats;
 
   *e = (TuneEntry){.n = nb};
-  kernel_key(m, kernel, &e->key);
+  tune_model_key(m, kernel, &e->key);
   for (int b = 0; b < nb && s == FFN_OK; b++) {
     int M = (int)rows[b], nc = candidates(k, M, m->sms, cand);
     LaunchChoice dflt = exec_heuristic(k, M, m->sms);
