@@ -210,8 +210,9 @@ FFN_API ffn_status ffn_model_run_host(ffn_model *m, const DLTensor *inputs, int 
  * in the kernel cache directory, keyed by the device's name and SM count, the driver version,
  * this ffnc build and the kernel's compiled code, so that a later ffn_model_create of the same
  * program on such a device loads them (FFNC_NO_TUNE=1: it does not). A call with R rows uses
- * the choice measured at the largest row count <= R; below the first, or without a saved
- * choice, the built-in rule. FFNC_GEMM_VARIANT and FFNC_GEMM_SPLITS override both.
+ * the choice measured at the largest row count B <= R while R <= 2B (or the configuration's
+ * own range covers R); below the first, beyond that, or without a saved choice, the built-in
+ * rule. FFNC_GEMM_VARIANT and FFNC_GEMM_SPLITS override both.
  *
  * Call it on a prepared model, with no run in flight on it; fn (may be NULL) is called after
  * each GEMM kernel. FFN_ERR_IO when the choices could not be saved (no kernel cache

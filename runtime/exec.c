@@ -426,10 +426,16 @@ LaunchChoice exec_choose(const ffn_model *m, const PlanKernel *k, int64_t rows) 
     return c;
   const TunedKernel *t = m->tuned ? &m->tuned[k - m->prog->plan->kernels] : NULL;
   int splits = 0; /* 0: the heuristic's for the variant launched */
+  /* the bucket at or below; its choice holds up to twice its rows, or as far as its
+   * configuration's own regime reaches (a 16-row tile measured at 16 rows is no choice for
+   * 100): beyond, the rule (the next bucket is where the next measurement starts) */
   for (int i = t ? t->n - 1 : -1; i >= 0; i--)
     if (rows >= t->rows[i]) {
-      c.v = &k->variants[t->variant[i]];
-      splits = t->splits[i];
+      const KernelVariant *v = &k->variants[t->variant[i]];
+      if (rows <= 2 * t->rows[i] || v->max_m == 0 || rows <= v->max_m) {
+        c.v = v;
+        splits = t->splits[i];
+      }
       break;
     }
   for (int i = 0; m->gemm_variant[0] && i < k->nvariants; i++)

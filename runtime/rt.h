@@ -271,8 +271,9 @@ typedef struct {
   int64_t m;
 } LaunchChoice;
 
-/* A GEMM kernel's tuned choices: from `rows[i]` rows on (up to the next bucket), variant[i]
- * of the kernel with split-K splits[i] (0: ffn_gemm_pick_splits for the call's rows). */
+/* A GEMM kernel's tuned choices: from `rows[i]` rows on (up to the next bucket, and at most
+ * twice rows[i] unless the variant's max_m reaches further), variant[i] of the kernel with
+ * split-K splits[i] (0: ffn_gemm_pick_splits for the call's rows). */
 typedef struct TunedKernel {
   int n;
   int64_t rows[TUNE_MAX_BUCKETS];

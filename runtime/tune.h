@@ -23,8 +23,9 @@
  * named tune-HASH.txt after a hash of the key lines, written to a temporary file and renamed.
  * A file is used only if it parses exactly, its checksum matches and every key line equals
  * what the loading model computes; anything else is ignored (and said in ffn_model_tuning).
- * A call with R rows uses the bucket with the most rows at or below R; below the first bucket
- * the heuristic decides.
+ * A call with R rows uses the bucket with the most rows at or below R, B, while R <= 2B or the
+ * chosen configuration's regime (its max_m) covers R; below the first bucket, and beyond that,
+ * the heuristic decides (exec_choose).
  *
  * This part (tune_store.c) is plain C with no CUDA: the tests run it without a GPU. The
  * measuring and loading are tune.c.
