@@ -1,5 +1,6 @@
 /* cmd_tune.c: `ffnc tune FILE.ffn [--tokens N[,N...]] [--weights W]`: ffn_model_tune on GPU 0,
  * the choices saved in the kernel cache for later runs (runtime/tune.c). */
+#include "bench.h"
 #include "cli.h"
 #include "include/ffn.h"
 #include "runtime/randinit.h"
@@ -38,7 +39,7 @@ static void report(void *user, const ffn_tune_progress *p) {
   fflush(stdout);
 }
 
-/* Random weights of the right scale (runtime/randinit.h) for every weight of g, bound to m. */
+/* Random weights of the right scale (randinit_weight_scale) for every weight of g, bound to m. */
 static int bind_random(ffn_model *m, const Graph *g) {
   for (int i = 0; i < g->nodes.len; i++) {
     Node *n = GRAPH_NODE(g, i);
@@ -53,16 +54,11 @@ static int bind_random(ffn_model *m, const Graph *g) {
       numel *= shape[d] = n->shape.d[d].size;
     double mean, std;
     randinit_weight_scale(g, n, &mean, &std);
-    size_t nbytes;
-    void *h = randinit_tensor(n->name, 1, n->dtype, numel, mean, std, &nbytes);
     DLDataType dl;
-    if (!h)
-      return cli_error("tune: out of host memory"), EXIT_USER;
-    if (!dtype_to_dl(n->dtype, &dl)) {
-      free(h);
+    if (!dtype_to_dl(n->dtype, &dl))
       return cli_error("tune: weight '%s' is %s, which DLPack tensors cannot carry", n->name, dtype_name(n->dtype)),
              EXIT_USER;
-    }
+    void *h = random_buffer(n->dtype, (size_t)numel, mean, std); /* the bench's: fast, the right scale */
     DLTensor t = {h, {kDLCPU, 0}, n->shape.rank, dl, shape, NULL, 0};
     ffn_status s = ffn_model_bind_weight(m, n->name, &t);
     free(h);
