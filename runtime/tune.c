@@ -170,8 +170,8 @@ typedef struct {
 } Candidate;
 
 /* Kernel k's candidates at M rows: every variant with the heuristic's split, and where the
- * kernel can split, the splits it can take (>= 4 k tiles per split, >= 8 for gemm_wq, as
- * ffn_gemm_pick_splits bounds them) that keep the grid within two waves of resident CTAs. */
+ * kernel can split, the splits it can take (>= 4 k tiles per split, >= 8 for gemm_wq and
+ * gemm_wqd, as ffn_gemm_pick_splits bounds them) that keep the grid within two waves of resident CTAs. */
 static int candidates(const PlanKernel *k, int M, int sms, Candidate *out) {
   static const int splits[] = {1, 2, 3, 4, 6, 8, 12, 16};
   int n = 0;
@@ -186,7 +186,8 @@ static int candidates(const PlanKernel *k, int M, int sms, Candidate *out) {
     int ktiles = (int)((k->k + c->bk - 1) / c->bk);
     for (size_t i = 0; i < sizeof splits / sizeof splits[0]; i++) {
       int s = splits[i];
-      bool fits = s == 1 || (ktiles / s >= (c->kind == FFN_GEMM_WQ ? 8 : 4) && tiles * s <= 2 * slots);
+      bool wq = c->kind == FFN_GEMM_WQ || c->kind == FFN_GEMM_WQD;
+      bool fits = s == 1 || (ktiles / s >= (wq ? 8 : 4) && tiles * s <= 2 * slots);
       if (s != h && fits)
         out[n++] = (Candidate){v, s};
     }

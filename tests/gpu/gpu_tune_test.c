@@ -119,7 +119,7 @@ static ffn_model *new_model(ffn_program *prog, const TensorSet *w) {
 
 /* Rewrites every GEMM kernel's file with choices the rule does not make at those rows: the
  * next variant, split-K 2 or 3 where the kernel can split (and has the k tiles for it: 2 or
- * more per split, 8 or more for gemm_wq). */
+ * more per split, 8 or more for gemm_wq and gemm_wqd). */
 static int rewrite_unusual(ffn_model *m, const char *dir) {
   const Plan *p = m->prog->plan;
   for (int k = 0; k < p->nkernels; k++) {
@@ -139,7 +139,7 @@ static int rewrite_unusual(ffn_model *m, const char *dir) {
       snprintf(e.b[b].config, sizeof e.b[b].config, "%s", v->cfg.name);
       if (!pk->splittable) /* gemm_wq: >= 8 k tiles per split, as its rule keeps them */
         e.b[b].splits = 0;
-      else if (v->cfg.kind == FFN_GEMM_WQ)
+      else if (v->cfg.kind == FFN_GEMM_WQ || v->cfg.kind == FFN_GEMM_WQD)
         e.b[b].splits = ktiles >= 24 ? 3 : ktiles >= 16 ? 2 : 0;
       else
         e.b[b].splits = ktiles >= 12 ? 3 : ktiles >= 4 ? 2 : 0;
