@@ -290,8 +290,10 @@ LaunchChoice exec_choose(const ffn_model *m, const PlanKernel *k, int64_t rows);
 /* tune.c: the tuned choices of the program's GEMM kernels on m's device from the kernel cache
  * directory, unless FFNC_NO_TUNE is set (ffn_model_create); fails only when out of memory. */
 ffn_status tune_load_model(ffn_model *m);
-/* Kernel `kernel`'s identity for tuning: a hash of its variants' names and of the compiled
- * image that holds each one, with N, K and the streams, 32 hex digits into out. */
+/* Kernel `kernel`'s identity for tuning, 32 hex digits into out: a hash of the arch, N, K, the
+ * streams, its variants' names and its generated text (less what names the .ffn file's path)
+ * with NVRTC's version, or for a program loaded from an AOT file (no source), the compiled
+ * image of each variant. */
 void tune_kernel_id(const ffn_program *p, int kernel, char out[33]);
 /* The key of GEMM kernel `kernel`'s tuned choices on m's device (tune.h). */
 void tune_model_key(const ffn_model *m, int kernel, TuneKey *key);

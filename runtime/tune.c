@@ -41,6 +41,28 @@ static void mix(uint64_t h[2], const void *data, size_t n) {
   h[1] = fnv(data, n, h[1]);
 }
 
+/* Kernel `kernel`'s generated text, its section of the plan's source less the heading and the
+ * #line directives (both name the .ffn file's path, which does not change the kernel); false
+ * when the plan has none (loaded from an AOT file). */
+static bool mix_source(uint64_t h[2], const char *src, int kernel) {
+  char heading[48];
+  snprintf(heading, sizeof heading, "\n// kernel k%d:", kernel);
+  const char *at = src ? strstr(src, heading) : NULL;
+  const char *p = at ? strchr(at + 1, '\n') : NULL;
+  if (!p)
+    return false;
+  const char *end = strstr(p, "\n// kernel ");
+  end = end ? end : p + strlen(p);
+  while (p < end) {
+    const char *nl = memchr(p + 1, '\n', (size_t)(end - p - 1));
+    nl = nl ? nl : end;
+    if (strncmp(p, "\n#line ", 7) != 0)
+      mix(h, p, (size_t)(nl - p));
+    p = nl;
+  }
+  return true;
+}
+
 void tune_kernel_id(const ffn_program *p, int kernel, char out[33]) {
   const PlanKernel *k = &p->plan->kernels[kernel];
   uint64_t h[2] = {1469598103934665603ull, 0x84222325cbf29ce4ull};
@@ -48,15 +70,19 @@ void tune_kernel_id(const ffn_program *p, int kernel, char out[33]) {
   int n = snprintf(head, sizeof head, "%s n %lld k %lld streams %d splittable %d variants %d", p->plan->arch,
                    (long long)k->n, (long long)k->k, k->streams, (int)k->splittable, k->nvariants);
   mix(h, head, (size_t)n);
-  for (int v = 0; v < k->nvariants; v++) {
-    const KernelVariant *kv = &k->variants[v];
-    mix(h, kv->cfg.name, strlen(kv->cfg.name) + 1);
-    /* the compiled code itself: another NVRTC, other flags or another template is another kernel */
-    for (int i = 0; i < p->nimages; i++)
-      if (image_names(&p->images[i], kv->func)) {
-        mix(h, p->images[i].image, p->images[i].size);
-        break;
-      }
+  for (int v = 0; v < k->nvariants; v++)
+    mix(h, k->variants[v].cfg.name, strlen(k->variants[v].cfg.name) + 1);
+  char nvrtc[128];
+  if (mix_source(h, p->plan->cuda_source, kernel)) { /* and the compiler that compiles it */
+    if (nvrtc_version(nvrtc, sizeof nvrtc))
+      mix(h, nvrtc, strlen(nvrtc));
+  } else { /* an AOT program: the compiled code itself */
+    for (int v = 0; v < k->nvariants; v++)
+      for (int i = 0; i < p->nimages; i++)
+        if (image_names(&p->images[i], k->variants[v].func)) {
+          mix(h, p->images[i].image, p->images[i].size);
+          break;
+        }
   }
   snprintf(out, 33, "%016llx%016llx", (unsigned long long)h[0], (unsigned long long)h[1]);
 }

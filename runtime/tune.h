@@ -11,7 +11,8 @@
  *   sms 132
  *   driver 13000                    cuDriverGetVersion
  *   ffnc 0.1.0 (git 5f29864abcde)   ffn_build_info(): another build never trusts these
- *   kernel 3f0c...                  32 hex digits: the kernel's identity (tune_kernel_id)
+ *   kernel 3f0c...                  32 hex digits: the kernel's identity (tune_kernel_id: its
+ *                                   generated text and NVRTC's version, or AOT: its cubins)
  *   arch sm_90
  *   dtype bf16                      A's element type
  *   shape 28672 4096 2              N, K, streams

@@ -12,7 +12,8 @@
  * anything else 130 us): the tuner must pick exactly it where it is a candidate, keep the
  * rule's choice elsewhere, report every GEMM once, free what it allocated, and save a file per
  * GEMM kernel that a new model (tune_load_model) loads into the same choices; FFNC_NO_TUNE=1
- * loads none, a damaged file is ignored and said.
+ * loads none, a damaged file is ignored and said. A kernel's identity does not depend on the
+ * path the .ffn file was compiled from, and differs between models.
  */
 #include <dirent.h>
 #include <math.h>
@@ -363,6 +364,50 @@ static void check_model(const char *path, const char *dir) {
   free(text);
 }
 
+static Plan *plan_of(const char *path) {
+  char *text, err[512];
+  size_t len;
+  Plan *plan = NULL;
+  if (read_file(path, &text, &len, err, sizeof err) != 0)
+    return NULL;
+  Diags d;
+  diags_init(&d);
+  DriverOptions o = {.sm = 90, .opt_level = 3};
+  driver_compile(text, len, path, &o, &d, &plan, NULL);
+  diags_free(&d);
+  free(text);
+  return plan;
+}
+
+/* A kernel's identity is its generated code: the same from another path to the same file (the
+ * #line directives and headings name it), another for another model's kernel. */
+static void check_identity(const char *root, const char *dir) {
+  char a[4096], b[4096], c[4096], cmd[9000], id_a[33], id_b[33], id_c[33];
+  snprintf(a, sizeof a, "%s/examples/llama3_tiny.ffn", root);
+  snprintf(b, sizeof b, "%s/copy of llama3_tiny.ffn", dir);
+  snprintf(c, sizeof c, "%s/examples/phi3_tiny.ffn", root);
+  snprintf(cmd, sizeof cmd, "cp '%s' '%s'", a, b);
+  CHECK(system(cmd) == 0, "%s", cmd);
+  Plan *pa = plan_of(a), *pb = plan_of(b), *pc = plan_of(c);
+  CHECK(pa && pb && pc && pa->nkernels == pb->nkernels, "plans");
+  ffn_program A = {.plan = pa}, B = {.plan = pb}, C = {.plan = pc};
+  for (int k = 0; pa && pb && pc && k < pa->nkernels; k++) {
+    if (pa->kernels[k].kind != KK_GEMM)
+      continue;
+    CHECK(strstr(pb->cuda_source, "copy of llama3_tiny") != NULL, "the path is in the source");
+    tune_kernel_id(&A, k, id_a);
+    tune_kernel_id(&B, k, id_b);
+    CHECK(strcmp(id_a, id_b) == 0, "k%d: %s from one path, %s from another", k, id_a, id_b);
+    for (int j = 0; j < pc->nkernels; j++)
+      if (pc->kernels[j].kind == KK_GEMM) {
+        tune_kernel_id(&C, j, id_c);
+        CHECK(strcmp(id_a, id_c) != 0, "llama3_tiny's k%d and phi3_tiny's k%d: one identity", k, j);
+      }
+  }
+  plan_destroy(pa), plan_destroy(pb), plan_destroy(pc);
+  unlink(b);
+}
+
 int main(int argc, char **argv) {
   char dir[] = "/tmp/ffnc-tune-sim-XXXXXX";
   CHECK(mkdtemp(dir) != NULL, "mkdtemp");
@@ -370,6 +415,7 @@ int main(int argc, char **argv) {
   unsetenv("FFNC_NO_CACHE");
   unsetenv("FFNC_NO_TUNE");
   const char *root = getenv("FFNC_SOURCE_DIR");
+  check_identity(root ? root : ".", dir);
   for (int i = 1; i < argc; i++) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", root ? root : ".", argv[i]);
