@@ -38,7 +38,8 @@ static int key_lines(const TuneKey *k, char *buf, size_t len) {
   clean(arch, sizeof arch, k->arch);
   clean(dtype, sizeof dtype, k->dtype);
   return snprintf(buf, len, "device %s\nsms %d\ndriver %d\nffnc %s\nkernel %s\narch %s\ndtype %s\nshape %lld %lld %d\n",
-                  device, k->sms, k->driver, ffnc, k->kernel, arch, dtype, (long long)k->n, (long long)k->k, k->streams);
+                  device, k->sms, k->driver, ffnc, k->kernel, arch, dtype, (long long)k->n, (long long)k->k,
+                  k->streams);
 }
 
 char *tune_format(const TuneEntry *e) {

@@ -248,7 +248,8 @@ int main(int argc, char **argv) {
   }
   for (int k = 0; k < prog->plan->nkernels; k++) /* the rule's choice everywhere */
     for (int64_t r = 1; r <= 2000; r = r * 3 + 1) {
-      LaunchChoice a = exec_choose(m, &prog->plan->kernels[k], r), h = exec_heuristic(&prog->plan->kernels[k], r, m->sms);
+      const PlanKernel *pk = &prog->plan->kernels[k];
+      LaunchChoice a = exec_choose(m, pk, r), h = exec_heuristic(pk, r, m->sms);
       if (a.v != h.v || a.splits != h.splits) {
         printf("FAIL: FFNC_NO_TUNE=1: k%d at %lld rows is not the rule's choice\n", k, (long long)r);
         failed++;

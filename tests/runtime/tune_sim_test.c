@@ -143,7 +143,11 @@ static CUresult sim_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, 
 
 static CUresult sim_ok_ctx(CUcontext c) { (void)c; return CUDA_SUCCESS; }
 static CUresult sim_pop(CUcontext *c) { *c = NULL; return CUDA_SUCCESS; }
-static CUresult sim_stream_create(CUstream *s, unsigned flags) { (void)flags; *s = (CUstream)(uintptr_t)0x5; return CUDA_SUCCESS; }
+static CUresult sim_stream_create(CUstream *s, unsigned flags) {
+  (void)flags;
+  *s = (CUstream)(uintptr_t)0x5;
+  return CUDA_SUCCESS;
+}
 static CUresult sim_stream(CUstream s) { (void)s; return CUDA_SUCCESS; }
 static CUresult sim_event_create(CUevent *e, unsigned flags) {
   (void)flags;
@@ -239,7 +243,8 @@ static void on_progress(void *user, const ffn_tune_progress *p) {
   const Plan *plan = m->prog->plan;
   progress_calls++;
   int k = atoi(p->kernel + 1);
-  CHECK(p->kernel[0] == 'k' && k >= 0 && k < plan->nkernels && plan->kernels[k].kind == KK_GEMM, "kernel %s", p->kernel);
+  CHECK(p->kernel[0] == 'k' && k >= 0 && k < plan->nkernels && plan->kernels[k].kind == KK_GEMM, "kernel %s",
+        p->kernel);
   for (int b = 0; b < p->nbuckets; b++) {
     const PlanKernel *pk = &plan->kernels[k];
     LaunchChoice rule = exec_heuristic(pk, p->rows[b], m->sms);
