@@ -300,6 +300,17 @@ static void check_model(const char *path, const char *dir) {
   int files_before = tune_files(dir), blocks_before = live_blocks;
   progress_calls = progress_bad = launches = bad_launches = nevents = 0;
   static const int64_t rows[] = {1, 16, 64, 128, 1000, 2048}; /* host memory backs the operands */
+  /* refused before anything runs: bad row counts, too many, a model not prepared */
+  static const int64_t zero[] = {16, 0}, huge[] = {1, 2147483648LL};
+  CHECK(ffn_model_tune(NULL, rows, 6, NULL, NULL) == FFN_ERR_INVALID_ARGUMENT, "NULL model");
+  CHECK(ffn_model_tune(m, zero, 2, NULL, NULL) == FFN_ERR_INVALID_ARGUMENT, "0 rows");
+  CHECK(ffn_model_tune(m, huge, 2, NULL, NULL) == FFN_ERR_INVALID_ARGUMENT, "2^31 rows");
+  CHECK(ffn_model_tune(m, rows, 33, NULL, NULL) == FFN_ERR_INVALID_ARGUMENT, "33 row counts");
+  m->prepared = false;
+  CHECK(ffn_model_tune(m, rows, 6, NULL, NULL) == FFN_ERR_INVALID_ARGUMENT &&
+        strstr(ffn_last_error(), "ffn_model_prepare"), "%s", ffn_last_error());
+  m->prepared = true;
+  CHECK(launches == 0 && live_blocks == blocks_before, "something ran");
   ffn_status s = ffn_model_tune(m, rows, 6, on_progress, m);
   CHECK(s == FFN_OK, "%s: tune: %s", path, ffn_last_error());
   printf("%s: %d GEMM kernels, %d launches; %s\n", path, gemms, launches, ffn_model_tuning(m));
