@@ -199,6 +199,43 @@ FFN_API ffn_status ffn_model_output_shape(const ffn_model *m, int i, const DLTen
  * allocated by the caller with ffn_model_output_shape). Copies in, runs, copies out, waits. */
 FFN_API ffn_status ffn_model_run_host(ffn_model *m, const DLTensor *inputs, int ninputs, const DLTensor *outputs, int noutputs);
 
+/* ---- autotuning ----
+ *
+ * The runtime picks each GEMM launch's tile configuration and split-K from the call's rows by a
+ * rule fitted on one card. ffn_model_tune measures instead, on this model's device: for each
+ * GEMM kernel, at each of `rows` row counts (NULL: 1, 16, 64, 128, 256, 512, 1024, 4096, 8192;
+ * at most 32), every configuration the kernel was compiled with and the split-K factors it can
+ * take, on the model's weights and random activations (CUDA events, warm-up, the median of
+ * several runs), and keeps the fastest. The model uses the choices at once, and they are saved
+ * in the kernel cache directory, keyed by the device's name and SM count, the driver version,
+ * this ffnc build and the kernel's compiled code, so that a later ffn_model_create of the same
+ * program on such a device loads them (FFNC_NO_TUNE=1: it does not). A call with R rows uses
+ * the choice measured at the largest row count B <= R while R <= 2B (or the configuration's
+ * own range covers R); below the first, beyond that, or without a saved choice, the built-in
+ * rule. FFNC_GEMM_VARIANT and FFNC_GEMM_SPLITS override both.
+ *
+ * Call it on a prepared model, with no run in flight on it; fn (may be NULL) is called after
+ * each GEMM kernel. FFN_ERR_IO when the choices could not be saved (no kernel cache
+ * directory in use): they still apply to this model. */
+typedef struct {
+  int gemm, gemms;           /* this GEMM kernel (1-based) of how many */
+  const char *kernel;        /* "k0" */
+  const char *dtype;         /* its activations' type: "bf16" */
+  int64_t n, k;              /* output columns per stream, inner dim */
+  int streams;               /* 2: gate/up pairs */
+  int nbuckets;
+  const int64_t *rows;       /* per row count measured (its M) */
+  const char *const *config; /* the fastest tile configuration (kernels/gemm_host.h) */
+  const int *splits;         /* and its split-K */
+  const double *us;          /* its time, microseconds */
+  const double *default_us;  /* the built-in rule's choice's time */
+  double seconds;            /* since tuning began */
+} ffn_tune_progress;
+typedef void (*ffn_tune_progress_fn)(void *user, const ffn_tune_progress *p);
+FFN_API ffn_status ffn_model_tune(ffn_model *m, const int64_t *rows, int nrows, ffn_tune_progress_fn fn, void *user);
+/* One line: which tuned choices the model uses and from where, or why none. */
+FFN_API const char *ffn_model_tuning(const ffn_model *m);
+
 /* ---- devices and versions ---- */
 
 /* Number of usable CUDA devices; 0 with the reason in why (no driver, no device...). */

@@ -525,6 +525,8 @@ ffn_status ffn_model_create(const ffn_program *prog, int device, ffn_model **out
     s = cu_fail(cu, r, "cu->cuCtxPushCurrent()");
   } else {
     s = load_module(m);
+    if (s == FFN_OK)
+      s = tune_load_model(m);
     CUcontext c;
     cu->cuCtxPopCurrent(&c);
   }
@@ -564,6 +566,7 @@ void ffn_model_destroy(ffn_model *m) {
     plan_destroy(m->narrowed->plan);
   free(m->narrowed);
   free(m->window);
+  free(m->tuned);
   free(m->funcs);
   free(m->func_base);
   free(m->modules);

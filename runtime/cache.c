@@ -98,6 +98,11 @@ const char *cache_untrusted(void) {
   return atomic_load(&cache_resolved) && cache.untrusted[0] ? cache.untrusted : NULL;
 }
 
+const char *cache_directory(void) {
+  pthread_once(&cache_once, resolve);
+  return cache.usable ? cache.dir : NULL;
+}
+
 static uint64_t fnv(const void *data, size_t n, uint64_t h) {
   const unsigned char *s = data;
   for (size_t i = 0; i < n; i++)

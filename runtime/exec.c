@@ -408,19 +408,45 @@ static void release(ffn_model *m, Workspace *w, CUstream stream, bool recorded) 
   pthread_mutex_unlock(&m->lock);
 }
 
-static LaunchChoice choose(const ffn_model *m, const PlanKernel *k, int64_t rows) {
+LaunchChoice exec_heuristic(const PlanKernel *k, int64_t rows, int sms) {
   LaunchChoice c = {&k->variants[k->nvariants - 1], 1, rows};
   for (int i = 0; i < k->nvariants; i++)
     if (k->variants[i].max_m == 0 || rows <= k->variants[i].max_m) {
       c.v = &k->variants[i];
       break;
     }
-  const char *force = k->kind == KK_GEMM && m->gemm_variant[0] ? m->gemm_variant : NULL;
-  for (int i = 0; force && i < k->nvariants; i++)
-    if (strcmp(k->variants[i].cfg.name, force) == 0)
-      c.v = &k->variants[i];
   if (k->kind == KK_GEMM && k->splittable)
-    c.splits = m->gemm_splits ? m->gemm_splits : ffn_gemm_pick_splits((int)rows, (int)k->n, k->streams, (int)k->k, &c.v->cfg, m->sms);
+    c.splits = ffn_gemm_pick_splits((int)rows, (int)k->n, k->streams, (int)k->k, &c.v->cfg, sms);
+  return c;
+}
+
+LaunchChoice exec_choose(const ffn_model *m, const PlanKernel *k, int64_t rows) {
+  LaunchChoice c = exec_heuristic(k, rows, m->sms);
+  if (k->kind != KK_GEMM)
+    return c;
+  const TunedKernel *t = m->tuned ? &m->tuned[k - m->prog->plan->kernels] : NULL;
+  int splits = 0; /* 0: the heuristic's for the variant launched */
+  /* the bucket at or below; its choice holds up to twice its rows, or as far as its
+   * configuration's own regime reaches (a 16-row tile measured at 16 rows is no choice for
+   * 100): beyond, the rule (the next bucket is where the next measurement starts) */
+  for (int i = t ? t->n - 1 : -1; i >= 0; i--)
+    if (rows >= t->rows[i]) {
+      const KernelVariant *v = &k->variants[t->variant[i]];
+      if (rows <= 2 * t->rows[i] || v->max_m == 0 || rows <= v->max_m) {
+        c.v = v;
+        splits = t->splits[i];
+      }
+      break;
+    }
+  for (int i = 0; m->gemm_variant[0] && i < k->nvariants; i++)
+    if (strcmp(k->variants[i].cfg.name, m->gemm_variant) == 0) {
+      c.v = &k->variants[i];
+      splits = 0; /* a tuned split was measured with another configuration */
+    }
+  if (k->splittable)
+    c.splits = m->gemm_splits ? m->gemm_splits
+               : splits       ? splits
+                              : ffn_gemm_pick_splits((int)rows, (int)k->n, k->streams, (int)k->k, &c.v->cfg, m->sms);
   return c;
 }
 
@@ -491,7 +517,7 @@ static GemmNeeds choose_launches(ExecRun *run) {
       rows *= ps->rowdims[d].sym >= 0 ? run->dims[ps->rowdims[d].sym] : ps->rowdims[d].size;
     const PlanKernel *k = &p->kernels[ps->kernel];
     LaunchChoice *c = &run->choice[s];
-    *c = choose(run->m, k, rows);
+    *c = exec_choose(run->m, k, rows);
     if (k->kind != KK_GEMM || rows <= 0)
       continue;
     size_t f = ffn_gemm_ws_floats(&c->v->cfg, (int)rows, (int)k->n, k->streams, c->splits);

@@ -12,6 +12,7 @@
 #include "../ir/prequant.h"
 #include "../kernels/abi.cuh" /* KArgs, PrepArgs */
 #include "../include/ffn.h"
+#include "tune.h"
 
 /* ---- errors (api.c) ---- */
 
@@ -184,6 +185,9 @@ void cache_put(const char *key, size_t keylen, const Image *img);
  * write to it), once a lookup or store has found so; NULL otherwise. For the CLI's note:
  * the library prints nothing. */
 const char *cache_untrusted(void);
+/* The cache directory where it is used (exists, ours, private; FFNC_NO_CACHE unset), else
+ * NULL: tuned GEMM choices (tune.h) live there too. */
+const char *cache_directory(void);
 
 /* ---- programs and models (api.c, exec.c) ---- */
 
@@ -249,6 +253,10 @@ struct ffn_model {
    * (ffn_model_set_communicator) or ours (nccl_init_models, then owns_comm) */
   NcclComm comm;
   bool owns_comm;
+  /* Tuned GEMM choices (tune.c), per plan kernel (n == 0: none, the heuristic decides), and
+   * what loading or tuning them found (ffn_model_tuning). */
+  struct TunedKernel *tuned;
+  char tuning[1024];
   pthread_mutex_t lock; /* guards the workspace pool */
   Workspace **ws;       /* entries never move: a call holds a pointer to its own */
   int nws, capws;
@@ -262,6 +270,33 @@ typedef struct {
   int splits;
   int64_t m;
 } LaunchChoice;
+
+/* A GEMM kernel's tuned choices: from `rows[i]` rows on (up to the next bucket, and at most
+ * twice rows[i] unless the variant's max_m reaches further), variant[i] of the kernel with
+ * split-K splits[i] (0: ffn_gemm_pick_splits for the call's rows). */
+typedef struct TunedKernel {
+  int n;
+  int64_t rows[TUNE_MAX_BUCKETS];
+  signed char variant[TUNE_MAX_BUCKETS];
+  signed char splits[TUNE_MAX_BUCKETS];
+} TunedKernel;
+
+/* The row-count heuristic's variant and split-K for `rows` rows of kernel k on sms SMs. */
+LaunchChoice exec_heuristic(const PlanKernel *k, int64_t rows, int sms);
+/* What a run launches: the tuned choice where there is one, else the heuristic's;
+ * FFNC_GEMM_VARIANT and FFNC_GEMM_SPLITS (m->gemm_variant, m->gemm_splits) override both. */
+LaunchChoice exec_choose(const ffn_model *m, const PlanKernel *k, int64_t rows);
+
+/* tune.c: the tuned choices of the program's GEMM kernels on m's device from the kernel cache
+ * directory, unless FFNC_NO_TUNE is set (ffn_model_create); fails only when out of memory. */
+ffn_status tune_load_model(ffn_model *m);
+/* Kernel `kernel`'s identity for tuning, 32 hex digits into out: a hash of the arch, N, K, the
+ * streams, its variants' names and its generated text (less what names the .ffn file's path)
+ * with NVRTC's version, or for a program loaded from an AOT file (no source), the compiled
+ * image of each variant. */
+void tune_kernel_id(const ffn_program *p, int kernel, char out[33]);
+/* The key of GEMM kernel `kernel`'s tuned choices on m's device (tune.h). */
+void tune_model_key(const ffn_model *m, int kernel, TuneKey *key);
 
 /* One call in progress: exec_begin checks the tensors, binds the dims, lays out and takes a
  * workspace and resolves every tensor's device pointer; exec_step enqueues one plan step;

@@ -1,5 +1,5 @@
 #!/bin/sh
-# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] ...
+# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tune] ...
 # What one call on the lent GPU machine runs, with a build made here and carried there (that
 # machine has no flex, bison or jansson headers). The build has absolute paths under
 # /work/main, so the copy is linked there first; the kernel cache in build/test-kernel-cache
@@ -170,6 +170,23 @@ for part in "$@"; do
     timeout 300 ./ffnc bench $S/llama3_8b_layer.ffn $S/llama3_70b_layer.ffn $S/llama3_8b_4layers_fused.ffn --tp 2 \
       --tokens 1,16,128,1024,8192 --reps 20 >"$out/tp_bench.txt" 2>&1
     echo "tp bench: exit $?"; cat "$out/tp_bench.txt"
+    ;;
+  tune)
+    # autotuning: ffnc tune of the Llama-3-8B sublayer and the GPT GELU FFN at the suite's token
+    # counts (the choices saved in the kernel cache), then the bench of both with the tuned
+    # choices and without them (FFNC_NO_TUNE=1: the built-in row-count rule)
+    S=/work/main/bench/suite
+    for m in llama3_8b_layer gpt_gelu_4096; do
+      timeout 120 ./ffnc tune $S/$m.ffn --tokens 1,16,128,1024,8192 -v >"$out/tune_$m.txt" 2>"$out/tune_$m.err"
+      echo "tune $m: exit $?"; grep -E "^tune:|error" "$out/tune_$m.err"; tail -1 "$out/tune_$m.txt"
+    done
+    for t in tuned untuned; do
+      if [ $t = tuned ]; then unset FFNC_NO_TUNE; else export FFNC_NO_TUNE=1; fi
+      timeout 150 ./ffnc bench $S/llama3_8b_layer.ffn $S/gpt_gelu_4096.ffn --tokens 1,16,128,1024,8192 --reps 20 \
+        --json "$out/tune_bench_$t.json" >"$out/tune_bench_$t.txt" 2>&1
+      echo "== bench $t: exit $?"; grep -E "suite|tuned GEMM|ceilings|  ffnc" "$out/tune_bench_$t.txt"
+    done
+    unset FFNC_NO_TUNE
     ;;
   bench)
     timeout 420 sh /work/main/bench/run_suite.sh /work/main/build/ffnc "$out" >"$out/bench.log" 2>&1

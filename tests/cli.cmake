@@ -41,16 +41,29 @@ ffn_cli_test(compare_missing_value 2 "compare: --tol needs a value" compare a.st
 ffn_cli_test(bench_flag_value 2 "bench: --no-graphs takes no value" bench ${CLI_MODEL} --tokens 1 --no-graphs=1)
 
 # -h and --help on every command (exit 0, the usage on standard output)
-foreach(cmd check build run bench gen compare analyze)
+foreach(cmd check build run bench gen compare analyze tune)
   ffn_cli_test(help_h_${cmd} 0 "^usage: ffnc ${cmd} " ${cmd} -h)
   ffn_cli_test(help_long_${cmd} 0 "^usage: ffnc ${cmd} " ${cmd} --help)
 endforeach()
 # ffnc --help: the commands, every environment variable, the exit statuses
 foreach(pattern "analyze +what" "FFNC_CACHE_DIR" "FFNC_NO_CACHE" "FFNC_NVRTC_LIBRARY" "FFNC_DISABLE_NVRTC"
-        "FFNC_GEMM_VARIANT" "FFNC_INTERP_THREADS" "FFNC_NCCL_LIBRARY" "FFNC_TP_WHOLE_WEIGHTS" "FFNC_LIBRARY" "exit status" "3 +a device")
+        "FFNC_GEMM_VARIANT" "FFNC_GEMM_SPLITS" "FFNC_NO_TUNE" "tune +time each GEMM" "FFNC_INTERP_THREADS" "FFNC_NCCL_LIBRARY" "FFNC_TP_WHOLE_WEIGHTS" "FFNC_LIBRARY" "exit status" "3 +a device")
   string(MAKE_C_IDENTIFIER "${pattern}" id)
   ffn_cli_test(help_top_${id} 0 "${pattern}" --help)
 endforeach()
+
+# ffnc tune: usage errors before anything touches the GPU (exit 2); without a GPU, exit 3 (no_gpu)
+ffn_cli_test(tune_no_file 2 "tune: usage: ffnc tune FILE.ffn" tune --tokens 1,16)
+ffn_cli_test(tune_two_files 2 "tune: unexpected argument 'b.ffn'" tune ${CLI_MODEL} b.ffn)
+ffn_cli_test(tune_tokens_zero 2 "tune: --tokens 0: expected an integer from 1" tune ${CLI_MODEL} --tokens 16,0)
+ffn_cli_test(tune_tokens_garbage 2 "tune: --tokens 1,,16: expected integers" tune ${CLI_MODEL} --tokens 1,,16)
+ffn_cli_test(tune_tokens_too_many 2 "tune: --tokens .*: at most 32 values" tune ${CLI_MODEL}
+             --tokens 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33)
+ffn_cli_test(tune_tokens_twice 2 "tune: --tokens given more than once" tune ${CLI_MODEL} --tokens 1 --tokens 16)
+ffn_cli_test(tune_weights_twice 2 "tune: --weights given more than once" tune ${CLI_MODEL} --weights a.st --weights b.st)
+ffn_cli_test(tune_unknown 2 "tune: unknown option '--tp'" tune ${CLI_MODEL} --tp 2)
+ffn_cli_test(tune_bad_arch 2 "tune: --arch sm_7x: expected sm_XX" tune ${CLI_MODEL} --arch sm_7x)
+ffn_cli_test(tune_missing_value 2 "tune: --weights needs a value" tune ${CLI_MODEL} --weights)
 
 # build -o - is for the text stages; the AOT package is binary
 ffn_cli_test(build_aot_stdout 2 "build: -o -: the AOT package is binary" build ${CLI_MODEL} -o -)

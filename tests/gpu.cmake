@@ -179,3 +179,15 @@ target_link_libraries(tp_api_test PRIVATE ffn)
 add_test(NAME gpu_multi_tp2_api COMMAND sh -c ". \"$0\"; exec \"$1\"" ${FFNC_TEST_DIR}/gpu/nccl_env.sh
          $<TARGET_FILE:tp_api_test>)
 set_tests_properties(gpu_multi_tp2_api PROPERTIES LABELS gpu_multi SKIP_RETURN_CODE 77 ENVIRONMENT "${FFNC_GPU_ENV}")
+
+# Autotuning (runtime/tune.c): ffn_model_tune on a small model, a file per GEMM kernel in a
+# fresh cache directory, a new model loading them, its runs (also with choices the rule never
+# makes, FFNC_NO_TUNE=1 and a damaged file) against the CPU reference.
+add_executable(gpu_tune_test gpu/gpu_tune_test.c)
+target_include_directories(gpu_tune_test PRIVATE ${PROJECT_SOURCE_DIR} ${FFNC_TEST_DIR})
+target_link_libraries(gpu_tune_test PRIVATE ffn)
+foreach(m examples/llama3_tiny.ffn tests/gpu/models/wq_llama_i4g32_bf16.ffn)
+  get_filename_component(base ${m} NAME_WE)
+  add_test(NAME gpu_tune_${base} COMMAND gpu_tune_test ${m})
+  set_tests_properties(gpu_tune_${base} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 ENVIRONMENT "${FFNC_GPU_ENV}")
+endforeach()

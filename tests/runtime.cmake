@@ -38,3 +38,11 @@ if(FFNC_NCCL_INCLUDE_DIR)
   ffn_c_test(nccl_abi_test SOURCES runtime/nccl_abi_test.c LABELS runtime)
   target_include_directories(nccl_abi_test SYSTEM PRIVATE ${FFNC_NCCL_INCLUDE_DIR})
 endif()
+# Tuned GEMM choices (runtime/tune.h): the file's round trip, damaged and foreign files refused,
+# the bucket of a call, and how a run chooses with them (no GPU)
+ffn_c_test(tune_store_test SOURCES runtime/tune_store_test.c LABELS runtime)
+# ffn_model_tune end to end against a simulated driver (launch grids, operands, workspaces,
+# the choice of the fastest, the files, loading them; no GPU, no NVRTC)
+ffn_c_test(tune_sim_test SOURCES runtime/tune_sim_test.c LABELS runtime
+           ARGS bench/suite/llama3_8b_layer.ffn bench/suite/gpt_gelu_4096.ffn bench/suite/llama3_8b_layer_i4g128.ffn
+                bench/suite/llama3_8b_layer_f8.ffn bench/suite/llama3_8b_4layers.ffn examples/llama3_tiny.ffn)

@@ -122,5 +122,6 @@ int cmd_gen(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_analyze(int argc, char **argv);
 int cmd_compare(int argc, char **argv);
+int cmd_tune(int argc, char **argv);
 
 #endif

@@ -730,6 +730,7 @@ static int bench_tokens(Model *md, int64_t tokens, const Ceilings *ceil, int rep
 
 static void print_results(const Model *md, const Result *r, int n) {
   printf("\n%s (%s)\n", md->file, dtype_name(md->type));
+  printf("%s\n", ffn_model_tuning(md->model[V_FFNC])); /* `ffnc tune`'s choices, or why none */
   if (md->g->prec.type[PREC_WEIGHTS] != DT_NONE) /* cuBLASLt has no weight-only i8/i4 path here */
     printf("(precision weights %s: eager and cublaslt run ffnc's quantized GEMMs, only their other ops differ; the "
            "floor counts the packed weights)\n", dtype_name(md->g->prec.type[PREC_WEIGHTS]));

@@ -17,6 +17,7 @@ static const struct {
     {"run", cmd_run, "compile (JIT) and run once on safetensors inputs"},
     {"bench", cmd_bench, "time the model against cuBLASLt and the device's limits"},
     {"analyze", cmd_analyze, "what precision and FFN Fusion cost on calibration data"},
+    {"tune", cmd_tune, "time each GEMM's tile configurations on the GPU; save the fastest"},
     {"gen", cmd_gen, "write random weights and inputs of the right names and shapes"},
     {"compare", cmd_compare, "compare the tensors of two safetensors files"},
 };
@@ -29,6 +30,8 @@ static const char environment[] =
     "  FFNC_NVRTC_LIBRARY=PATH   the libnvrtc to load, before the usual search\n"
     "  FFNC_DISABLE_NVRTC=1      behave as if NVRTC were missing (AOT packages need none)\n"
     "  FFNC_GEMM_VARIANT=CONFIG  force a GEMM tile configuration (kernels/gemm_host.h; tuning)\n"
+    "  FFNC_GEMM_SPLITS=N        force split-K N (1-32) on every GEMM that can split\n"
+    "  FFNC_NO_TUNE=1            do not load the choices `ffnc tune` saved (the built-in rule decides)\n"
     "  FFNC_INTERP_THREADS=N     threads of the CPU reference interpreter (--device cpu)\n"
     "  FFNC_NCCL_LIBRARY=PATH    the libnccl.so.2 that --tp N on the GPU loads (default: the usual search)\n"
     "  FFNC_TP_WHOLE_WEIGHTS=1   --tp N on the GPU: each rank binds whole weights, not its slices (a check)\n"

@@ -152,9 +152,13 @@ int run_gpu(const CompileArgs *ca, StFile *wf, StFile *inf, const char *weights_
     }
   }
   for (int r = 0; r < nranks && rc == 0; r++) {
-    if ((s = ffn_model_create(progs[r], r, &models[r])) != FFN_OK)
+    if ((s = ffn_model_create(progs[r], r, &models[r])) != FFN_OK) {
       rc = fail(s);
-    else if (wf && (s = ffn_model_bind_weights_file(models[r], weights_path)) != FFN_OK)
+      break;
+    }
+    if (ca->verbose && r == 0) /* which `ffnc tune` choices it uses, or why none */
+      fprintf(stderr, "run: %s\n", ffn_model_tuning(models[r]));
+    if (wf && (s = ffn_model_bind_weights_file(models[r], weights_path)) != FFN_OK)
       rc = fail(s);
     else if ((s = ffn_model_prepare(models[r])) != FFN_OK)
       rc = fail(s);

@@ -16,4 +16,6 @@ grep -q "no CUDA" err.txt || { echo "FAIL: unclear message:"; cat err.txt; exit 
 grep -q "running on the CPU reference" note.txt || { echo "FAIL: no note about the CPU fallback"; cat note.txt; exit 1; }
 "$ffnc" bench "$model" --tokens 1 2>bench.txt; rc=$?
 [ $rc -eq 3 ] && grep -q "no CUDA" bench.txt || { echo "FAIL: bench without GPU: exit $rc"; cat bench.txt; exit 1; }
+"$ffnc" tune "$model" --tokens 1,16 2>tune.txt; rc=$?
+[ $rc -eq 3 ] && grep -q "tune: no CUDA" tune.txt || { echo "FAIL: tune without GPU: exit $rc"; cat tune.txt; exit 1; }
 echo "PASSED: $(cat err.txt)"
