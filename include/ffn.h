@@ -236,6 +236,40 @@ FFN_API ffn_status ffn_model_tune(ffn_model *m, const int64_t *rows, int nrows, 
 /* One line: which tuned choices the model uses and from where, or why none. */
 FFN_API const char *ffn_model_tuning(const ffn_model *m);
 
+/* ---- training: gradients into your tensors ----
+ *
+ * A model of a backward graph (a program compiled with ffn_options_set_grad) computes dL/d of
+ * every input and weight from the program's inputs and dL/d of its outputs. It recomputes the
+ * forward values it needs from the inputs (nothing is kept between a forward and a backward
+ * call: the memory-saving policy), and computes every gradient in f32. ffn_model_run_grad writes
+ * them into, or adds them to, gradient tensors you own, e.g. an optimizer's:
+ *
+ *   ffn_options_set_grad(opt, 1);  ffn_program_compile_file("llama.ffn", opt, &prog);
+ *   ...create, bind the same weights as the forward model, prepare...
+ *   DLTensor in[]    = {x, dy};               // the program's inputs, then grad.OUT per output
+ *   DLTensor grads[] = {dx, dg, dwg, dwu, dwd};  // one per grad output, f32 or bf16, or data NULL
+ *   ffn_model_run_grad(model, stream, in, 2, grads, 5, FFN_GRAD_ACCUMULATE);  // grads += ...
+ *
+ * inputs are the model's inputs (ffn_program_input_name: the program's, then "grad.OUT");
+ * grads[i] receives output i ("grad.NAME", ffn_program_output_name): a device tensor (kDLCUDA)
+ * of NAME's shape, contiguous, 16-byte aligned, f32 (kDLFloat 32) or bf16 (kDLBfloat 16). A
+ * tensor whose data is NULL is not wanted: it is computed (the graph computes every gradient)
+ * and dropped. flags: 0 writes the gradients, FFN_GRAD_ACCUMULATE adds them to what the tensors
+ * hold (in f32; a bf16 tensor gets the sum rounded once). A wrong count, device, dtype or shape
+ * is refused before anything is enqueued (FFN_ERR_TENSOR or FFN_ERR_INVALID_ARGUMENT, naming
+ * the gradient), as is a model that is not a backward graph.
+ *
+ * Memory: f32 tensors written without FFN_GRAD_ACCUMULATE are written in place; every other
+ * gradient is computed into f32 space in the call's workspace first (its f32 size), then
+ * stored or added by one small kernel.
+ *
+ * Like ffn_model_run it enqueues on `stream` and returns: no host synchronization, and no
+ * allocation once a call of as many tokens has run on that stream (the workspace is reused),
+ * so it can be captured in a CUDA graph after a warm-up call on the capturing stream. */
+enum { FFN_GRAD_ACCUMULATE = 1 };
+FFN_API ffn_status ffn_model_run_grad(ffn_model *m, struct CUstream_st *stream, const DLTensor *inputs, int ninputs,
+                                      const DLTensor *grads, int ngrads, unsigned flags);
+
 /* ---- devices and versions ---- */
 
 /* Number of usable CUDA devices; 0 with the reason in why (no driver, no device...). */

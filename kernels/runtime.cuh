@@ -38,3 +38,22 @@ extern "C" __global__ void __launch_bounds__(256) ffn_row_stats(const void *a, i
     }
   }
 }
+
+// dst[i] = src[i], or dst[i] + src[i] when accumulate, for i < n: a backward graph's f32 gradient
+// into the caller's gradient tensor (ffn_model_run_grad), f32 or bf16 (is_bf16: the sum rounded
+// once to nearest even). Grid-stride, so any grid covers n.
+extern "C" __global__ void __launch_bounds__(256) ffn_grad_store(void *dst, const float *src, long long n, int is_bf16,
+                                                                 int accumulate) {
+  for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    float v = src[i];
+    if (is_bf16) {
+      if (accumulate)
+        v += ffn::ld_bf16(dst, i);
+      ffn::st_bf16(dst, i, v);
+    } else {
+      if (accumulate)
+        v += ((const float *)dst)[i];
+      ((float *)dst)[i] = v;
+    }
+  }
+}

@@ -399,7 +399,7 @@ bool image_names(const Image *im, const char *name) {
 
 /* Function name of the program: it is in one of the modules (a compile unit each); those
  * whose image names it first, then (a hint that missed) the others. */
-static ffn_status find_function(ffn_model *m, const char *name, CUfunction *f) {
+ffn_status find_function(ffn_model *m, const char *name, CUfunction *f) {
   CUresult r = CUDA_ERROR_NOT_FOUND;
   for (int pass = 0; pass < 2 && r == CUDA_ERROR_NOT_FOUND; pass++)
     for (int i = 0; i < m->nmodules; i++)

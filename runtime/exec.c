@@ -555,6 +555,11 @@ static void resolve_pointers(ExecRun *run, const DLTensor *inputs, const DLTenso
 
 ffn_status exec_begin(ffn_model *m, CUstream stream, const DLTensor *inputs, int ninputs, const DLTensor *outputs,
                       int noutputs, ExecRun *run) {
+  return exec_begin_extra(m, stream, inputs, ninputs, outputs, noutputs, 0, run);
+}
+
+ffn_status exec_begin_extra(ffn_model *m, CUstream stream, const DLTensor *inputs, int ninputs,
+                            const DLTensor *outputs, int noutputs, size_t extra, ExecRun *run) {
   const Plan *p = m->prog->plan;
   *run = (ExecRun){.m = m, .stream = stream};
   ffn_status st = check_call(p, inputs, ninputs, outputs, noutputs, run);
@@ -576,7 +581,8 @@ ffn_status exec_begin(ffn_model *m, CUstream stream, const DLTensor *inputs, int
   }
   size_t scratch = (planned + 255) / 256 * 256;
   GemmNeeds g = choose_launches(run);
-  size_t rest = scratch + g.ws_floats * 4 + g.stat_rows * 8;
+  size_t stats = extra ? (g.stat_rows * 8 + 255) / 256 * 256 : g.stat_rows * 8;
+  size_t rest = scratch + g.ws_floats * 4 + stats + extra;
   CUresult r = m->cu->cuCtxPushCurrent(m->ctx);
   if (r != CUDA_SUCCESS)
     st = cu_fail(m->cu, r, "cu->cuCtxPushCurrent()");
@@ -585,6 +591,8 @@ ffn_status exec_begin(ffn_model *m, CUstream stream, const DLTensor *inputs, int
     st = acquire(m, stream, g.tiles, rest, &run->w);
   if (st == FFN_OK)
     resolve_pointers(run, inputs, outputs, offsets, scratch, g.ws_floats);
+  if (st == FFN_OK && extra)
+    run->extra = run->rowstats + stats;
   free(offsets);
   if (st != FFN_OK)
     exec_end(run, st);

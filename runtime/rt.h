@@ -231,6 +231,7 @@ struct ffn_model {
   CUfunction prep_f8_scale, prep_f8_pack; /* fp8 weights (kernels/numfmt.cuh) */
   CUfunction prep_f8_dequant;             /* pre-quantized fp8 weights' values */
   CUfunction row_stats; /* for GEMM variants with row statistics from memory */
+  CUfunction grad_store; /* ffn_model_run_grad's, looked up at its first call (grad.c) */
   CUdeviceptr *tensor; /* per plan tensor: device memory of weights and derived tensors */
   bool *owned;         /* we allocated tensor[i] (and free it) */
   bool prepared;
@@ -261,6 +262,9 @@ struct ffn_model {
   Workspace **ws;       /* entries never move: a call holds a pointer to its own */
   int nws, capws;
 };
+
+/* api.c: kernel `name` of the program's modules (FFN_ERR_IO naming it where none has it) */
+ffn_status find_function(ffn_model *m, const char *name, CUfunction *f);
 
 /* exec.c */
 /* A load-time step's shapes against the IR's own shape rules (AOT plans come from files). */
@@ -309,12 +313,17 @@ typedef struct {
   LaunchChoice *choice; /* per step */
   CUdeviceptr *ptr;     /* per plan tensor */
   CUdeviceptr ws, counters, rowstats;
+  CUdeviceptr extra; /* exec_begin_extra's bytes for the caller, 256-byte aligned */
   Workspace *w;
   bool pushed;
 } ExecRun;
 
 ffn_status exec_begin(ffn_model *m, CUstream stream, const DLTensor *inputs, int ninputs, const DLTensor *outputs,
                       int noutputs, ExecRun *run);
+/* exec_begin, with `extra` more bytes of the call's workspace at run->extra (ffn_model_run_grad
+ * stages gradients there) */
+ffn_status exec_begin_extra(ffn_model *m, CUstream stream, const DLTensor *inputs, int ninputs,
+                            const DLTensor *outputs, int noutputs, size_t extra, ExecRun *run);
 ffn_status exec_step(ExecRun *run, int step);
 ffn_status exec_end(ExecRun *run, ffn_status st); /* returns st, or the first error of its own */
 ffn_status exec_prepare(ffn_model *m);

@@ -1,0 +1,189 @@
+/* grad.c: ffn_model_run_grad, a backward graph's gradients into the caller's tensors.
+ *
+ * The backward graph (passes/grad.c) has f32 outputs grad.NAME. An f32 tensor that is only
+ * written is passed to the plan as that output, so its kernels write it in place. Every other
+ * gradient (bf16, accumulated, or not wanted) is staged: the plan writes it into f32 space after
+ * the call's own workspace (exec_begin_extra), and once the steps are enqueued ffn_grad_store
+ * (kernels/runtime.cuh) writes or adds it into the caller's tensor. All of it on the caller's
+ * stream, from the workspace pool: nothing allocated once a call of as many tokens has run on
+ * that stream, nothing waited for, so the call can be captured in a CUDA graph.
+ */
+#include "grad.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../ir/dims.h"
+#include "dlpack_dtype.h"
+
+/* A backward graph's extra inputs are the output gradients "grad.OUT", a name no program input
+ * can have (identifiers have no '.'). */
+static bool is_backward_graph(const Plan *p) {
+  for (int t = 0; t < p->ntensors; t++)
+    if (p->tensors[t].kind == PT_INPUT && strncmp(p->tensors[t].name, "grad.", 5) == 0)
+      return true;
+  return false;
+}
+
+static int output_tensor(const Plan *p, int i) {
+  for (int t = 0; t < p->ntensors; t++)
+    if (p->tensors[t].kind == PT_OUTPUT && p->tensors[t].index == i)
+      return t;
+  return -1;
+}
+
+static ffn_status check_grad(const Plan *p, int t, const DLTensor *d, const int64_t *dims) {
+  const PlanTensor *pt = &p->tensors[t];
+  const char *name = pt->name;
+  if (d->device.device_type != kDLCUDA && d->device.device_type != kDLCUDAManaged)
+    return rt_error(FFN_ERR_INVALID_ARGUMENT,
+                    "ffn_model_run_grad: gradient '%s': must be in device memory (kDLCUDA), got device type %d", name,
+                    (int)d->device.device_type);
+  DType dt = dtype_from_dl(d->dtype, DT_F32);
+  if (dt != DT_F32 && dt != DT_BF16)
+    return rt_error(FFN_ERR_TENSOR,
+                    "ffn_model_run_grad: gradient '%s': must be f32 (kDLFloat 32) or bf16 (kDLBfloat 16), got DLPack "
+                    "code %d bits %d lanes %d", name, d->dtype.code, d->dtype.bits, d->dtype.lanes);
+  int64_t bound[64];
+  memcpy(bound, dims, sizeof(int64_t) * (size_t)p->ndims);
+  int axis;
+  DimsResult r = dims_bind(pt->dims, pt->rank, d->ndim, d->shape, bound, false, &axis);
+  if (r != DIMS_OK) {
+    char why[600];
+    dims_mismatch_str(r, axis, pt->dims, pt->rank, p->dim_names, d->ndim, d->shape, bound, why, sizeof why);
+    return rt_error(FFN_ERR_TENSOR, "ffn_model_run_grad: gradient '%s': %s", name, why);
+  }
+  int64_t expect = 1;
+  for (int i = pt->rank - 1; i >= 0; i--) {
+    if (d->strides && d->shape[i] > 1 && d->strides[i] != expect)
+      return rt_error(FFN_ERR_TENSOR, "ffn_model_run_grad: gradient '%s': must be contiguous row-major", name);
+    expect *= d->shape[i];
+  }
+  if (expect && ((uintptr_t)d->data + d->byte_offset) % 16)
+    return rt_error(FFN_ERR_INVALID_ARGUMENT, "ffn_model_run_grad: gradient '%s': data must be 16-byte aligned", name);
+  return FFN_OK;
+}
+
+ffn_status grad_check_call(const Plan *p, const DLTensor *inputs, int ninputs, const DLTensor *grads, int ngrads,
+                           unsigned flags, GradTarget *targets, int64_t *dims) {
+  if (!is_backward_graph(p))
+    return rt_error(FFN_ERR_INVALID_ARGUMENT, "ffn_model_run_grad: the program is not a backward graph (compile it "
+                    "with ffn_options_set_grad, or `ffnc build --grad`)");
+  if (flags & ~(unsigned)FFN_GRAD_ACCUMULATE)
+    return rt_error(FFN_ERR_INVALID_ARGUMENT, "ffn_model_run_grad: unknown flags 0x%x (FFN_GRAD_ACCUMULATE is 0x%x)",
+                    flags, (unsigned)FFN_GRAD_ACCUMULATE);
+  if (ninputs != p->ninputs || ngrads != p->noutputs)
+    return rt_error(FFN_ERR_INVALID_ARGUMENT, "ffn_model_run_grad: the backward graph has %d inputs (the program's, "
+                    "then grad.OUT per output) and %d gradients, got %d and %d", p->ninputs, p->noutputs, ninputs,
+                    ngrads);
+  if (p->ndims > 64)
+    return rt_error(FFN_ERR_INVALID_ARGUMENT, "too many dynamic dims");
+  /* the dims as the inputs bind them (exec_begin checks the inputs themselves again) */
+  for (int i = 0; i < p->ndims; i++)
+    dims[i] = -1;
+  for (int t = 0; t < p->ntensors; t++) {
+    const PlanTensor *pt = &p->tensors[t];
+    if (pt->kind != PT_INPUT)
+      continue;
+    const DLTensor *d = &inputs[pt->index];
+    int axis;
+    DimsResult r = dims_bind(pt->dims, pt->rank, d->ndim, d->shape, dims, true, &axis);
+    if (r != DIMS_OK) {
+      char why[600];
+      dims_mismatch_str(r, axis, pt->dims, pt->rank, p->dim_names, d->ndim, d->shape, dims, why, sizeof why);
+      return rt_error(FFN_ERR_TENSOR, "input '%s': %s", pt->name, why);
+    }
+  }
+  for (int i = 0; i < p->ndims; i++)
+    if (dims[i] < 0)
+      return rt_error(FFN_ERR_TENSOR, "dim %s is not bound by any input", p->dim_names[i]);
+  for (int i = 0; i < ngrads; i++) {
+    int t = output_tensor(p, i);
+    if (t < 0 || p->tensors[t].dtype != DT_F32)
+      return rt_error(FFN_ERR_IO, "launch plan: gradient %d is not an f32 output", i);
+    GradTarget *g = &targets[i];
+    *g = (GradTarget){.tensor = t, .wanted = grads[i].data != NULL};
+    g->numel = plan_numel(p, t, dims);
+    if (g->wanted) {
+      ffn_status s = check_grad(p, t, &grads[i], dims);
+      if (s != FFN_OK)
+        return s;
+      g->bf16 = dtype_from_dl(grads[i].dtype, DT_F32) == DT_BF16;
+    }
+    g->staged = !g->wanted || g->bf16 || (flags & FFN_GRAD_ACCUMULATE);
+  }
+  return FFN_OK;
+}
+
+/* ffn_grad_store, found at the first call: AOT packages built before it existed still load
+ * (and run ffn_model_run) without it. */
+static ffn_status store_kernel(ffn_model *m, CUfunction *f) {
+  pthread_mutex_lock(&m->lock);
+  ffn_status s = m->grad_store ? FFN_OK : find_function(m, "ffn_grad_store", &m->grad_store);
+  *f = m->grad_store;
+  pthread_mutex_unlock(&m->lock);
+  if (s != FFN_OK)
+    return rt_error(s, "%s: the package predates ffn_model_run_grad; rebuild it with this ffnc", ffn_last_error());
+  return FFN_OK;
+}
+
+static size_t staged_bytes(const GradTarget *g) { return ((size_t)g->numel * 4 + 255) / 256 * 256; }
+
+ffn_status ffn_model_run_grad(ffn_model *m, struct CUstream_st *stream, const DLTensor *inputs, int ninputs,
+                              const DLTensor *grads, int ngrads, unsigned flags) {
+  if (!m || (!inputs && ninputs) || (!grads && ngrads) || ninputs < 0 || ngrads < 0 || ngrads > 4096)
+    return rt_error(FFN_ERR_INVALID_ARGUMENT, "ffn_model_run_grad: bad arguments");
+  const Plan *p = m->prog->plan;
+  GradTarget *g = calloc((size_t)ngrads + 1, sizeof *g);
+  DLTensor *outputs = calloc((size_t)ngrads + 1, sizeof *outputs);
+  int64_t(*shapes)[FFN_MAX_RANK] = calloc((size_t)ngrads + 1, sizeof *shapes);
+  int64_t dims[64];
+  ffn_status s = g && outputs && shapes ? FFN_OK : rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
+  if (s == FFN_OK)
+    s = grad_check_call(p, inputs, ninputs, grads, ngrads, flags, g, dims);
+  CUfunction store = NULL;
+  size_t extra = 0;
+  for (int i = 0; i < ngrads && s == FFN_OK; i++) {
+    const PlanTensor *pt = &p->tensors[g[i].tensor];
+    if (!g[i].staged) {
+      outputs[i] = grads[i];
+      continue;
+    }
+    if (!store && (s = store_kernel(m, &store)) != FFN_OK)
+      break;
+    g[i].offset = extra;
+    extra += staged_bytes(&g[i]);
+    for (int d = 0; d < pt->rank; d++)
+      shapes[i][d] = pt->dims[d].sym >= 0 ? dims[pt->dims[d].sym] : pt->dims[d].size;
+    /* an f32 stand-in of the right shape for exec_begin's checks; its pointer is replaced by
+     * the staging space below, before any step is enqueued */
+    outputs[i] = (DLTensor){(void *)(uintptr_t)256, {kDLCUDA, 0}, pt->rank, {kDLFloat, 32, 1}, shapes[i], NULL, 0};
+  }
+  ExecRun run;
+  bool begun = false;
+  if (s == FFN_OK)
+    begun = (s = exec_begin_extra(m, (CUstream)stream, inputs, ninputs, outputs, ngrads, extra, &run)) == FFN_OK;
+  for (int i = 0; i < ngrads && begun; i++)
+    if (g[i].staged)
+      run.ptr[g[i].tensor] = run.extra + g[i].offset;
+  for (int step = 0; begun && s == FFN_OK && step < p->nsteps; step++)
+    s = exec_step(&run, step);
+  for (int i = 0; begun && s == FFN_OK && i < ngrads; i++) {
+    if (!g[i].staged || !g[i].wanted || g[i].numel == 0)
+      continue;
+    CUdeviceptr dst = (CUdeviceptr)grads[i].data + grads[i].byte_offset, src = run.extra + g[i].offset;
+    long long n = g[i].numel, blocks = (n + 255) / 256, cap = (long long)m->sms * 8;
+    int is_bf16 = g[i].bf16, accumulate = (flags & FFN_GRAD_ACCUMULATE) != 0;
+    void *params[] = {&dst, &src, &n, &is_bf16, &accumulate};
+    CUresult r = m->cu->cuLaunchKernel(store, (unsigned)(blocks < cap ? blocks : cap), 1, 1, 256, 1, 1, 0,
+                                       (CUstream)stream, params, NULL);
+    if (r != CUDA_SUCCESS)
+      s = cu_fail(m->cu, r, "cu->cuLaunchKernel(ffn_grad_store)");
+  }
+  if (begun)
+    s = exec_end(&run, s);
+  free(g);
+  free(outputs);
+  free(shapes);
+  return s;
+}

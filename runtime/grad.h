@@ -1,0 +1,24 @@
+/* grad.h: ffn_model_run_grad's checks (grad.c), apart so that tests can run them on a plan
+ * without a GPU. */
+#ifndef FFNC_RT_GRAD_H
+#define FFNC_RT_GRAD_H
+
+#include "rt.h"
+
+/* Where gradient i goes. */
+typedef struct {
+  int tensor;    /* the plan's output tensor grad.NAME (f32) */
+  int64_t numel; /* its elements in this call */
+  bool wanted;   /* the caller passed a data pointer */
+  bool bf16;     /* the caller's tensor is bf16 (else f32) */
+  bool staged;   /* computed into f32 staging space, then stored or added by ffn_grad_store */
+  size_t offset; /* of the staging space, in the call's extra workspace */
+} GradTarget;
+
+/* The call's arguments against backward graph p: the counts, flags, the dims the inputs bind
+ * (into dims), and every wanted gradient's device, dtype (f32 or bf16), shape, layout and
+ * alignment; fills targets[0..ngrads). Sets the last error (naming the gradient) on failure. */
+ffn_status grad_check_call(const Plan *p, const DLTensor *inputs, int ninputs, const DLTensor *grads, int ngrads,
+                           unsigned flags, GradTarget *targets, int64_t *dims);
+
+#endif
