@@ -45,3 +45,16 @@ set_tests_properties(gpu_grad_llama3_tiny_aot PROPERTIES LABELS "gpu;grad" SKIP_
 add_test(NAME gpu_grad_llama3_tiny_O0 COMMAND gpu_model_test examples/llama3_tiny.ffn --grad -O0)
 set_tests_properties(gpu_grad_llama3_tiny_O0 PROPERTIES LABELS "gpu;grad" SKIP_RETURN_CODE 77
   ENVIRONMENT "${FFNC_GPU_ENV};FFNC_TEST_TOKENS=1,7,64,1000")
+
+# ffn_model_run_grad (the C API for training) on the GPU: gradients accumulated into or written to
+# f32, bf16 and mixed tensors, one not wanted, and accumulation captured in a CUDA graph and
+# replayed, each against the CPU reference at 1, 7, 64 and 1000 tokens. Skipped (77) without a GPU.
+add_executable(grad_api_test gpu/grad_api_test.c)
+target_include_directories(grad_api_test PRIVATE ${PROJECT_SOURCE_DIR} ${FFNC_TEST_DIR})
+target_link_libraries(grad_api_test PRIVATE ffn)
+foreach(model examples/llama3_tiny tests/gpu/models/layernorm_f32)
+  get_filename_component(base ${model} NAME)
+  add_test(NAME gpu_grad_api_${base} COMMAND grad_api_test ${model}.ffn)
+  set_tests_properties(gpu_grad_api_${base} PROPERTIES LABELS "gpu;grad" SKIP_RETURN_CODE 77
+    ENVIRONMENT "${FFNC_GPU_ENV}")
+endforeach()
