@@ -9,3 +9,8 @@ set_tests_properties(python_api PROPERTIES LABELS python ENVIRONMENT "${FFNC_PYT
 # the GPU machine's python3 (the one with torch), found on PATH when the test runs
 add_test(NAME gpu_python_torch COMMAND /usr/bin/env python3 ${PROJECT_SOURCE_DIR}/python/tests/test_gpu.py)
 set_tests_properties(gpu_python_torch PROPERTIES LABELS "gpu;python" SKIP_RETURN_CODE 77 ENVIRONMENT "${FFNC_PYTHON_ENV}")
+# training through ffnc.autograd.FFN against torch autograd: gradients, the weight rule, run_grad,
+# SGD and Adam loss curves (label gpu; exits 77 without torch or a GPU)
+add_test(NAME gpu_python_train COMMAND /usr/bin/env python3 ${PROJECT_SOURCE_DIR}/python/tests/test_gpu_train.py)
+set_tests_properties(gpu_python_train PROPERTIES LABELS "gpu;python;grad" SKIP_RETURN_CODE 77
+  ENVIRONMENT "${FFNC_PYTHON_ENV}")

@@ -30,7 +30,7 @@ class Model:
         handle = ctypes.c_void_p()
         _check(_lib_handle.ffn_model_create(program._handle, self.device, ctypes.byref(handle)))
         self._handle = handle
-        self._in_place = []  # device tensors the library uses in place: they must outlive the model
+        self._in_place = {}  # name -> device tensor the library uses in place: it must outlive the binding
         self._prepared = False
         self._outputs = program.outputs
         self._num_inputs = len(program.inputs)
@@ -90,17 +90,26 @@ class Model:
         for name in self.program.weights:
             if name not in tensors:
                 raise FFNCError(3, f"ffnc: no tensor for weight '{name}'")
-            obj = tensors[name]
-            self._check_device(obj, f"weight '{name}'", allow_host=True)
-            view = _dlpack.Borrowed(obj)
-            _check(_lib_handle.ffn_model_bind_weight(self._handle, name.encode(), ctypes.byref(view.tensor)))
-            if view.tensor.device.device_type == _dlpack.KDL_CUDA:
-                self._in_place.append((obj, view))
+            self.bind_weight(name, tensors[name])
         return self.prepare() if prepare else self
 
-    def prepare(self):
-        """Load-time weight transforms; once, after binding (load_* call it)."""
-        if not self._prepared:
+    def bind_weight(self, name, obj):
+        """Bind one weight (see load_state_dict); call prepare() before the next run."""
+        self._check_device(obj, f"weight '{name}'", allow_host=True)
+        view = _dlpack.Borrowed(obj)
+        _check(_lib_handle.ffn_model_bind_weight(self._handle, name.encode(), ctypes.byref(view.tensor)))
+        if view.tensor.device.device_type == _dlpack.KDL_CUDA:
+            self._in_place[name] = (obj, view)
+        else:
+            self._in_place.pop(name, None)
+        self._prepared = False
+        return self
+
+    def prepare(self, force=False):
+        """Load-time weight transforms (norm gains folded into projections, gate/up merged...):
+        once after binding (load_* call it), and again (force=True) after weights bound in place
+        changed: the kernels read the copies this makes. Synchronizes the device."""
+        if force or not self._prepared:
             _check(_lib_handle.ffn_model_prepare(self._handle))
             self._prepared = True
         return self
@@ -132,7 +141,40 @@ class Model:
         _check(_lib_handle.ffn_model_run(self._handle, handle, dl_in, len(views), dl_out, len(out_views)))
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
-    def _outputs_for(self, dl_in, out, torch):
+    def run_grad(self, *inputs, out=None, accumulate=False, dtype=None, stream=None):
+        """A backward graph's gradients (a program compiled with grad=True; ffn_model_run_grad).
+        Inputs: the program's, then dL/d of each output ("grad.OUT"). out: one tensor per output
+        ("grad.NAME", self.program.outputs) on the model's device, f32 or bf16, or None for one
+        not wanted; accumulate=True adds to what they hold instead of writing. Without out=,
+        tensors of `dtype` (default torch.float32) are allocated. Returns the list of gradients
+        (None where not wanted). On `stream` as __call__, asynchronous, capturable."""
+        if len(inputs) != self._num_inputs:
+            raise TypeError(f"ffnc: the model takes {self._num_inputs} inputs, got {len(inputs)}")
+        for i, x in enumerate(inputs):
+            self._check_device(x, f"input {i}", allow_host=False)
+        torch = _get_torch()
+        views = [_dlpack.Borrowed(x) for x in inputs]
+        dl_in = (_dlpack.DLTensor * max(len(views), 1))(*[v.tensor for v in views])
+        if out is None:
+            if torch is None:
+                raise TypeError("ffnc: without torch, pass the gradient tensors with out=")
+            out = self._outputs_for(dl_in, None, torch, dtype or torch.float32)
+        out = list(out)
+        if len(out) != len(self._outputs):
+            raise TypeError(f"ffnc: the model has {len(self._outputs)} gradients, got {len(out)} in out=")
+        out_views = []
+        for i, g in enumerate(out):
+            if g is not None:
+                self._check_device(g, f"gradient {i} ({self._outputs[i]['name']})", allow_host=False)
+            out_views.append(_dlpack.Borrowed(g) if g is not None else None)
+        dl_out = (_dlpack.DLTensor * max(len(out_views), 1))(
+            *[v.tensor if v is not None else _dlpack.DLTensor() for v in out_views])
+        handle = ctypes.c_void_p(self._stream_handle(stream, torch) or None)
+        _check(_lib_handle.ffn_model_run_grad(self._handle, handle, dl_in, len(views), dl_out, len(out_views),
+                                              1 if accumulate else 0))
+        return out
+
+    def _outputs_for(self, dl_in, out, torch, dtype=None):
         if out is not None:
             out = list(out) if isinstance(out, (list, tuple)) else [out]
             if len(out) != len(self._outputs):
@@ -145,5 +187,5 @@ class Model:
             shape, ndim = (ctypes.c_int64 * 8)(), ctypes.c_int()
             _check(_lib_handle.ffn_model_output_shape(self._handle, i, dl_in, self._num_inputs, shape, ctypes.byref(ndim)))
             dims = [shape[d] for d in range(ndim.value)]
-            result.append(torch.empty(dims, dtype=getattr(torch, info["dtype"]), device=f"cuda:{self.device}"))
+            result.append(torch.empty(dims, dtype=dtype or getattr(torch, info["dtype"]), device=f"cuda:{self.device}"))
         return result
