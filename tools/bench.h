@@ -31,4 +31,10 @@ double rel_err(const void *a, const void *b, DType t, size_t n);
  * device 0, and NCCL's all-reduce of a [T, D] tensor alone. The exit status. */
 int bench_tp(const CompileArgs *ca, const char *const *files, int nfiles, const int64_t *tokens, int ntokens, int reps);
 
+/* `ffnc bench --grad`: each model's forward and backward graph (bench_grad.c), timed alone and
+ * together, with the peak extra memory of a step; bf16_tflops is the measured ceiling for the
+ * floor. The exit status. */
+int bench_grad(const CompileArgs *ca, const char *const *files, int nfiles, const int64_t *tokens, int ntokens,
+               int reps, const char *json, const char *card, double bf16_tflops, CUstream s);
+
 #endif

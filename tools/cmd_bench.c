@@ -820,13 +820,13 @@ typedef struct {
   int nfiles, reps;
   int64_t tokens[32];
   int ntokens;
-  bool compile_only, graphs, ceilings;
+  bool compile_only, graphs, ceilings, grad;
 } BenchArgs;
 
 static const char usage[] =
     "usage: ffnc bench FILE.ffn... --tokens N[,N...] [--json OUT.json] [--plot PREFIX] [--reps N]\n"
     "                  [--no-graphs] [--no-ceilings] [--compile-only] [--arch sm_XX] [-O0..-O3]\n"
-    "                  [--precision KEY=TYPE]... [--ffn-fusion A..B]... [--tp N] [-v]\n"
+    "                  [--precision KEY=TYPE]... [--ffn-fusion A..B]... [--tp N] [--grad] [-v]\n"
     "Times each model (up to 32) against an eager cuBLASLt baseline and cuBLASLt with its fused epilogues,\n"
     "after measuring the card's copy bandwidth and cuBLASLt bf16/fp8 GEMM rate; prints a table, writes JSON\n"
     "(--json) and PREFIX.dat/.gp for gnuplot (--plot; PREFIX.png too where gnuplot is installed).\n"
@@ -834,9 +834,12 @@ static const char usage[] =
     "--compile-only compiles every variant into the kernel cache and needs no GPU.\n"
     "--tp N: tensor parallel instead: each model's N ranks on devices 0..N-1 (NCCL: $FFNC_NCCL_LIBRARY, else\n"
     "libnccl.so.2) against the whole program on device 0, checked, timed, with NCCL's all-reduce of a [T, D]\n"
-    "tensor alone (the communication ceiling) and each rank's weight bytes.\n";
+    "tensor alone (the communication ceiling) and each rank's weight bytes.\n"
+    "--grad: training instead: the forward alone, the backward graph (which recomputes the forward) alone and\n"
+    "both, gradients into tensors of each weight's type, with the peak extra memory of a step beyond the\n"
+    "parameters and gradients (workspaces, load-time weight copies, x, y and dy); --json writes them.\n";
 
-enum { O_TOKENS, O_JSON, O_PLOT, O_REPS, O_NO_GRAPHS, O_NO_CEILINGS, O_COMPILE_ONLY };
+enum { O_TOKENS, O_JSON, O_PLOT, O_REPS, O_NO_GRAPHS, O_NO_CEILINGS, O_COMPILE_ONLY, O_GRAD };
 
 static const CliOpt bench_opts[] = {CLI_OPT("--tokens", "N[,N...]", O_TOKENS),
                                     CLI_OPT("--json", "OUT.json", O_JSON),
@@ -846,6 +849,7 @@ static const CliOpt bench_opts[] = {CLI_OPT("--tokens", "N[,N...]", O_TOKENS),
                                     /* for runs under compute-sanitizer: fractions of the floor are then meaningless */
                                     CLI_OPT("--no-ceilings", NULL, O_NO_CEILINGS),
                                     CLI_OPT("--compile-only", NULL, O_COMPILE_ONLY),
+                                    CLI_OPT("--grad", NULL, O_GRAD),
                                     CLI_PASS_OPTIONS,
                                     CLI_TARGET_OPTIONS,
                                     {0}};
@@ -865,6 +869,7 @@ static int bench_option(int id, const char *v, BenchArgs *b) {
   case O_NO_GRAPHS: b->graphs = false; return 0;
   case O_NO_CEILINGS: b->ceilings = false; return 0;
   case O_COMPILE_ONLY: b->compile_only = true; return 0;
+  case O_GRAD: b->grad = true; return 0;
   default: return cli_compile_option("bench", id, v, &b->ca) < 0 ? -1 : 0;
   }
 }
@@ -964,6 +969,26 @@ static void render_plot(const char *plot) {
 
 /* ---- main ---- */
 
+/* --grad: the ceilings, then bench_grad.c. */
+static int run_bench_grad(const BenchArgs *b) {
+  Device d = open_device();
+  char why[512];
+  if (!(lt = lt_create(why, sizeof why))) {
+    cli_error("bench: %s", why);
+    return EXIT_DEVICE;
+  }
+  CUstream s;
+  CK(cu->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  Ceilings c = b->ceilings ? measure_ceilings(s, d.major, d.minor) : (Ceilings){1, 1, 0};
+  print_ceilings(&d, &c);
+  int rc = bench_grad(&b->ca, b->files, b->nfiles, b->tokens, b->ntokens, b->reps, b->json, d.card, c.bf16_tflops, s);
+  lt_destroy(lt);
+  cu->cuStreamDestroy(s);
+  CUcontext popped;
+  cu->cuCtxPopCurrent(&popped);
+  return rc;
+}
+
 int cmd_bench(int argc, char **argv) {
   BenchArgs b = {.ca = {.opt_level = 3}, .reps = 30, .graphs = true, .ceilings = true};
   int rc = parse_bench_args(argc, argv, &b);
@@ -973,6 +998,8 @@ int cmd_bench(int argc, char **argv) {
     return EXIT_USAGE;
   if (b.ca.tp_rank_given)
     return cli_error("bench: --tp-rank: ffnc bench --tp N runs all the ranks together"), EXIT_USAGE;
+  if (b.grad && (b.ca.tp > 1 || b.plot || b.compile_only))
+    return cli_error("bench: --grad with --tp, --plot or --compile-only: not yet"), EXIT_USAGE;
   if (b.ca.tp > 1 && (b.json || b.plot || b.compile_only))
     return cli_error("bench: --tp with --json, --plot or --compile-only: not yet"), EXIT_USAGE;
   char why[512];
@@ -984,6 +1011,8 @@ int cmd_bench(int argc, char **argv) {
   }
   if (b.ca.tp > 1)
     return bench_tp(&b.ca, b.files, b.nfiles, b.tokens, b.ntokens, b.reps);
+  if (b.grad)
+    return run_bench_grad(&b);
   Model *models = calloc((size_t)b.nfiles, sizeof(Model));
   if ((rc = compile_models(&b, models)) >= 0)
     return rc;

@@ -1,0 +1,388 @@
+/* bench_grad.c: `ffnc bench --grad FILE.ffn... --tokens N[,N...]`: the FFN part of a training step.
+ *
+ * For each model: the program (forward) and its backward graph (ffn_options_set_grad), bound to
+ * the same random weights on the device. For each token count, with random inputs x and output
+ * gradients dy:
+ *   fwd      ffn_model_run of the program (y from x);
+ *   bwd      ffn_model_run_grad of the backward graph, which recomputes the forward values it
+ *            reads from x (the memory-saving policy), every gradient written into a tensor of its
+ *            weight's or input's own type where that is bf16 (as torch's param.grad), else f32;
+ *   fwd+bwd  both, one after the other: what a training step runs.
+ * Each is timed (median of --reps, CUDA events, after warm-up). The gradients are poisoned with
+ * NaN first and checked to be written and finite (their values are the tests' work: gpu_grad_*).
+ * TFLOP/s counts the step's model FLOPs, 3x the forward products' (forward, input and weight
+ * gradients; the recomputation is not counted), the floor is those FLOPs at cuBLASLt's measured
+ * bf16 rate. Peak extra memory: what a step holds beyond the parameters and the gradients: x,
+ * y and dy, both models' workspaces as the calls left them (the pool's allocations), and the
+ * load-time copies of the weights both models keep (norm gains folded, gate/up merged, 16-bit
+ * weights widened to f32 for the backward's products), each also printed alone.
+ */
+#include "bench.h"
+#include "runtime/dlpack_dtype.h"
+#include "runtime/randinit.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifndef FFNC_GIT_COMMIT
+#define FFNC_GIT_COMMIT "unknown"
+#endif
+
+static const CuApi *cu;
+
+enum { MAX_IO = 64 };
+
+typedef struct {
+  const char *file;
+  Graph *g;
+  ffn_program *prog[2]; /* forward, backward graph */
+  ffn_model *model[2];
+  CUdeviceptr *wdev;
+  int nw;
+  size_t param_bytes;
+} GradModel;
+
+/* One token count's tensors: the program's inputs x and outputs y; the backward graph's inputs
+ * (x, then dy per output) and its gradients. */
+typedef struct {
+  GradModel *md;
+  int nin, nout, ngrads;
+  DLTensor x[MAX_IO], y[MAX_IO], gin[2 * MAX_IO], grads[MAX_IO];
+  int64_t x_shape[MAX_IO][FFN_MAX_RANK], y_shape[MAX_IO][FFN_MAX_RANK], dy_shape[MAX_IO][FFN_MAX_RANK],
+      g_shape[MAX_IO][FFN_MAX_RANK];
+  size_t grad_bytes[MAX_IO], io_bytes, all_grad_bytes;
+  CUdeviceptr bufs[4 * MAX_IO];
+  int nbufs;
+} Step;
+
+typedef struct {
+  int64_t tokens;
+  double fwd_us, bwd_us, step_us, tflops, floor_us;
+  size_t ws_bytes, derived_bytes, io_bytes, grad_bytes;
+  bool check_ok;
+} GradResult;
+
+static void die(const char *file, ffn_status s) {
+  if (s == FFN_ERR_SOURCE)
+    fputs(ffn_last_error(), stderr);
+  else
+    cli_error("bench: %s: %s", file, ffn_last_error());
+  exit(cli_status_exit(s));
+}
+
+static void run_fwd(void *p, int rot, CUstream s) {
+  Step *st = p;
+  (void)rot;
+  ffn_status r = ffn_model_run(st->md->model[0], s, st->x, st->nin, st->y, st->nout);
+  if (r != FFN_OK)
+    die(st->md->file, r);
+}
+
+static void run_bwd(void *p, int rot, CUstream s) {
+  Step *st = p;
+  (void)rot;
+  ffn_status r = ffn_model_run_grad(st->md->model[1], s, st->gin, st->nin + st->nout, st->grads, st->ngrads, 0);
+  if (r != FFN_OK)
+    die(st->md->file, r);
+}
+
+static void run_step(void *p, int rot, CUstream s) {
+  run_fwd(p, rot, s);
+  run_bwd(p, rot, s);
+}
+
+static CUdeviceptr device_buffer(Step *st, size_t bytes) {
+  CUdeviceptr d;
+  CK(cu->cuMemAlloc(&d, bytes + 16));
+  st->bufs[st->nbufs++] = d;
+  return d;
+}
+
+/* The type of x's or a weight's gradient tensor: bf16 where the value is bf16, else f32. */
+static DType grad_type(const Graph *g, const char *grad_name) {
+  const char *name = grad_name + strlen("grad.");
+  for (int i = 0; i < g->nodes.len; i++) {
+    const Node *n = GRAPH_NODE(g, i);
+    if ((n->op == OP_INPUT || n->op == OP_WEIGHT) && n->name && strcmp(n->name, name) == 0)
+      return n->dtype == DT_BF16 ? DT_BF16 : DT_F32;
+  }
+  return DT_F32;
+}
+
+static void compile_grad_model(GradModel *md, const CompileArgs *base) {
+  CompileArgs ca = *base;
+  ca.file = md->file;
+  ca.grad = false;
+  int status;
+  if (!(md->g = cli_frontend(&ca, &status)))
+    exit(status);
+  for (int i = 0; i < 2; i++) {
+    ca.grad = i == 1;
+    ffn_options *o;
+    ffn_status s = cli_options(&ca, &o);
+    if (s == FFN_OK)
+      s = ffn_program_compile_file(md->file, o, &md->prog[i]);
+    ffn_options_destroy(o);
+    if (s != FFN_OK)
+      die(md->file, s);
+  }
+}
+
+/* Random weights of the right scale on the device, bound in place to both models, prepared. */
+static void setup_grad_model(GradModel *md) {
+  for (int i = 0; i < 2; i++) {
+    ffn_status s = ffn_model_create(md->prog[i], 0, &md->model[i]);
+    if (s != FFN_OK)
+      die(md->file, s);
+  }
+  Graph *g = md->g;
+  md->wdev = calloc((size_t)g->nodes.len + 1, sizeof(CUdeviceptr));
+  for (int i = 0; i < g->nodes.len; i++) {
+    Node *n = GRAPH_NODE(g, i);
+    if (n->op != OP_WEIGHT)
+      continue;
+    int64_t shape[FFN_MAX_RANK];
+    size_t numel = 1;
+    for (int d = 0; d < n->shape.rank; d++)
+      numel *= (size_t)(shape[d] = n->shape.d[d].size);
+    double mean, std;
+    randinit_weight_scale(g, n, &mean, &std);
+    void *h = random_buffer(n->dtype, numel, mean, std);
+    size_t bytes = dtype_bytes(n->dtype, numel);
+    CUdeviceptr d;
+    CK(cu->cuMemAlloc(&d, bytes + 16));
+    CK(cu->cuMemcpyHtoD(d, h, bytes));
+    free(h);
+    md->wdev[md->nw++] = d;
+    md->param_bytes += bytes;
+    DLDataType dl;
+    if (n->stored != DT_NONE || !dtype_to_dl(n->dtype, &dl)) {
+      cli_error("bench: --grad: weight '%s' (%s) cannot be bound as a device tensor", n->name, dtype_name(n->dtype));
+      exit(EXIT_USER);
+    }
+    DLTensor t = {(void *)d, {kDLCUDA, 0}, n->shape.rank, dl, shape, NULL, 0};
+    for (int m = 0; m < 2; m++) {
+      ffn_status s = ffn_model_bind_weight(md->model[m], n->name, &t);
+      if (s != FFN_OK)
+        die(md->file, s);
+    }
+  }
+  for (int m = 0; m < 2; m++) {
+    ffn_status s = ffn_model_prepare(md->model[m]);
+    if (s != FFN_OK)
+      die(md->file, s);
+  }
+}
+
+/* A DLTensor of program input/output info with every dynamic dim = tokens, on buffer d. */
+static DLTensor tensor_of(const ffn_tensor_info *info, int64_t tokens, int64_t *shape, CUdeviceptr d, size_t *bytes) {
+  size_t numel = 1;
+  for (int k = 0; k < info->ndim; k++)
+    numel *= (size_t)(shape[k] = info->shape[k] < 0 ? tokens : info->shape[k]);
+  *bytes = numel * (size_t)((info->dtype.bits * info->dtype.lanes + 7) / 8);
+  return (DLTensor){(void *)d, {kDLCUDA, 0}, info->ndim, info->dtype, shape, NULL, 0};
+}
+
+static int setup_step(GradModel *md, int64_t tokens, Step *st) {
+  const ffn_program *fwd = md->prog[0], *bwd = md->prog[1];
+  st->md = md;
+  st->nin = ffn_program_num_inputs(fwd);
+  st->nout = ffn_program_num_outputs(fwd);
+  st->ngrads = ffn_program_num_outputs(bwd);
+  if (st->nin > MAX_IO || st->nout > MAX_IO || st->ngrads > MAX_IO) {
+    cli_error("bench: --grad: at most %d inputs, outputs and gradients", MAX_IO);
+    return -1;
+  }
+  ffn_tensor_info info;
+  for (int i = 0; i < st->nin + st->nout; i++) { /* the backward graph's inputs: x, then dy */
+    ffn_program_input_info(bwd, i, &info);
+    size_t bytes;
+    int64_t *shape = i < st->nin ? st->x_shape[i] : st->dy_shape[i - st->nin];
+    st->gin[i] = tensor_of(&info, tokens, shape, 0, &bytes);
+    CUdeviceptr d = device_buffer(st, bytes);
+    st->gin[i].data = (void *)d;
+    DType t = dtype_from_dl(info.dtype, DT_NONE);
+    void *h = random_buffer(t, bytes / dtype_bytes(t, 1), 0, 1);
+    CK(cu->cuMemcpyHtoD(d, h, bytes));
+    free(h);
+    st->io_bytes += bytes;
+    if (i < st->nin)
+      st->x[i] = st->gin[i];
+  }
+  for (int i = 0; i < st->nout; i++) {
+    ffn_program_output_info(fwd, i, &info);
+    size_t bytes;
+    st->y[i] = tensor_of(&info, tokens, st->y_shape[i], 0, &bytes);
+    st->y[i].data = (void *)device_buffer(st, bytes);
+    st->io_bytes += bytes;
+  }
+  for (int i = 0; i < st->ngrads; i++) {
+    ffn_program_output_info(bwd, i, &info);
+    DType t = grad_type(md->g, info.name);
+    dtype_to_dl(t, &info.dtype);
+    size_t bytes;
+    st->grads[i] = tensor_of(&info, tokens, st->g_shape[i], 0, &bytes);
+    st->grads[i].data = (void *)device_buffer(st, bytes);
+    st->grad_bytes[i] = bytes;
+    st->all_grad_bytes += bytes;
+  }
+  return 0;
+}
+
+/* The gradients after one step from NaN: all written and finite. */
+static bool check_step(Step *st, CUstream s) {
+  for (int i = 0; i < st->ngrads; i++)
+    CK(cu->cuMemsetD8Async((CUdeviceptr)st->grads[i].data, 0xff, st->grad_bytes[i], s));
+  run_step(st, 0, s);
+  CK(cu->cuStreamSynchronize(s));
+  bool ok = true;
+  for (int i = 0; i < st->ngrads && ok; i++) {
+    DType t = dtype_from_dl(st->grads[i].dtype, DT_NONE);
+    size_t n = st->grad_bytes[i] / dtype_bytes(t, 1);
+    void *h = malloc(st->grad_bytes[i] + 16);
+    CK(cu->cuMemcpyDtoH(h, (CUdeviceptr)st->grads[i].data, st->grad_bytes[i]));
+    for (size_t j = 0; j < n && ok; j++)
+      ok = isfinite(dtype_load(t, h, j));
+    if (!ok)
+      cli_error("bench: %s: gradient %s has a non-finite element", st->md->file,
+                ffn_program_output_name(st->md->prog[1], i));
+    free(h);
+  }
+  return ok;
+}
+
+/* Forward FLOPs of the source's matrix products at `tokens`. */
+static double forward_flops(const Graph *g, int64_t tokens) {
+  double flops = 0;
+  for (int i = 0; i < g->nodes.len; i++) {
+    Node *n = GRAPH_NODE(g, i);
+    if (n->op != OP_MATMUL || ir_is_const(n))
+      continue;
+    double numel = 1;
+    for (int d = 0; d < n->shape.rank; d++)
+      numel *= (double)(n->shape.d[d].sym >= 0 ? tokens : n->shape.d[d].size);
+    flops += 2.0 * numel * (double)n->args[1]->shape.d[0].size;
+  }
+  return flops;
+}
+
+static size_t workspace_bytes(const ffn_model *m) {
+  size_t bytes = 0;
+  for (int i = 0; i < m->nws; i++)
+    bytes += m->ws[i]->size;
+  return bytes;
+}
+
+static GradResult bench_one(GradModel *md, int64_t tokens, int reps, double bf16_tflops, CUstream s, int *failed) {
+  Step *st = calloc(1, sizeof *st);
+  GradResult r = {.tokens = tokens};
+  if (!st || setup_step(md, tokens, st) != 0) {
+    *failed = 1;
+    free(st);
+    return r;
+  }
+  r.check_ok = check_step(st, s);
+  *failed |= !r.check_ok;
+  r.fwd_us = time_runs(run_fwd, st, 1, reps, s);
+  r.bwd_us = time_runs(run_bwd, st, 1, reps, s);
+  r.step_us = time_runs(run_step, st, 1, reps, s);
+  double flops = 3.0 * forward_flops(md->g, tokens);
+  r.tflops = flops / (r.step_us * 1e-6) / 1e12;
+  r.floor_us = flops / (bf16_tflops * 1e12) * 1e6;
+  r.ws_bytes = workspace_bytes(md->model[0]) + workspace_bytes(md->model[1]);
+  r.derived_bytes = model_weight_bytes(md->model[0]) + model_weight_bytes(md->model[1]);
+  r.io_bytes = st->io_bytes;
+  r.grad_bytes = st->all_grad_bytes;
+  for (int i = 0; i < st->nbufs; i++)
+    cu->cuMemFree(st->bufs[i]);
+  free(st);
+  return r;
+}
+
+static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
+
+static void print_grad_results(const GradModel *md, const GradResult *r, int n) {
+  printf("\n%s: training step (fwd: the program; bwd: its backward graph, recomputing the forward)\n", md->file);
+  printf("parameters %.1f MiB\n", mib(md->param_bytes));
+  printf("%7s %10s %10s %11s %8s %10s %6s %10s %9s %9s %7s %9s  %s\n", "tokens", "fwd_us", "bwd_us", "fwd+bwd_us",
+         "TFLOP/s", "floor_us", "%floor", "extra_MiB", "ws_MiB", "copy_MiB", "io_MiB", "grads_MiB", "check");
+  for (int i = 0; i < n; i++)
+    printf("%7lld %10.1f %10.1f %11.1f %8.1f %10.1f %5.0f%% %10.1f %9.1f %9.1f %7.1f %9.1f  %s\n",
+           (long long)r[i].tokens, r[i].fwd_us, r[i].bwd_us, r[i].step_us, r[i].tflops, r[i].floor_us,
+           100 * r[i].floor_us / r[i].step_us, mib(r[i].ws_bytes + r[i].derived_bytes + r[i].io_bytes),
+           mib(r[i].ws_bytes), mib(r[i].derived_bytes), mib(r[i].io_bytes), mib(r[i].grad_bytes),
+           r[i].check_ok ? "ok" : "NOT FINITE");
+}
+
+static void write_grad_json(const char *path, const char *card, double bf16_tflops, GradModel *models,
+                            GradResult **res, int nmodels, int ntokens) {
+  time_t now = time(NULL);
+  char date[64];
+  strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+  json_t *root = json_pack("{s:s, s:s, s:s, s:s, s:s, s:f}", "ffnc", FFNC_VERSION, "commit", FFNC_GIT_COMMIT, "date",
+                           date, "card", card, "mode", "grad", "bf16_tflops", bf16_tflops);
+  json_t *ms = json_array();
+  for (int m = 0; m < nmodels; m++) {
+    json_t *rs = json_array();
+    for (int i = 0; i < ntokens; i++) {
+      GradResult *r = &res[m][i];
+      json_t *o = json_pack("{s:I, s:f, s:f, s:f, s:f, s:f, s:b}", "tokens", (json_int_t)r->tokens, "fwd_us",
+                            r->fwd_us, "bwd_us", r->bwd_us, "fwd_bwd_us", r->step_us, "tflops", r->tflops, "floor_us",
+                            r->floor_us, "check_ok", r->check_ok);
+      json_object_set_new(o, "peak_extra_bytes", json_integer((json_int_t)(r->ws_bytes + r->derived_bytes + r->io_bytes)));
+      json_object_set_new(o, "workspace_bytes", json_integer((json_int_t)r->ws_bytes));
+      json_object_set_new(o, "weight_copy_bytes", json_integer((json_int_t)r->derived_bytes));
+      json_object_set_new(o, "io_bytes", json_integer((json_int_t)r->io_bytes));
+      json_object_set_new(o, "grad_bytes", json_integer((json_int_t)r->grad_bytes));
+      json_array_append_new(rs, o);
+    }
+    json_t *mo = json_pack("{s:s, s:I, s:o}", "model", models[m].file, "param_bytes",
+                           (json_int_t)models[m].param_bytes, "results", rs);
+    json_array_append_new(ms, mo);
+  }
+  json_object_set_new(root, "models", ms);
+  if (json_dump_file(root, path, JSON_INDENT(1)) != 0)
+    cli_error("bench: cannot write %s", path);
+  json_decref(root);
+}
+
+int bench_grad(const CompileArgs *ca, const char *const *files, int nfiles, const int64_t *tokens, int ntokens,
+               int reps, const char *json, const char *card, double bf16_tflops, CUstream s) {
+  cu = cu_api(NULL, 0);
+  GradModel *models = calloc((size_t)nfiles, sizeof *models);
+  GradResult **res = calloc((size_t)nfiles, sizeof *res);
+  int failed = 0;
+  for (int m = 0; m < nfiles; m++) {
+    GradModel *md = &models[m];
+    md->file = files[m];
+    fprintf(stderr, "bench: compiling %s and its backward graph\n", md->file);
+    compile_grad_model(md, ca);
+    setup_grad_model(md);
+    res[m] = calloc((size_t)ntokens, sizeof(GradResult));
+    for (int k = 0; k < ntokens; k++)
+      res[m][k] = bench_one(md, tokens[k], reps, bf16_tflops, s, &failed);
+    print_grad_results(md, res[m], ntokens);
+    fflush(stdout);
+    for (int i = 0; i < 2; i++) {
+      ffn_model_destroy(md->model[i]);
+      ffn_program_destroy(md->prog[i]);
+    }
+    for (int i = 0; i < md->nw; i++)
+      cu->cuMemFree(md->wdev[i]);
+    free(md->wdev);
+  }
+  if (json)
+    write_grad_json(json, card, bf16_tflops, models, res, nfiles, ntokens);
+  for (int m = 0; m < nfiles; m++) {
+    free(res[m]);
+    graph_destroy(models[m].g);
+  }
+  free(res);
+  free(models);
+  if (failed)
+    cli_error("bench: --grad: a gradient was not written or not finite (see above)");
+  return failed ? EXIT_USER : 0;
+}
