@@ -2,7 +2,7 @@
 """bench/torch_peer.py: PyTorch as ffnc's peer, on the GPU machine (its python3 has torch).
 
     python3 bench/torch_peer.py --tokens 1,16,128,1024,8192 [--ffnc OUT/bench.json]
-                                [--json OUT/torch.json] [--models a,b] [--reps 30]
+                                [--json OUT/torch.json] [--models a,b] [--reps 30] [--grad]
 
 Times every bench-suite model (bench/suite/*.ffn, written out here in torch with the same
 shapes and dtypes) in three ways: eager, eager captured in a CUDA graph, and torch.compile
@@ -11,6 +11,15 @@ ffnc bench does it: CUDA events, median of --reps, inputs rotated through enough
 exceed the L2, warm-up first. With --ffnc (the JSON of `ffnc bench` from the same device call)
 it prints ffnc's best (plain or graph) beside torch's best and the ratio torch / ffnc (> 1:
 ffnc is faster). Before timing, each torch variant is checked against eager in float32.
+
+--grad: training instead (the models torch can differentiate as written: the Llama and GPT
+sublayers and the 4-layer stack): a step is y = f(x); y.backward(dy) with bf16 Parameters and x
+requiring grad, gradients set to None first (as zero_grad does), timed eager and torch.compile'd
+(Inductor, one compile per token count), each checked against eager's gradients; and the peak
+extra memory of a step: torch.cuda.max_memory_allocated() during it, less what was allocated
+before it, plus x and dy, less the gradients (every parameter's and x's), which is what
+`ffnc bench --grad` reports as its peak extra memory (x, y, dy, workspaces, weight copies). With
+--ffnc (the JSON of `ffnc bench --grad`) ffnc's fwd+bwd time and memory are printed beside.
 
 Not a dependency of ffnc: only the bench's peer.
 """
@@ -193,6 +202,96 @@ def bench_model(name, fn, d, tokens, reps, compiled, ours):
     return rows
 
 
+GRAD_MODELS = ("llama3_8b_layer.ffn", "llama3_70b_layer.ffn", "gpt_gelu_4096.ffn", "llama3_8b_4layers.ffn")
+
+
+def leaves(fn):
+    """The bf16 weights a model function closes over (dicts, or lists of them)."""
+    found = []
+
+    def walk(v):
+        if isinstance(v, torch.Tensor):
+            found.append(v)
+        elif isinstance(v, dict):
+            for w in v.values():
+                walk(w)
+        elif isinstance(v, (list, tuple)):
+            for w in v:
+                walk(w)
+    for cell in fn.__closure__ or ():
+        walk(cell.cell_contents)
+    return found
+
+
+def nbytes(t):
+    return t.numel() * t.element_size()
+
+
+def bench_grad_model(name, fn, d, tokens, reps, ours):
+    params = leaves(fn)
+    for p in params:
+        p.requires_grad_(True)
+    compiled = torch.compile(fn, dynamic=False)
+    rows = []
+    for t in tokens:
+        gen = torch.Generator(device="cuda").manual_seed(t)
+        x = torch.randn(t, d, generator=gen, device="cuda").bfloat16().requires_grad_(True)
+        dy = torch.randn(t, d, generator=gen, device="cuda").bfloat16()
+        grads = params + [x]
+        res, mem, check = {}, {}, {}
+        for variant, f in (("eager", fn), ("compile", compiled)):
+            def step():
+                for p in grads:
+                    p.grad = None
+                f(x).backward(dy)
+            step()  # compiles; warm-up
+            got = [p.grad.clone() for p in grads]
+            if variant == "eager":
+                want = got
+            check[variant] = max(rel_err(a, b) for a, b in zip(got, want))
+            assert check[variant] < 2e-2, f"{name} T={t}: {variant} gradients differ from eager by {check[variant]}"
+            del got
+            for p in grads:
+                p.grad = None
+            torch.cuda.synchronize()
+            before = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+            step()
+            torch.cuda.synchronize()
+            grad_bytes = sum(nbytes(p.grad) for p in grads)
+            mem[variant] = torch.cuda.max_memory_allocated() - before + nbytes(x) + nbytes(dy) - grad_bytes
+            res[variant] = time_calls(lambda r: step(), 1, reps)
+        del want
+        best = min(res, key=res.get)
+        rows.append(dict(model=name, tokens=t, mode="grad", eager_us=round(res["eager"], 2),
+                         compile_us=round(res["compile"], 2), best=best, best_us=round(res[best], 2),
+                         eager_peak_extra_bytes=mem["eager"], compile_peak_extra_bytes=mem["compile"],
+                         compile_check_rel_err=check["compile"],
+                         param_bytes=sum(nbytes(p) for p in params)))
+        mine = ours.get((name, t))
+        vs = (f"  ffnc {mine[0]:9.1f} us {mine[1] / 2**20:8.1f} MiB  torch/ffnc {res[best] / mine[0]:5.2f}x"
+              if mine else "")
+        print(f"{name:30s} T={t:5d}  fwd+bwd eager {res['eager']:9.1f} us {mem['eager'] / 2**20:8.1f} MiB  "
+              f"compile {res['compile']:9.1f} us {mem['compile'] / 2**20:8.1f} MiB{vs}", flush=True)
+    for p in params:
+        p.requires_grad_(False)
+        p.grad = None
+    return rows
+
+
+def ffnc_grad(path):
+    """(model file name, tokens) -> (fwd+bwd us, peak extra bytes) from `ffnc bench --grad --json`."""
+    out = {}
+    with open(path) as f:
+        data = json.load(f)
+    for m in data["models"]:
+        name = m["model"].rsplit("/", 1)[-1]
+        for r in m["results"]:
+            if r.get("check_ok", True):
+                out[(name, r["tokens"])] = (r["fwd_bwd_us"], r["peak_extra_bytes"])
+    return out
+
+
 def ffnc_best(path):
     """(model file name, tokens) -> ffnc's best time (plain or graph) from ffnc bench's JSON."""
     best = {}
@@ -214,6 +313,7 @@ def main():
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--ffnc", help="ffnc bench --json output of the same device call")
     ap.add_argument("--json", help="write every number here")
+    ap.add_argument("--grad", action="store_true", help="training: fwd+bwd, eager and torch.compile, peak memory")
     a = ap.parse_args()
     tokens = [int(t) for t in a.tokens.split(",")]
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = True  # torch's default
@@ -221,6 +321,8 @@ def main():
     ms = models(gen)
     wanted = [m for m in ms if not a.models or any(w in m for w in a.models.split(","))]
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name()}", flush=True)
+    if a.grad:
+        return main_grad(a, ms, wanted, tokens)
     rows, ours = [], ffnc_best(a.ffnc) if a.ffnc else {}
     for name in wanted:
         fn, d, _, _ = ms[name]
@@ -239,6 +341,31 @@ def main():
                 continue
             print(f"| {r['model'][:-4]} | {r['tokens']} | {ours:.1f} us | {r['best_us']:.1f} us | {r['best']} | "
                   f"{r['best_us'] / ours:.2f}x |")
+
+
+def main_grad(a, ms, wanted, tokens):
+    rows, ours = [], ffnc_grad(a.ffnc) if a.ffnc else {}
+    for name in wanted:
+        if name not in GRAD_MODELS:
+            continue
+        fn, d, _, _ = ms[name]
+        rows += bench_grad_model(name, fn, d, tokens, a.reps, ours)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(dict(torch=torch.__version__, device=torch.cuda.get_device_name(), mode="grad", rows=rows), f,
+                      indent=1)
+    if a.ffnc:
+        print("\n| model | tokens | ffnc fwd+bwd | extra MiB | torch eager | extra MiB | torch.compile | extra MiB "
+              "| torch best / ffnc |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for r in rows:
+            mine = ours.get((r["model"], r["tokens"]))
+            if mine is None:
+                continue
+            print(f"| {r['model'][:-4]} | {r['tokens']} | {mine[0] / 1000:.2f} ms | {mine[1] / 2**20:.0f} | "
+                  f"{r['eager_us'] / 1000:.2f} ms | {r['eager_peak_extra_bytes'] / 2**20:.0f} | "
+                  f"{r['compile_us'] / 1000:.2f} ms | {r['compile_peak_extra_bytes'] / 2**20:.0f} | "
+                  f"{r['best_us'] / mine[0]:.2f}x |")
 
 
 if __name__ == "__main__":

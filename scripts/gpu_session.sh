@@ -1,5 +1,5 @@
 #!/bin/sh
-# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tune] ...
+# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tune] [grad] ...
 # What one call on the lent GPU machine runs, with a build made here and carried there (that
 # machine has no flex, bison or jansson headers). The build has absolute paths under
 # /work/main, so the copy is linked there first; the kernel cache in build/test-kernel-cache
@@ -187,6 +187,23 @@ for part in "$@"; do
       echo "== bench $t: exit $?"; grep -E "suite|tuned GEMM|ceilings|  ffnc" "$out/tune_bench_$t.txt"
     done
     unset FFNC_NO_TUNE
+    ;;
+  grad)
+    # training (issue 15), about 9 minutes at most: the C API's and the Python bridge's GPU tests
+    # (ffn_model_run_grad against the CPU reference; ffnc.autograd against torch autograd and torch's
+    # SGD/Adam loss curves), then fwd+bwd of the Llama-3-8B and -70B sublayers at 1024 and 8192
+    # tokens (ffnc bench --grad) beside torch eager and torch.compile, each with its peak extra memory
+    timeout 150 ctest -R "gpu_grad_api|gpu_python_train" --output-on-failure >"$out/grad_tests.log" 2>&1
+    echo "grad tests: exit $?"; grep -E "tests passed|Failed|Skipped|Passed|SKIP" "$out/grad_tests.log" | tail -12
+    grep -q "tests failed" "$out/grad_tests.log" && grep -E "FAIL|Error|assert|seed" "$out/grad_tests.log" | head -40
+    S=/work/main/bench/suite
+    timeout 180 ./ffnc bench --grad $S/llama3_8b_layer.ffn $S/llama3_70b_layer.ffn --tokens 1024,8192 --reps 10 \
+      --json "$out/grad_bench.json" >"$out/grad_bench.txt" 2>&1
+    echo "grad bench: exit $?"; cat "$out/grad_bench.txt"
+    PYTHONUNBUFFERED=1 timeout 240 python3 /work/main/bench/torch_peer.py --grad --ffnc "$out/grad_bench.json" \
+      --models llama3_8b_layer,llama3_70b_layer --tokens 1024,8192 --reps 10 --json "$out/torch_grad.json" \
+      >"$out/torch_grad.txt" 2>&1
+    echo "torch grad peer: exit $?"; grep -E "T=|^\|" "$out/torch_grad.txt"; tail -5 "$out/torch_grad.txt"
     ;;
   bench)
     timeout 420 sh /work/main/bench/run_suite.sh /work/main/build/ffnc "$out" >"$out/bench.log" 2>&1

@@ -36,5 +36,7 @@ int bench_tp(const CompileArgs *ca, const char *const *files, int nfiles, const 
  * floor. The exit status. */
 int bench_grad(const CompileArgs *ca, const char *const *files, int nfiles, const int64_t *tokens, int ntokens,
                int reps, const char *json, const char *card, double bf16_tflops, CUstream s);
+/* `ffnc bench --grad --compile-only`: the programs and backward graphs into the kernel cache (no GPU). */
+int bench_grad_compile(const CompileArgs *ca, const char *const *files, int nfiles);
 
 #endif

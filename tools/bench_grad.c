@@ -349,6 +349,18 @@ static void write_grad_json(const char *path, const char *card, double bf16_tflo
   json_decref(root);
 }
 
+int bench_grad_compile(const CompileArgs *ca, const char *const *files, int nfiles) {
+  for (int m = 0; m < nfiles; m++) {
+    GradModel md = {.file = files[m]};
+    compile_grad_model(&md, ca);
+    for (int i = 0; i < 2; i++)
+      ffn_program_destroy(md.prog[i]);
+    graph_destroy(md.g);
+  }
+  printf("compiled %d model%s and their backward graphs into the kernel cache\n", nfiles, nfiles > 1 ? "s" : "");
+  return 0;
+}
+
 int bench_grad(const CompileArgs *ca, const char *const *files, int nfiles, const int64_t *tokens, int ntokens,
                int reps, const char *json, const char *card, double bf16_tflops, CUstream s) {
   cu = cu_api(NULL, 0);

@@ -837,7 +837,8 @@ static const char usage[] =
     "tensor alone (the communication ceiling) and each rank's weight bytes.\n"
     "--grad: training instead: the forward alone, the backward graph (which recomputes the forward) alone and\n"
     "both, gradients into tensors of each weight's type, with the peak extra memory of a step beyond the\n"
-    "parameters and gradients (workspaces, load-time weight copies, x, y and dy); --json writes them.\n";
+    "parameters and gradients (workspaces, load-time weight copies, x, y and dy); --json writes them;\n"
+    "with --compile-only, the programs and backward graphs into the kernel cache.\n";
 
 enum { O_TOKENS, O_JSON, O_PLOT, O_REPS, O_NO_GRAPHS, O_NO_CEILINGS, O_COMPILE_ONLY, O_GRAD };
 
@@ -998,8 +999,10 @@ int cmd_bench(int argc, char **argv) {
     return EXIT_USAGE;
   if (b.ca.tp_rank_given)
     return cli_error("bench: --tp-rank: ffnc bench --tp N runs all the ranks together"), EXIT_USAGE;
-  if (b.grad && (b.ca.tp > 1 || b.plot || b.compile_only))
-    return cli_error("bench: --grad with --tp, --plot or --compile-only: not yet"), EXIT_USAGE;
+  if (b.grad && (b.ca.tp > 1 || b.plot))
+    return cli_error("bench: --grad with --tp or --plot: not yet"), EXIT_USAGE;
+  if (b.grad && b.compile_only)
+    return bench_grad_compile(&b.ca, b.files, b.nfiles);
   if (b.ca.tp > 1 && (b.json || b.plot || b.compile_only))
     return cli_error("bench: --tp with --json, --plot or --compile-only: not yet"), EXIT_USAGE;
   char why[512];

@@ -1,7 +1,8 @@
 #!/bin/sh
 # cli_grad_test.sh FFNC MODEL: `ffnc gen --grad` writes the backward graph's inputs (grad.OUTPUT among
 # them), `ffnc run --grad --device cpu` writes a gradient for every input and weight, `ffnc build
-# --grad` compiles the backward graph (AOT package, NVRTC), and `--device gpu` agrees with the CPU
+# --grad` compiles the backward graph (AOT package, NVRTC), so does `ffnc bench --grad --compile-only`
+# (with the program), and `--device gpu` agrees with the CPU
 # (where there is no GPU: exit 3, "no CUDA device", nothing written).
 set -u
 ffnc=$1 model=$2
@@ -17,6 +18,12 @@ for t in grad.x grad.model.layers.0.mlp.gate_proj.weight grad.model.layers.2.pos
 done
 "$ffnc" build "$model" --grad --arch sm_90 -o "$dir/grad.ffnx" || fail "build --grad"
 [ -s "$dir/grad.ffnx" ] || fail "build --grad wrote no package"
+# bench --grad: the programs and backward graphs compile into the cache without a GPU; what it cannot do
+# yet is refused as usage
+out=$("$ffnc" bench --grad --compile-only "$model" 2>&1) || fail "bench --grad --compile-only: $out"
+echo "$out" | grep -q "and their backward graphs" || fail "bench --grad --compile-only said: $out"
+out=$("$ffnc" bench --grad "$model" --tokens 8 --plot "$dir/p" 2>&1)
+[ $? -eq 2 ] && echo "$out" | grep -q "not yet" || fail "bench --grad --plot: $out"
 out=$("$ffnc" run "$model" --weights "$dir/w.st" --input "$dir/i.st" --output "$dir/g.st" --grad --device gpu 2>&1)
 rc=$?
 if [ $rc -eq 3 ] && echo "$out" | grep -q "no CUDA"; then
