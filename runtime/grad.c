@@ -118,12 +118,20 @@ ffn_status grad_check_call(const Plan *p, const DLTensor *inputs, int ninputs, c
 /* ffn_grad_store, found at the first call: AOT packages built before it existed still load
  * (and run ffn_model_run) without it. */
 static ffn_status store_kernel(ffn_model *m, CUfunction *f) {
+  CUresult r = m->cu->cuCtxPushCurrent(m->ctx);
+  if (r != CUDA_SUCCESS)
+    return cu_fail(m->cu, r, "cu->cuCtxPushCurrent()");
   pthread_mutex_lock(&m->lock);
   ffn_status s = m->grad_store ? FFN_OK : find_function(m, "ffn_grad_store", &m->grad_store);
   *f = m->grad_store;
   pthread_mutex_unlock(&m->lock);
-  if (s != FFN_OK)
-    return rt_error(s, "%s: the package predates ffn_model_run_grad; rebuild it with this ffnc", ffn_last_error());
+  CUcontext c;
+  m->cu->cuCtxPopCurrent(&c);
+  if (s != FFN_OK) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", ffn_last_error());
+    return rt_error(s, "%s: the package predates ffn_model_run_grad; rebuild it with this ffnc", why);
+  }
   return FFN_OK;
 }
 

@@ -93,8 +93,8 @@ class FFNFunction(torch.autograd.Function):
         out, casts = [], []
         for info in module._grad_outputs:
             name = info["name"][len("grad."):]
-            i = index[name]
-            if not wanted[i]:
+            i = index.get(name)  # None: a weight the program declares but never reads
+            if i is None or not wanted[i]:
                 out.append(None)
                 continue
             t = like[name]
@@ -106,7 +106,9 @@ class FFNFunction(torch.autograd.Function):
             out[k] = out[k].to(dtype)
         result = [None] * len(index)
         for info, g in zip(module._grad_outputs, out):
-            result[index[info["name"][len("grad."):]]] = g
+            i = index.get(info["name"][len("grad."):])
+            if i is not None:
+                result[i] = g
         return (None, *result)
 
 
