@@ -260,8 +260,9 @@ FFN_API const char *ffn_model_tuning(const ffn_model *m);
  * the gradient), as is a model that is not a backward graph.
  *
  * Memory: f32 tensors written without FFN_GRAD_ACCUMULATE are written in place; every other
- * gradient is computed into f32 space in the call's workspace first (its f32 size), then
- * stored or added by one small kernel.
+ * gradient is computed into f32 space in the call's workspace, then stored or added by one
+ * small kernel right after the last kernel that touches it, so gradients computed at different
+ * times share that space (for a stack of sublayers, about the largest weight's f32 size).
  *
  * Like ffn_model_run it enqueues on `stream` and returns: no host synchronization, and no
  * allocation once a call of as many tokens has run on that stream (the workspace is reused),

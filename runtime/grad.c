@@ -3,8 +3,10 @@
  * The backward graph (passes/grad.c) has f32 outputs grad.NAME. An f32 tensor that is only
  * written is passed to the plan as that output, so its kernels write it in place. Every other
  * gradient (bf16, accumulated, or not wanted) is staged: the plan writes it into f32 space after
- * the call's own workspace (exec_begin_extra), and once the steps are enqueued ffn_grad_store
- * (kernels/runtime.cuh) writes or adds it into the caller's tensor. All of it on the caller's
+ * the call's own workspace (exec_begin_extra), and right after the last step that touches it
+ * ffn_grad_store (kernels/runtime.cuh) writes or adds it into the caller's tensor; gradients
+ * whose lives do not overlap share that space (grad_staging_plan), so a stack's weight gradients,
+ * each final after its own matmul_at, need about the largest one's f32 bytes, not their sum. All of it on the caller's
  * stream, from the workspace pool: nothing allocated once a call of as many tokens has run on
  * that stream, nothing waited for, so the call can be captured in a CUDA graph.
  */
@@ -137,6 +139,85 @@ static ffn_status store_kernel(ffn_model *m, CUfunction *f) {
 
 static size_t staged_bytes(const GradTarget *g) { return ((size_t)g->numel * 4 + 255) / 256 * 256; }
 
+static bool step_touches(const PlanStep *ps, int t) {
+  if (ps->kind != STEP_LAUNCH)
+    return ps->src == t || ps->dst == t;
+  for (int j = 0; j < ps->nargs; j++)
+    if (ps->args[j] == t)
+      return true;
+  return false;
+}
+
+/* Whether a's bytes at offset off would meet those of b (placed). */
+static bool meets(const GradTarget *a, size_t off, const GradTarget *b) {
+  return off < b->offset + staged_bytes(b) && b->offset < off + staged_bytes(a);
+}
+
+size_t grad_staging_plan(const Plan *p, GradTarget *g, int n) {
+  int *order = malloc(sizeof(int) * (size_t)(n + 1)), norder = 0;
+  if (!order)
+    return SIZE_MAX;
+  for (int i = 0; i < n; i++) {
+    if (!g[i].staged)
+      continue;
+    g[i].first = g[i].last = -1;
+    for (int s = 0; s < p->nsteps; s++)
+      if (step_touches(&p->steps[s], g[i].tensor)) {
+        if (g[i].first < 0)
+          g[i].first = s;
+        g[i].last = s;
+      }
+    if (g[i].first < 0) /* no step writes it (it has no elements): live throughout */
+      g[i].first = 0, g[i].last = p->nsteps;
+    int k = norder++; /* insertion by first use */
+    for (; k > 0 && g[order[k - 1]].first > g[i].first; k--)
+      order[k] = order[k - 1];
+    order[k] = i;
+  }
+  size_t total = 0;
+  for (int k = 0; k < norder; k++) {
+    GradTarget *t = &g[order[k]];
+    /* the lowest offset, 0 or the end of a placed gradient still live at t's first step, that
+     * meets none of those */
+    size_t best = SIZE_MAX;
+    for (int c = -1; c < k; c++) {
+      const GradTarget *at = c < 0 ? NULL : &g[order[c]];
+      if (at && at->last < t->first)
+        continue;
+      size_t off = at ? at->offset + staged_bytes(at) : 0;
+      bool free_here = off < best;
+      for (int j = 0; j < k && free_here; j++) {
+        const GradTarget *o = &g[order[j]];
+        free_here = o->last < t->first || !meets(t, off, o);
+      }
+      if (free_here)
+        best = off;
+    }
+    t->offset = best;
+    total = best + staged_bytes(t) > total ? best + staged_bytes(t) : total;
+  }
+  free(order);
+  return total;
+}
+
+/* Enqueues ffn_grad_store of the wanted staged gradients whose last step is `step`. */
+static ffn_status store_after(ffn_model *m, CUstream stream, CUfunction store, const ExecRun *run,
+                              const GradTarget *g, const DLTensor *grads, int ngrads, unsigned flags, int step) {
+  for (int i = 0; i < ngrads; i++) {
+    if (!g[i].staged || !g[i].wanted || g[i].numel == 0 || g[i].last != step)
+      continue;
+    CUdeviceptr dst = (CUdeviceptr)grads[i].data + grads[i].byte_offset, src = run->extra + g[i].offset;
+    long long n = g[i].numel, blocks = (n + 255) / 256, cap = (long long)m->sms * 8;
+    int is_bf16 = g[i].bf16, accumulate = (flags & FFN_GRAD_ACCUMULATE) != 0;
+    void *params[] = {&dst, &src, &n, &is_bf16, &accumulate};
+    CUresult r = m->cu->cuLaunchKernel(store, (unsigned)(blocks < cap ? blocks : cap), 1, 1, 256, 1, 1, 0, stream,
+                                       params, NULL);
+    if (r != CUDA_SUCCESS)
+      return cu_fail(m->cu, r, "cu->cuLaunchKernel(ffn_grad_store)");
+  }
+  return FFN_OK;
+}
+
 ffn_status ffn_model_run_grad(ffn_model *m, struct CUstream_st *stream, const DLTensor *inputs, int ninputs,
                               const DLTensor *grads, int ngrads, unsigned flags) {
   if (!m || (!inputs && ninputs) || (!grads && ngrads) || ninputs < 0 || ngrads < 0 || ngrads > 4096)
@@ -159,14 +240,14 @@ ffn_status ffn_model_run_grad(ffn_model *m, struct CUstream_st *stream, const DL
     }
     if (!store && (s = store_kernel(m, &store)) != FFN_OK)
       break;
-    g[i].offset = extra;
-    extra += staged_bytes(&g[i]);
     for (int d = 0; d < pt->rank; d++)
       shapes[i][d] = pt->dims[d].sym >= 0 ? dims[pt->dims[d].sym] : pt->dims[d].size;
     /* an f32 stand-in of the right shape for exec_begin's checks; its pointer is replaced by
      * the staging space below, before any step is enqueued */
     outputs[i] = (DLTensor){(void *)(uintptr_t)256, {kDLCUDA, 0}, pt->rank, {kDLFloat, 32, 1}, shapes[i], NULL, 0};
   }
+  if (s == FFN_OK && store && (extra = grad_staging_plan(p, g, ngrads)) == SIZE_MAX)
+    s = rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
   ExecRun run;
   bool begun = false;
   if (s == FFN_OK)
@@ -174,19 +255,13 @@ ffn_status ffn_model_run_grad(ffn_model *m, struct CUstream_st *stream, const DL
   for (int i = 0; i < ngrads && begun; i++)
     if (g[i].staged)
       run.ptr[g[i].tensor] = run.extra + g[i].offset;
-  for (int step = 0; begun && s == FFN_OK && step < p->nsteps; step++)
-    s = exec_step(&run, step);
-  for (int i = 0; begun && s == FFN_OK && i < ngrads; i++) {
-    if (!g[i].staged || !g[i].wanted || g[i].numel == 0)
-      continue;
-    CUdeviceptr dst = (CUdeviceptr)grads[i].data + grads[i].byte_offset, src = run.extra + g[i].offset;
-    long long n = g[i].numel, blocks = (n + 255) / 256, cap = (long long)m->sms * 8;
-    int is_bf16 = g[i].bf16, accumulate = (flags & FFN_GRAD_ACCUMULATE) != 0;
-    void *params[] = {&dst, &src, &n, &is_bf16, &accumulate};
-    CUresult r = m->cu->cuLaunchKernel(store, (unsigned)(blocks < cap ? blocks : cap), 1, 1, 256, 1, 1, 0,
-                                       (CUstream)stream, params, NULL);
-    if (r != CUDA_SUCCESS)
-      s = cu_fail(m->cu, r, "cu->cuLaunchKernel(ffn_grad_store)");
+  /* each staged gradient is stored right after the last step that touches it, so its bytes can
+   * serve the next one (step nsteps: after all of them) */
+  for (int step = 0; begun && s == FFN_OK && step <= p->nsteps; step++) {
+    if (step < p->nsteps)
+      s = exec_step(&run, step);
+    if (s == FFN_OK && store)
+      s = store_after(m, (CUstream)stream, store, &run, g, grads, ngrads, flags, step);
   }
   if (begun)
     s = exec_end(&run, s);

@@ -12,7 +12,9 @@ typedef struct {
   bool wanted;   /* the caller passed a data pointer */
   bool bf16;     /* the caller's tensor is bf16 (else f32) */
   bool staged;   /* computed into f32 staging space, then stored or added by ffn_grad_store */
-  size_t offset; /* of the staging space, in the call's extra workspace */
+  size_t offset; /* of the staging space, in the call's extra workspace (grad_staging_plan) */
+  int first, last; /* staged: the first and last run step touching the output; it is stored after
+                      step `last` (nsteps: after every step) */
 } GradTarget;
 
 /* The call's arguments against backward graph p: the counts, flags, the dims the inputs bind
@@ -20,5 +22,11 @@ typedef struct {
  * alignment; fills targets[0..ngrads). Sets the last error (naming the gradient) on failure. */
 ffn_status grad_check_call(const Plan *p, const DLTensor *inputs, int ninputs, const DLTensor *grads, int ngrads,
                            unsigned flags, GradTarget *targets, int64_t *dims);
+
+/* The staging space of the staged gradients: each lives from the first step that touches its
+ * output to the last, after which it is stored, so gradients whose lives do not overlap share
+ * bytes (first fit, in order of first use; a weight gradient lives only around its matmul_at).
+ * Fills first, last and offset of the staged targets; returns the bytes needed. */
+size_t grad_staging_plan(const Plan *p, GradTarget *targets, int n);
 
 #endif

@@ -98,6 +98,37 @@ int main(void) {
   CHECK(c.targets[3].staged && !c.targets[3].wanted, "an unwanted gradient");
   CHECK(!c.targets[1].staged && !c.targets[4].staged, "f32 gradients beside them");
 
+  /* the staging space of accumulated gradients: gradients alive at the same step never share
+   * bytes, and the space is well below their sum (a layer's weight gradients come one after
+   * another) but holds the largest */
+  valid_call(p, &c);
+  CHECK(check(p, &c, NGRADS, FFN_GRAD_ACCUMULATE) == FFN_OK, "%s", ffn_last_error());
+  size_t total = grad_staging_plan(p, c.targets, NGRADS), sum = 0, largest = 0;
+  for (int i = 0; i < NGRADS; i++) {
+    const GradTarget *a = &c.targets[i];
+    size_t bytes = (size_t)a->numel * 4;
+    sum += bytes;
+    largest = bytes > largest ? bytes : largest;
+    CHECK(a->first >= 0 && a->first <= a->last && a->last < p->nsteps, "gradient %d lives in steps %d..%d of %d", i,
+          a->first, a->last, p->nsteps);
+    const PlanStep *last = &p->steps[a->last < p->nsteps ? a->last : 0];
+    bool touches = false;
+    for (int j = 0; j < last->nargs; j++)
+      touches |= last->args[j] == a->tensor;
+    CHECK(touches, "gradient %d: its last step %d does not touch it", i, a->last);
+    CHECK(a->offset + bytes <= total, "gradient %d at %zu + %zu beyond %zu", i, a->offset, bytes, total);
+    for (int j = 0; j < i; j++) {
+      const GradTarget *b = &c.targets[j];
+      bool alive_together = !(a->last < b->first || b->last < a->first);
+      bool share = a->offset < b->offset + (size_t)b->numel * 4 && b->offset < a->offset + bytes;
+      CHECK(!(alive_together && share), "gradients %d and %d are alive together (steps %d..%d, %d..%d) and share "
+            "bytes", i, j, a->first, a->last, b->first, b->last);
+    }
+  }
+  printf("staging: %zu bytes for %zu bytes of gradients (largest %zu)\n", total, sum, largest);
+  CHECK(total >= largest && total < sum / 2, "staging %zu bytes for gradients of %zu (largest %zu)", total, sum,
+        largest);
+
   /* refused */
   valid_call(p, &c);
   REFUSED(check(fwd, &c, NGRADS, 0), FFN_ERR_INVALID_ARGUMENT, "not a backward graph", "ffn_options_set_grad");
