@@ -15,7 +15,7 @@ ffnc is faster). Before timing, each torch variant is checked against eager in f
 --grad: training instead (the models torch can differentiate as written: the Llama and GPT
 sublayers and the 4-layer stack): a step is y = f(x); y.backward(dy) with bf16 Parameters and x
 requiring grad, gradients set to None first (as zero_grad does), timed eager and torch.compile'd
-(Inductor, one compile per token count), each checked against eager's gradients; and the peak
+(Inductor, dynamic token count: one compile per model), each checked against eager's gradients; and the peak
 extra memory of a step: torch.cuda.max_memory_allocated() during it, less what was allocated
 before it, plus x and dy, less the gradients (every parameter's and x's), which is what
 `ffnc bench --grad` reports as its peak extra memory (x, y, dy, workspaces, weight copies). With
@@ -231,7 +231,7 @@ def bench_grad_model(name, fn, d, tokens, reps, ours):
     params = leaves(fn)
     for p in params:
         p.requires_grad_(True)
-    compiled = torch.compile(fn, dynamic=False)
+    compiled = torch.compile(fn, dynamic=True)
     rows = []
     for t in tokens:
         gen = torch.Generator(device="cuda").manual_seed(t)
