@@ -24,6 +24,9 @@
  *   ffn_model_destroy(model);
  *   ffn_program_destroy(prog);
  *
+ * Training: compile the program's backward graph (ffn_options_set_grad) and let
+ * ffn_model_run_grad write or accumulate the gradients into your f32/bf16 tensors (below).
+ *
  * Every function returns an ffn_status; on failure ffn_last_error() describes what went
  * wrong (which CUDA/NVRTC call failed and why, which tensor is missing...). The CUDA driver
  * and NVRTC are loaded at run time, so programs start on machines without them and get

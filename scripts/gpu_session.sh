@@ -193,6 +193,7 @@ for part in "$@"; do
     # (ffn_model_run_grad against the CPU reference; ffnc.autograd against torch autograd and torch's
     # SGD/Adam loss curves), then fwd+bwd of the Llama-3-8B and -70B sublayers at 1024 and 8192
     # tokens (ffnc bench --grad) beside torch eager and torch.compile, each with its peak extra memory
+    # (fill the kernel cache before carrying: ffnc bench --grad --compile-only on the two models)
     timeout 150 ctest -R "gpu_grad_api|gpu_python_train" --output-on-failure >"$out/grad_tests.log" 2>&1
     echo "grad tests: exit $?"; grep -E "tests passed|Failed|Skipped|Passed|SKIP" "$out/grad_tests.log" | tail -12
     grep -q "tests failed" "$out/grad_tests.log" && grep -E "FAIL|Error|assert|seed" "$out/grad_tests.log" | head -40
