@@ -109,10 +109,10 @@ static inline const ffn_gemm_config *ffn_gemm_configs(int *count) {
        * scales), activations in chunks of 8 (i4) or 16 (i8) tiles, 512 k; the first config of
        * a kind whose max_m covers M wins, so i8 keeps the ring kernel at <= 8 tokens (224 vs
        * 235 us for the 70B sublayer at one token) and takes gemm_wqd at 9-16 (284 vs 300) */
-      {"wqd4_8", FFN_GEMM_WQD, 8, 128, 64, 8, 16, 8, 256, 3, 3, 8},    /* 56 KB */
-      {"wqd4_16", FFN_GEMM_WQD, 16, 128, 64, 8, 16, 8, 256, 2, 2, 16}, /* 72 KB; 3 CTAs spill */
+      {"wqd4_8", FFN_GEMM_WQD, 8, 128, 64, 4, 16, 8, 256, 3, 3, 8},    /* 56 KB */
+      {"wqd4_16", FFN_GEMM_WQD, 16, 128, 64, 4, 16, 8, 256, 2, 2, 16}, /* 72 KB; 3 CTAs spill */
       {"wq8_8", FFN_GEMM_WQ, 8, 128, 32, 4, 16, 3, 256, 4, 4, 8},    /* 55 KB */
-      {"wqd8_16", FFN_GEMM_WQD, 16, 128, 32, 8, 16, 16, 256, 3, 3, 16}, /* 64 KB */
+      {"wqd8_16", FFN_GEMM_WQD, 16, 128, 32, 4, 16, 16, 256, 3, 3, 16}, /* 64 KB */
       {"wq8_16", FFN_GEMM_WQ, 16, 128, 32, 2, 16, 7, 256, 3, 3, 16}, /* 71 KB */
       {"wq8_32", FFN_GEMM_WQ, 32, 128, 32, 2, 16, 5, 256, 3, 3, 32}, /* 62 KB */
       {"wq8_64", FFN_GEMM_WQ, 64, 128, 32, 2, 16, 6, 256, 2, 2, 0},  /* 101 KB */

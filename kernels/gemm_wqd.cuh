@@ -35,13 +35,14 @@ __device__ __forceinline__ void gemm_wqd(const GemmArgs &g, const float *__restr
   typedef typename WqWeight<T>::type W;
   constexpr int WARPS = BN / 16, THREADS = WARPS * 32, NT = BM / 8, BK = WQ_TILE_K(BITS);
   constexpr int BLOCKS = BK / 32;                         // 32-k blocks per tile
+  constexpr int TPS = 2, SB = TPS * BLOCKS;               // tiles and blocks per ring step
   constexpr bool I4 = BITS == 4;
   constexpr int ACT_B = CT * BLOCKS * BM * 32 * (int)sizeof(T); // one chunk's activations, bytes
   constexpr int SLOT_B = wqd_slot_bytes(BK);              // a warp's ring slot: codes (+ i4 scales)
   constexpr int SMEM = wqd_smem_bytes(BM, BN, BK, CT, DEPTH, (int)sizeof(T));
   static_assert(BITS == 8 || BITS == 4, "i8 or i4");
   static_assert(BN % 16 == 0 && BM % 8 == 0 && BN % (8 * S) == 0 && (S == 1 || S == 2), "tile shape");
-  static_assert(CT % DEPTH == 0 && DEPTH >= 2, "chunks of whole ring rounds");
+  static_assert(CT % (TPS * DEPTH) == 0 && DEPTH >= 2, "chunks of whole ring rounds");
   static_assert(SMEM >= 2 * ACT_B + WARPS * DEPTH * SLOT_B + 8 * BM &&
                     SMEM >= 4 * BM * BN + 8 * WARPS * BM + 8 * BM,
                 "quant.cuh's layout");
@@ -63,6 +64,7 @@ __device__ __forceinline__ void gemm_wqd(const GemmArgs &g, const float *__restr
   const int active_warps = imin(WARPS, (R - n0 + 15) / 16); // they share the row statistics
   const bool vec = (K & 7) == 0;
   const int nch = (ntk + CT - 1) / CT;
+  const int nst = (ntk + TPS - 1) / TPS; // ring steps of the split's range
 
   T *act = (T *)smem;                                  // [2][CT * BLOCKS][BM][32]
   char *slots = smem + 2 * ACT_B + warp * DEPTH * SLOT_B; // the warp's ring: [DEPTH][SLOT_B]
@@ -100,27 +102,37 @@ __device__ __forceinline__ void gemm_wqd(const GemmArgs &g, const float *__restr
   const uint4 *__restrict__ src = (const uint4 *)g.B + ((long long)rb * ktiles + t0) * 32 + lane;
   const int sc_row = rb * 16 + lane % 16;
   const float *__restrict__ sc_row_base = scales + (long long)imin(sc_row, R - 1) * ngroups;
-  const u32 code_dst = smem_addr(slots) + lane * 16, sc_dst = smem_addr(slots) + 512 + lane * 4;
-  int sg = 0, sr = 0;
+  const u32 code_dst = smem_addr(slots) + lane * 16, sc_dst = smem_addr(slots) + TPS * 512 + lane * 4;
+  // lane l copies the scales of a step's blocks l / 16 and 2 + l / 16: groups sg[h], places in
+  // them sr[h]; a step advances them SB blocks: qs whole groups and rs more blocks
+  int sg[2] = {0, 0}, sr[2] = {0, 0};
+  const int qs = SB / gblocks, rs = SB % gblocks;
   if (I4) {
-    const int kb = t0 * BLOCKS + lane / 16;
-    sg = kb / gblocks, sr = kb % gblocks;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int kb = t0 * BLOCKS + 2 * h + lane / 16;
+      sg[h] = kb / gblocks, sr[h] = kb % gblocks;
+    }
   }
   const bool copying = active && (!I4 || sc_row < R);
+  // step j (tiles 2j, 2j + 1 of the range) into ring slot `slot`
   auto copy = [&](int j, int slot) {
-    if (active && j < ntk) {
+    if (active && TPS * j < ntk) {
+      const bool two = TPS * j + 1 < ntk;
       cp_async16(code_dst + slot * SLOT_B, src, true);
-      src += 32;
+      cp_async16(code_dst + slot * SLOT_B + 512, two ? src + 32 : src, two);
+      src += 64;
       if (I4) {
-        cp_async4(sc_dst + slot * SLOT_B, sc_row_base + imin(sg, ngroups - 1), copying);
 #pragma unroll
-        for (int k = 0; k < BLOCKS; ++k) {
-          const int step = ++sr >= gblocks;
-          sr -= step * gblocks, sg += step;
+        for (int h = 0; h < 2; ++h) {
+          cp_async4(sc_dst + slot * SLOT_B + h * 128, sc_row_base + imin(sg[h], ngroups - 1), copying);
+          sr[h] += rs, sg[h] += qs;
+          const int step = sr[h] >= gblocks;
+          sr[h] -= step * gblocks, sg[h] += step;
         }
       }
     }
-    cp_async_commit(); // one group per tile, empty or not, so that the waits count tiles
+    cp_async_commit(); // one group per step, empty or not, so that the waits count steps
   };
 
   float acc[NT][4], tmp[NT][4], ssq[NT], ssum[NT];
@@ -155,40 +167,42 @@ __device__ __forceinline__ void gemm_wqd(const GemmArgs &g, const float *__restr
   // a chunk starts at tile i0: its activations have landed, the other buffer is free (groups
   // after the chunk's: for chunk 0 the first DEPTH - 1 tiles, later the CT tiles of the chunk
   // before, whose codes stay in flight)
-  auto chunk = [&](int i0) {
-    if (i0 % CT != 0) return;
-    if (i0 == 0) cp_async_wait<DEPTH - 1>();
-    else cp_async_wait<CT>();
+  auto chunk = [&](int s0) { // s0: a step; its tiles start a chunk?
+    if (TPS * s0 % CT != 0) return;
+    if (s0 == 0) cp_async_wait<DEPTH - 1>();
+    else cp_async_wait<CT / TPS>();
     __syncthreads();
-    fill(i0 / CT + 1);
+    fill(TPS * s0 / CT + 1);
     cp_async_commit();
   };
 
   // Tile i from ring slot d (i % DEPTH); `at`: this lane's activations of the round's first
   // block (token gq, k 8 tq ... 8 tq + 7 of the block), so that the offsets are constants.
   // LAST: the split's last tile, whose second 32-k block may lie past K.
-  auto tile = [&](int i, int d, const T *at, auto last) {
+  auto tile = [&](int i, int d, const T *at, auto last) { // i: a step
     constexpr bool LAST = decltype(last)::value;
-    copy(i + DEPTH - 1, (d + DEPTH - 1) % DEPTH); // into the slot tile i - 1 was read from
-    cp_async_wait<DEPTH - 1>();                   // tile i has landed (this lane's part) ...
+    copy(i + DEPTH - 1, (d + DEPTH - 1) % DEPTH); // into the slot step i - 1 was read from
+    cp_async_wait<DEPTH - 1>();                   // step i has landed (this lane's part) ...
     if (I4) __syncwarp();                         // ... and the warp's scales
     if (!active) return;
     const char *slot = slots + d * SLOT_B;
-    const uint4 cur = *(const uint4 *)(slot + lane * 16);
-    const u32 word[4] = {cur.x, cur.y, cur.z, cur.w};
+    const uint4 c0 = *(const uint4 *)(slot + lane * 16), c1 = *(const uint4 *)(slot + 512 + lane * 16);
+    const u32 words[2][4] = {{c0.x, c0.y, c0.z, c0.w}, {c1.x, c1.y, c1.z, c1.w}};
 #pragma unroll
-    for (int b = 0; b < BLOCKS; ++b) {
-      if (LAST && (t0 + i) * BLOCKS + b >= kb_end) break;
-      const int lb = d * BLOCKS + b; // the block in the round (a constant: at is the round's)
+    for (int b = 0; b < SB; ++b) {
+      if (LAST && (t0 + TPS * i) * BLOCKS + b >= kb_end) break;
+      const int lb = d * SB + b; // the block in the round (a constant: at is the round's)
+      const u32(&word)[4] = words[b / BLOCKS];
+      const int bb = b % BLOCKS;
       if (I4 && (gpos == 0 || first)) { // a group starts: its scales
-        s_lo = *(const float *)(slot + 512 + (b * 16 + gq) * 4);
-        s_hi = *(const float *)(slot + 512 + (b * 16 + gq + 8) * 4);
+        s_lo = *(const float *)(slot + TPS * 512 + (b * 16 + gq) * 4);
+        s_hi = *(const float *)(slot + TPS * 512 + (b * 16 + gq + 8) * 4);
         first = false;
       }
       u32 a[2][4];
       if (I4) {
-        wq_frag_i4<W>(word[2 * b], a[0]);
-        wq_frag_i4<W>(word[2 * b + 1], a[1]);
+        wq_frag_i4<W>(word[2 * bb], a[0]);
+        wq_frag_i4<W>(word[2 * bb + 1], a[1]);
       } else {
         wq_frag_i8<W>(word[0], word[1], a[0]);
         wq_frag_i8<W>(word[2], word[3], a[1]);
@@ -220,22 +234,23 @@ __device__ __forceinline__ void gemm_wqd(const GemmArgs &g, const float *__restr
 
   // whole rounds of DEPTH tiles, then the rest with the split's last tile (so the block loop
   // of every other tile has no bounds check)
-  auto round_at = [&](int i0) { // the lane's activations of round i0's first block
-    return act + (i0 / CT & 1) * (ACT_B / (int)sizeof(T)) + (i0 % CT * BLOCKS * BM + gq) * 32 + 8 * tq;
+  auto round_at = [&](int s0) { // the lane's activations of round s0's first block
+    const int t = TPS * s0;
+    return act + (t / CT & 1) * (ACT_B / (int)sizeof(T)) + (t % CT * BLOCKS * BM + gq) * 32 + 8 * tq;
   };
   int i0 = 0;
-  for (; i0 + DEPTH < ntk; i0 += DEPTH) {
+  for (; i0 + DEPTH < nst; i0 += DEPTH) {
     chunk(i0);
     const T *at = round_at(i0);
 #pragma unroll
     for (int d = 0; d < DEPTH; ++d) tile(i0 + d, d, at, BoolC<false>());
   }
-  if (i0 < ntk) {
+  if (i0 < nst) {
     chunk(i0);
     const T *at = round_at(i0);
 #pragma unroll
     for (int d = 0; d < DEPTH; ++d) {
-      if (i0 + d + 1 < ntk) tile(i0 + d, d, at, BoolC<false>());
+      if (i0 + d + 1 < nst) tile(i0 + d, d, at, BoolC<false>());
       else {
         tile(i0 + d, d, at, BoolC<true>());
         break;

@@ -115,7 +115,7 @@ WQ_CFN wq_smem_bytes(int bm, int bn, int bk, int tps, int stages, int elem) {
  * bytes) and for i4 a scale per lane (row lane % 16, block lane / 16); after the main loop the
  * CTA's sums (bm x bn f32) and the warps' row statistics (2 x warps x bm) take their place;
  * then the row statistics, 2 x bm floats. */
-WQ_CFN wqd_slot_bytes(int bk) { return bk == 64 ? 512 + 128 : 512; }
+WQ_CFN wqd_slot_bytes(int bk) { return 2 * (bk == 64 ? 512 + 128 : 512); } /* two tiles */
 WQ_CFN wqd_smem_bytes(int bm, int bn, int bk, int ct, int depth, int elem) {
   return (2 * ct * bk * bm * elem + bn / 16 * depth * wqd_slot_bytes(bk) > 4 * bm * bn + 8 * bn / 16 * bm
               ? 2 * ct * bk * bm * elem + bn / 16 * depth * wqd_slot_bytes(bk)
