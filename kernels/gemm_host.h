@@ -105,8 +105,8 @@ static inline const ffn_gemm_config *ffn_gemm_configs(int *count) {
        * rows of B; bk = k per 512-byte tile of codes (32: i8, 64: i4); a ring of `st` stages of
        * `wm` k tiles each (one barrier per stage), ~100 KB of codes in flight per SM at one
        * token (quant.cuh: wq_smem_bytes). */
-      /* ... and the decode kernel (gemm_wqd.cuh): each warp's ring of 8 tiles of codes (and i4
-       * scales), activations in chunks of 8 (i4) or 16 (i8) tiles, 512 k; the first config of
+      /* ... and the decode kernel (gemm_wqd.cuh): each warp's ring of 4 steps of two tiles of
+       * codes (and i4 scales), activations in chunks of 8 (i4) or 16 (i8) tiles, 512 k; the first config of
        * a kind whose max_m covers M wins, so i8 keeps the ring kernel at <= 8 tokens (224 vs
        * 235 us for the 70B sublayer at one token) and takes gemm_wqd at 9-16 (284 vs 300) */
       {"wqd4_8", FFN_GEMM_WQD, 8, 128, 64, 4, 16, 8, 256, 3, 3, 8},    /* 56 KB */

@@ -111,8 +111,9 @@ WQ_CFN wq_smem_bytes(int bm, int bn, int bk, int tps, int stages, int elem) {
 
 /* gemm_wqd.cuh's shared memory, bytes, for bm tokens x bn rows of B, k tiles of bk, chunks of
  * ct tiles of activations and rings of depth slots: two buffers of a chunk's activations (bm x
- * ct*bk of elem bytes), then each warp's ring, a slot holding a tile's codes (32 lanes x 16
- * bytes) and for i4 a scale per lane (row lane % 16, block lane / 16); after the main loop the
+ * ct*bk of elem bytes), then each warp's ring, a slot holding two tiles' codes (32 lanes x 16
+ * bytes each) and for i4 two scales per lane (row lane % 16, blocks lane / 16 and 2 + lane /
+ * 16 of the step); after the main loop the
  * CTA's sums (bm x bn f32) and the warps' row statistics (2 x warps x bm) take their place;
  * then the row statistics, 2 x bm floats. */
 WQ_CFN wqd_slot_bytes(int bk) { return 2 * (bk == 64 ? 512 + 128 : 512); } /* two tiles */
