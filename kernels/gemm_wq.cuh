@@ -140,6 +140,38 @@ __device__ __forceinline__ void wq_mma<float, bf16>(float (&d)[4], const u32 (&a
   for (int t = 0; t < 3; ++t) mma_16816<bf16>(d, a, x.b[t][2 * s], x.b[t][2 * s + 1]);
 }
 
+// One 32-k block of a warp's 16 B rows, shared by gemm_wq and gemm_wqd: the A fragments from
+// the lane's code words (i4: words 2 bb and 2 bb + 1 of the tile; i8: all four), then for each
+// token tile t the lane's activations at at(t), their squares (and sums) into the row
+// statistics when `stats`, and the block's two k16 MMAs into d[t].
+template <int BITS, int NT, int STATS, class T, class W, class At>
+__device__ __forceinline__ void wq_block(const u32 (&word)[4], int bb, const At &at, bool stats, float (&d)[NT][4],
+                                         float (&ssq)[NT], float (&ssum)[NT]) {
+  u32 a[2][4];
+  if (BITS == 4) {
+    wq_frag_i4<W>(word[2 * bb], a[0]);
+    wq_frag_i4<W>(word[2 * bb + 1], a[1]);
+  } else {
+    wq_frag_i8<W>(word[0], word[1], a[0]);
+    wq_frag_i8<W>(word[2], word[3], a[1]);
+  }
+#pragma unroll
+  for (int t = 0; t < NT; ++t) {
+    WqAct<T> x;
+    x.load(at(t));
+    if (stats) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float v = x.value(e);
+        ssq[t] = fmaf(v, v, ssq[t]);
+        if (STATS == 2) ssum[t] += v;
+      }
+    }
+    wq_mma<T, W>(d[t], a[0], x, 0);
+    wq_mma<T, W>(d[t], a[1], x, 1);
+  }
+}
+
 // The warp's sums (acc[t]: the MMA's C fragments, rows = B rows, columns = tokens) into the
 // CTA's [BM][BN] block Os.
 template <int NT, int BN>
@@ -328,32 +360,11 @@ __device__ __forceinline__ void gemm_wq(const GemmArgs &g, const float *__restri
             s_lo = sc[b * 16 + gq];
             s_hi = sc[b * 16 + gq + 8];
           }
-          u32 a[2][4];
-          if (BITS == 4) {
-            wq_frag_i4<W>(word[2 * b], a[0]);
-            wq_frag_i4<W>(word[2 * b + 1], a[1]);
-          } else {
-            wq_frag_i8<W>(word[0], word[1], a[0]);
-            wq_frag_i8<W>(word[2], word[3], a[1]);
-          }
           const bool stats = STATS && turn == warp;
           turn = turn + 1 == active_warps ? 0 : turn + 1;
-#pragma unroll
-          for (int t = 0; t < NT; ++t) {
-            WqAct<T> x;
-            x.load(at + (b * BM + t * 8 + gq) * 32 + 8 * tq);
-            if (stats) {
-#pragma unroll
-              for (int e = 0; e < 8; ++e) {
-                const float v = x.value(e);
-                ssq[t] = fmaf(v, v, ssq[t]);
-                if (STATS == 2) ssum[t] += v;
-              }
-            }
-            float(&d)[4] = GROUPED ? tmp[t] : acc[t];
-            wq_mma<T, W>(d, a[0], x, 0);
-            wq_mma<T, W>(d, a[1], x, 1);
-          }
+          wq_block<BITS, NT, STATS, T, W>(
+              word, b, [&](int t) { return at + (b * BM + t * 8 + gq) * 32 + 8 * tq; }, stats, GROUPED ? tmp : acc, ssq,
+              ssum);
           if (++gpos == gblocks) gpos = 0;
           if (GROUPED && (gpos == 0 || kb + 1 == kb_end)) { // the group ends: scale and add
 #pragma unroll

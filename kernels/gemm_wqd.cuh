@@ -201,32 +201,10 @@ __device__ __forceinline__ void gemm_wqd(const GemmArgs &g, const float *__restr
         s_hi = *(const float *)(slot + TPS * 512 + (b * 16 + gq + 8) * 4);
         first = false;
       }
-      u32 a[2][4];
-      if (I4) {
-        wq_frag_i4<W>(word[2 * bb], a[0]);
-        wq_frag_i4<W>(word[2 * bb + 1], a[1]);
-      } else {
-        wq_frag_i8<W>(word[0], word[1], a[0]);
-        wq_frag_i8<W>(word[2], word[3], a[1]);
-      }
       const bool stats = STATS && turn == warp;
       turn = turn + 1 == active_warps ? 0 : turn + 1;
-#pragma unroll
-      for (int t = 0; t < NT; ++t) {
-        WqAct<T> x;
-        x.load(at + (lb * BM + t * 8) * 32);
-        if (stats) {
-#pragma unroll
-          for (int e = 0; e < 8; ++e) {
-            const float v = x.value(e);
-            ssq[t] = fmaf(v, v, ssq[t]);
-            if (STATS == 2) ssum[t] += v;
-          }
-        }
-        float(&dd)[4] = I4 ? tmp[t] : acc[t];
-        wq_mma<T, W>(dd, a[0], x, 0);
-        wq_mma<T, W>(dd, a[1], x, 1);
-      }
+      wq_block<BITS, NT, STATS, T, W>(
+          word, bb, [&](int t) { return at + (lb * BM + t * 8) * 32; }, stats, I4 ? tmp : acc, ssq, ssum);
       if (I4 && ++gpos == gblocks) { // the group ends: scale and add
         gpos = 0;
         flush();
