@@ -394,7 +394,7 @@ void emit_gemm_entry(Kgen *k, const ffn_gemm_config *c, bool ext, Buf *body) {
   Group *gr = k->gr;
   int64_t K = gr->a->shape.d[gr->a->shape.rank - 1].size;
   const char *tmpl = c->kind == FFN_GEMM_SM80   ? "gemm_sm80"
-                     : c->kind == FFN_GEMM_SM90 ? "gemm_sm90"
+                     : c->kind == FFN_GEMM_SM90 || c->kind == FFN_GEMM_SM90T ? "gemm_sm90"
                      : c->kind == FFN_GEMM_WQ   ? "gemm_wq"
                      : c->kind == FFN_GEMM_WQD  ? "gemm_wqd"
                                                 : "gemm_simt";
@@ -410,16 +410,18 @@ void emit_gemm_entry(Kgen *k, const ffn_gemm_config *c, bool ext, Buf *body) {
   char extra[64] = ""; /* gemm_wq, gemm_wqd: the scales (slot 2) and the i4 group length */
   if (c->kind == FFN_GEMM_WQ || c->kind == FFN_GEMM_WQD)
     snprintf(extra, sizeof extra, "(const float *)a.p[2], %d, ", k->wq_group);
+  bool tma = c->kind == FFN_GEMM_SM90T; /* A's and B's tensor maps: the second argument */
   buf_printf(body,
-             "extern \"C\" __global__ void __launch_bounds__(%d, %d) @_%s(const __grid_constant__ ffn::KArgs a) {\n"
+             "extern \"C\" __global__ void __launch_bounds__(%d, %d) @_%s(const __grid_constant__ ffn::KArgs a%s) {\n"
              "  extern __shared__ __align__(128) char smem[];\n"
              "  ffn::GemmArgs g;\n"
              "  g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = %lld; g.K = %lld;\n"
-             "  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters;\n"
+             "  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = %s;\n"
              "%s"
              "  const Epi_@ epi{&a};\n"
              "  ffn::%s<%s>(g, %s%s, smem);\n}\n",
-             c->threads, c->min_blocks, c->name, (long long)k->ncols, (long long)(k->f8 ? K / 2 : K),
+             c->threads, c->min_blocks, c->name, tma ? ", const __grid_constant__ ffn::TmaMaps t" : "",
+             (long long)k->ncols, (long long)(k->f8 ? K / 2 : K), tma ? "&t" : "nullptr",
              k->f8 ? "  g.sa = (const float *)a.p[2]; g.sb = (const float *)a.p[3];\n" : "", tmpl, params, extra, epi);
 }
 

@@ -368,7 +368,8 @@ static int f8_quant_a(Gen *G, Kgen *k) {
 /* ---- GEMM groups ---- */
 
 /* Whether tile configuration c is compiled for a GEMM: tensor cores (tc) for 16-bit types with
- * 16-byte rows, f32 (and odd K) on the FMA path. On sm_90 the wgmma kernels take M > 64; at
+ * 16-byte rows, f32 (and odd K) on the FMA path. On sm_90 the wgmma kernels (their TMA form,
+ * FFN_GEMM_SM90T) take M > 64; at
  * decode sizes the mma.sync ones are as fast or faster (kernels/NOTES.md), so both kinds are
  * compiled and the runtime picks by M. */
 static bool config_used(const ffn_gemm_config *c, bool tc, bool hopper, int wq_bits, bool f8) {
@@ -376,7 +377,7 @@ static bool config_used(const ffn_gemm_config *c, bool tc, bool hopper, int wq_b
   /* fp8: Hopper runs mma.sync with fp8 operands in software (through f16), so its wgmma
    * kernels serve small M too; the mma.sync ones stay for comparison (FFNC_GEMM_VARIANT) */
   if (f8 && hopper)
-    return c->kind == FFN_GEMM_SM90 || (c->kind == FFN_GEMM_SM80 && small);
+    return c->kind == FFN_GEMM_SM90T || (c->kind == FFN_GEMM_SM80 && small);
   if (wq_bits) /* quantized B: gemm_wqd / gemm_wq on every arch, the tile depth by the code width */
     return (c->kind == FFN_GEMM_WQ || c->kind == FFN_GEMM_WQD) && c->bk == (wq_bits == 8 ? 32 : 64);
   if (c->kind == FFN_GEMM_WQ || c->kind == FFN_GEMM_WQD)
@@ -384,7 +385,7 @@ static bool config_used(const ffn_gemm_config *c, bool tc, bool hopper, int wq_b
   if (!tc)
     return c->kind == FFN_GEMM_SIMT;
   if (hopper)
-    return (c->kind == FFN_GEMM_SM80 && small) || (c->kind == FFN_GEMM_SM90 && !small);
+    return (c->kind == FFN_GEMM_SM80 && small) || (c->kind == FFN_GEMM_SM90T && !small);
   return c->kind == FFN_GEMM_SM80;
 }
 

@@ -45,6 +45,22 @@ typedef struct KArgs {
                             that take them from ffn_row_stats instead of computing them per tile */
 } KArgs;
 
+/* The second argument of the GEMM kernels whose operands come through the Tensor Memory
+ * Accelerator (FFN_GEMM_SM90T, kernels/gemm_sm90.cuh): the tensor maps of A and B, encoded by
+ * the runtime for each launch (runtime/exec.c, cuTensorMapEncodeTiled) and passed by value
+ * (__grid_constant__), as the driver's CUtensorMap: 128 opaque bytes aligned to 128. */
+#ifdef __cplusplus
+#define FFN_ALIGN128 alignas(128)
+#else
+#define FFN_ALIGN128 _Alignas(128)
+#endif
+typedef struct TmaMap {
+  FFN_ALIGN128 unsigned long long opaque[16];
+} TmaMap;
+typedef struct TmaMaps {
+  TmaMap a, b;
+} TmaMaps;
+
 /* Broadcast indexing of a load-time elementwise step: out has `rank` dims; sa/sb are element
  * strides of a and b per out dim (0 where that operand is broadcast). */
 typedef struct PrepIndex {
@@ -73,8 +89,10 @@ typedef struct PrepArgs {
 #ifdef __cplusplus
 } // namespace ffn
 static_assert(sizeof(ffn::KArgs) == 280, "KArgs layout: see kernels/abi.cuh");
+static_assert(sizeof(ffn::TmaMaps) == 256 && alignof(ffn::TmaMaps) == 128, "TmaMaps layout");
 #else
 _Static_assert(sizeof(KArgs) == 280, "KArgs layout: see kernels/abi.cuh");
+_Static_assert(sizeof(TmaMaps) == 256 && _Alignof(TmaMaps) == 128, "TmaMaps layout");
 #endif
 
 #endif /* FFN_KERNELS_ABI_H */

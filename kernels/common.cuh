@@ -249,6 +249,7 @@ struct GemmArgs {
   unsigned *counters; // one per output tile, zero at allocation; every launch leaves them zero
   const float *sa;    // fp8: [M] scales of A's rows
   const float *sb;    // fp8: [S*N] scales of B's rows (merged order)
+  const void *tma;    // gemm_sm90 with TMA: the kernel's TmaMaps argument (kernels/abi.cuh)
 };
 
 // fp8: scales v (the accumulators of row `row`, stream s in v[s], B rows brow + 8 s + {0, 1}).

@@ -8,15 +8,17 @@
  *     extern __shared__ __align__(128) char smem[];
  *     ffn::gemm_sm80<c->bm, c->bn, c->bk, c->wm, c->wn, c->stages, S, STATS, T>(g, epi, smem);  // FFN_GEMM_SM80
  *     ffn::gemm_simt<c->bm, c->bn, c->bk, c->wm, c->wn, S, STATS, T>(g, epi, smem);             // FFN_GEMM_SIMT
- *     ffn::gemm_sm90<c->bm, c->bn, c->bk, c->stages, S, STATS, T, c->bm / c->wm, c->min_blocks>(g, epi, smem);
- *                                                                                            // FFN_GEMM_SM90
+ *     ffn::gemm_sm90<c->bm, c->bn, c->bk, c->stages, S, STATS, T, c->bm / c->wm, c->min_blocks, TMA>(g, epi, smem);
+ *                                                       // FFN_GEMM_SM90 (TMA false), FFN_GEMM_SM90T (true)
  *     ffn::gemm_wq<BITS, c->bm, c->bn, c->bk, c->wn, c->wm, c->stages, S, STATS, T>(g, scales, group, epi, smem);
  *                                                                                            // FFN_GEMM_WQ
  *     ffn::gemm_wqd<BITS, c->bm, c->bn, c->wm, c->stages, S, STATS, T>(g, scales, group, epi, smem);
  *                                                                                            // FFN_GEMM_WQD
  *   }
  *
- * (FFN_GEMM_SM90 kernels must be compiled for sm_90a: NVRTC --gpu-architecture=sm_90a.)
+ * (FFN_GEMM_SM90 and SM90T kernels must be compiled for sm_90a: NVRTC --gpu-architecture=sm_90a.
+ * SM90T kernels take `const __grid_constant__ ffn::TmaMaps t` after their first argument, with
+ * g.tma = &t: the runtime encodes A's and B's tensor maps per launch, ffn_gemm_tma_box.)
  *
  * and at run time, for the actual M:
  *
@@ -62,9 +64,12 @@ typedef enum {
   FFN_GEMM_SM90P, /* kernel bench only: persistent FFN_GEMM_SM90 (kernels/bench/gemm_sm90_persistent.cuh):
                     wm == bm: the two consumer warpgroups ping-pong over whole tiles; wm == bm / 2:
                     they share each tile */
-  FFN_GEMM_WQD   /* FFN_GEMM_WQ's product at decode sizes (gemm_wqd.cuh): codes streamed into
+  FFN_GEMM_WQD,  /* FFN_GEMM_WQ's product at decode sizes (gemm_wqd.cuh): codes streamed into
                     registers, wm k tiles ahead per lane; stages: k tiles per chunk of
                     activations and scales (a multiple of wm) */
+  FFN_GEMM_SM90T /* FFN_GEMM_SM90 with its operands loaded by the Tensor Memory Accelerator: one
+                    producer thread, tensor maps of A and B as the kernel's second argument
+                    (kernels/abi.cuh: TmaMaps); same tiles, shared memory and grid as SM90 */
 } ffn_gemm_kind;
 
 typedef struct {
@@ -100,6 +105,12 @@ static inline const ffn_gemm_config *ffn_gemm_configs(int *count) {
       {"sm90_128x128x64", FFN_GEMM_SM90, 128, 128, 64, 64, 128, 6, 384, 1, 1, 512}, /* down at M 128-512; 199 KB */
       {"sm90_128x224x64", FFN_GEMM_SM90, 128, 224, 64, 64, 224, 4, 384, 1, 1, 512}, /* wide up at M 128-512; 183 KB */
       {"sm90_128x256x64", FFN_GEMM_SM90, 128, 256, 64, 64, 256, 4, 384, 1, 1, 0},   /* 476-606 TFLOP/s; 199 KB */
+      /* the same tiles with TMA loads: what the code generator compiles on sm_90 (the cp.async
+       * ones above stay for the kernel bench, which has no tensor maps) */
+      {"tma_64x128x64", FFN_GEMM_SM90T, 64, 128, 64, 64, 128, 4, 256, 2, 2, 64},
+      {"tma_128x128x64", FFN_GEMM_SM90T, 128, 128, 64, 64, 128, 6, 384, 1, 1, 512},
+      {"tma_128x224x64", FFN_GEMM_SM90T, 128, 224, 64, 64, 224, 4, 384, 1, 1, 512},
+      {"tma_128x256x64", FFN_GEMM_SM90T, 128, 256, 64, 64, 256, 4, 384, 1, 1, 0},
       /* weight-only quantized B (gemm_wq.cuh, mma.sync), every arch: bm tokens per CTA (n8 tiles
        * of the MMA), so that a decode step does not spend MMAs on empty rows; bn = 8 warps x 16
        * rows of B; bk = k per 512-byte tile of codes (32: i8, 64: i4); a ring of `st` stages of
@@ -138,7 +149,7 @@ static inline const ffn_gemm_config *ffn_gemm_configs(int *count) {
 /* Whether configuration c can multiply fp8 operands: gemm_sm90 sums them in 128-column chunks
  * (its fp8 "promotion"), so its width must be a multiple of 128. */
 static inline int ffn_gemm_config_takes(const ffn_gemm_config *c, int fp8) {
-  return !fp8 || c->kind != FFN_GEMM_SM90 || c->bn % 128 == 0;
+  return !fp8 || (c->kind != FFN_GEMM_SM90 && c->kind != FFN_GEMM_SM90T) || c->bn % 128 == 0;
 }
 
 static inline long long ffn_gemm_row_cost(const ffn_gemm_config *c, long long cols) {
@@ -180,7 +191,7 @@ static inline const ffn_gemm_config *ffn_gemm_pick_config(ffn_gemm_kind kind, in
  * and 2048 bytes for the mbarriers, the split-K flag and realigning the base to 1024 bytes. */
 static inline size_t ffn_gemm_smem_bytes(const ffn_gemm_config *c, int elem) {
   if (c->kind == FFN_GEMM_SM80) return (size_t)c->stages * (size_t)(c->bm + c->bn) * (size_t)c->bk * 2;
-  if (c->kind == FFN_GEMM_SM90)
+  if (c->kind == FFN_GEMM_SM90 || c->kind == FFN_GEMM_SM90T)
     return (size_t)c->stages * (size_t)(c->bm + c->bn) * (size_t)c->bk * 2 + (size_t)8 * c->bm + 2048;
   if (c->kind == FFN_GEMM_SM90P) /* gemm_sm90p_smem_bytes: statistics per warpgroup when ping-ponging */
     return (size_t)c->stages * (size_t)(c->bm + c->bn) * (size_t)c->bk * 2 + (size_t)8 * c->bm * (c->wm == c->bm ? 2 : 1) +
@@ -190,6 +201,14 @@ static inline size_t ffn_gemm_smem_bytes(const ffn_gemm_config *c, int elem) {
   if (c->kind == FFN_GEMM_WQD) /* gemm_wqd.cuh: chunks of activations and scales */
     return (size_t)wqd_smem_bytes(c->bm, c->bn, c->bk, c->stages, c->wm, elem);
   return ((size_t)2 * c->bk * (size_t)(c->bm + c->bn + 8) + (size_t)2 * c->bm) * 4;
+}
+
+/* The box (rows x 16-bit units) that one TMA load of operand A (b == 0) or B (b == 1) of an
+ * FFN_GEMM_SM90T configuration copies: a k-tile of the CTA's rows, 128 bytes wide (the 128-byte
+ * swizzle atom). */
+static inline void ffn_gemm_tma_box(const ffn_gemm_config *c, int b, unsigned box[2]) {
+  box[0] = (unsigned)c->bk;
+  box[1] = (unsigned)(b ? c->bn : c->bm);
 }
 
 static inline int ffn_gemm_tiles_m(const ffn_gemm_config *c, int M) { return (M + c->bm - 1) / c->bm; }
@@ -237,9 +256,10 @@ static inline int ffn_gemm_template_args(const ffn_gemm_config *c, int S, int ST
   case FFN_GEMM_SM80:
     return snprintf(buf, len, "%d, %d, %d, %d, %d, %d, %d, %d, %s", c->bm, c->bn, c->bk, c->wm, c->wn, c->stages, S,
                     STATS, T);
-  case FFN_GEMM_SM90: /* consumer warpgroups, then the CTAs per SM the launch bounds promise */
-    return snprintf(buf, len, "%d, %d, %d, %d, %d, %d, %s, %d, %d", c->bm, c->bn, c->bk, c->stages, S, STATS, T,
-                    c->bm / c->wm, c->min_blocks);
+  case FFN_GEMM_SM90: /* consumer warpgroups, the CTAs per SM the launch bounds promise, TMA */
+  case FFN_GEMM_SM90T:
+    return snprintf(buf, len, "%d, %d, %d, %d, %d, %d, %s, %d, %d, %s", c->bm, c->bn, c->bk, c->stages, S, STATS, T,
+                    c->bm / c->wm, c->min_blocks, c->kind == FFN_GEMM_SM90T ? "true" : "false");
   case FFN_GEMM_SM90P: /* ping-pong consumers when wm == bm */
     return snprintf(buf, len, "%d, %d, %d, %d, %d, %d, %s, %s", c->bm, c->bn, c->bk, c->stages, S, STATS, T,
                     c->wm == c->bm ? "true" : "false");

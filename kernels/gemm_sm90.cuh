@@ -32,6 +32,7 @@
 // with mma.sync, so with S == 2 the gate block (j even) and the up block (j + 1) of one output column
 // pair land in the same thread.
 #pragma once
+#include "abi.cuh"
 #include "common.cuh"
 
 namespace ffn {
@@ -78,6 +79,21 @@ __device__ __forceinline__ void mbar_arrive(u32 bar) {
 // of the barrier's expected arrivals (.noinc).
 __device__ __forceinline__ void cp_async_mbar_arrive(u32 bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+// TMA (TMA = true): the producer thread announces the bytes a stage will receive, then issues the
+// two bulk tensor copies, which complete that transaction count on the same barrier.
+__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+// Copies the box at (c0 = k in 16-bit units, c1 = row) of the tensor map at generic address `map`
+// (a __grid_constant__ kernel argument) into shared memory at dst, zero-filling outside the tensor.
+__device__ __forceinline__ void tma_load_2d(u32 dst, const void *map, int c0, int c1, u32 bar) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::"r"(dst),
+               "l"(map), "r"(c0), "r"(c1), "r"(bar)
+               : "memory");
+}
+__device__ __forceinline__ void tma_prefetch_map(const void *map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 __device__ __forceinline__ void fence_barrier_init() {
@@ -185,11 +201,13 @@ FFN_WGMMA_SS(256, fp8e5m2, "k32.f32.e5m2.e5m2", "1, 1")
 // ---- the GEMM -----------------------------------------------------------------------------------
 
 // CWG: consumer warpgroups (BM / CWG rows each). CTAS: the kernel's __launch_bounds__ minimum
-// blocks per SM. With CWG == 2 it must be 1: the CTA then starts with 168 registers per thread and
+// blocks per SM. TMA: one producer thread loads each stage with two TMA copies through the tensor
+// maps at g.tma (kernels/abi.cuh: TmaMaps; boxes of BK x BM and BK x BN 16-bit units, 128-byte
+// swizzle, zero fill outside the tensors) instead of 128 threads issuing 16-byte cp.async. With CWG == 2 it must be 1: the CTA then starts with 168 registers per thread and
 // setmaxnreg splits them 48 (producer) / 224 (consumers); at 2 CTAs/SM (80 registers at entry)
 // ptxas cannot compile a wgmma m64n128 at all. With CWG == 1 (256 threads) no setmaxnreg is needed.
 template <int BM, int BN, int BK, int STAGES, int S, int STATS, class T, int CWG = (BM >= 128 ? 2 : 1), int CTAS = 1,
-          class Epi>
+          bool TMA = false, class Epi>
 __device__ __forceinline__ void gemm_sm90(const GemmArgs &g, const Epi &epi, char *smem) {
   constexpr int WG_M = BM / CWG, MI = WG_M / 64; // rows per consumer warpgroup, m64 wgmmas per k-step
   constexpr int NC = 128 * CWG;                  // consumer threads
@@ -237,7 +255,7 @@ __device__ __forceinline__ void gemm_sm90(const GemmArgs &g, const Epi &epi, cha
   if (tid == 0) {
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
-      mbar_init(bars + 8 * s, 128);                    // one arrival per producer thread
+      mbar_init(bars + 8 * s, TMA ? 1 : 128);          // one arrival per producer thread
       mbar_init(bars + 8 * (STAGES + s), 4 * CWG);     // one arrival per consumer warp
     }
     fence_barrier_init();
@@ -247,6 +265,24 @@ __device__ __forceinline__ void gemm_sm90(const GemmArgs &g, const Epi &epi, cha
   if (wg == 0) {
     // ---------------- producer warpgroup ----------------
     if (CWG == 2) setmaxnreg_dec<48>(); // 48 x 128 + 224 x 256 <= 168 x 384: the CTA's registers
+    if constexpr (TMA) {
+      if (tid != 0) return;
+      const TmaMaps *t = (const TmaMaps *)g.tma;
+      tma_prefetch_map(&t->a);
+      tma_prefetch_map(&t->b);
+      int s = 0;
+      u32 phase = 0;
+      for (int j = 0; j < nk; ++j) {
+        if (j >= STAGES) mbar_wait(bars + 8 * (STAGES + s), phase ^ 1u); // consumers released k-tile j - STAGES
+        const u32 full = bars + 8 * s, dst = sbase + s * STAGE;
+        const int kc = (kt0 + j) * BK;
+        mbar_expect_tx(full, STAGE);
+        tma_load_2d(dst, &t->a, kc, m0, full);
+        tma_load_2d(dst + A_BYTES, &t->b, kc, n0, full);
+        if (++s == STAGES) s = 0, phase ^= 1u;
+      }
+      return;
+    }
     // Thread copies chunk `ch` of rows r0, r0 + RPP, ... of each tile (as in gemm_sm80).
     const int ch = tid % CPR, r0 = tid / CPR;
     const U *__restrict__ Ag = (const U *)g.A;
@@ -307,7 +343,7 @@ __device__ __forceinline__ void gemm_sm90(const GemmArgs &g, const Epi &epi, cha
       int prev = 0;
       for (int j = 0; j < nk; ++j) {
         mbar_wait(bars + 8 * s, phase);
-        fence_proxy_async();
+        if (!TMA) fence_proxy_async();
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BK / 16; ++kk)
@@ -354,7 +390,7 @@ __device__ __forceinline__ void gemm_sm90(const GemmArgs &g, const Epi &epi, cha
       float tmp[64];
       for (int j = 0; j < nk; ++j) {
         mbar_wait(bars + 8 * s, phase);
-        fence_proxy_async();
+        if (!TMA) fence_proxy_async();
 #pragma unroll
         for (int c = 0; c < BN / 128; ++c) {
           wgmma_fence();
@@ -485,7 +521,7 @@ __device__ __forceinline__ void gemm_sm90(const GemmArgs &g, const Epi &epi, cha
 #else // not sm_90a
 
 template <int BM, int BN, int BK, int STAGES, int S, int STATS, class T, int CWG = (BM >= 128 ? 2 : 1), int CTAS = 1,
-          class Epi>
+          bool TMA = false, class Epi>
 __device__ __forceinline__ void gemm_sm90(const GemmArgs &, const Epi &, char *) {
   static_assert(sizeof(T) == 0, "gemm_sm90 needs the sm_90a target (--gpu-architecture=sm_90a)");
 }

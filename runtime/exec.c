@@ -629,6 +629,31 @@ static ffn_status allreduce(ExecRun *run, const PlanStep *ps) {
   return FFN_OK;
 }
 
+/* The tensor map of a TMA GEMM's operand (b: 0 for A, 1 for B): a row-major [rows, K] matrix of
+ * 16-bit units (fp8 codes in pairs) at ptr, loaded in the configuration's boxes with the 128-byte
+ * swizzle the wgmma descriptors expect, zeros outside. */
+static ffn_status tma_map(const ffn_model *m, const PlanKernel *k, const ffn_gemm_config *c, int b, CUdeviceptr ptr,
+                          long long rows, TmaMap *map) {
+  _Static_assert(sizeof(TmaMap) == sizeof(CUtensorMap) && _Alignof(TmaMap) == _Alignof(CUtensorMap),
+                 "TmaMap is a CUtensorMap");
+  unsigned box[2];
+  ffn_gemm_tma_box(c, b, box);
+  cuuint64_t dims[2] = {(cuuint64_t)k->k, (cuuint64_t)rows}, stride[1] = {(cuuint64_t)k->k * 2};
+  cuuint32_t boxd[2] = {box[0], box[1]}, estride[2] = {1, 1};
+  CUresult r = m->cu->cuTensorMapEncodeTiled((CUtensorMap *)map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, (void *)ptr, dims,
+                                             stride, boxd, estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r == CUDA_SUCCESS)
+    return FFN_OK;
+  const char *name = NULL;
+  m->cu->cuGetErrorName(r, &name);
+  return rt_error(FFN_ERR_CUDA,
+                  "cuTensorMapEncodeTiled failed: %s (operand %c of a matrix product: %lld x %lld 16-bit units at %#llx, "
+                  "%s tiles; TMA needs a 16-byte aligned address)",
+                  name ? name : "?", b ? 'B' : 'A', rows, (long long)k->k, (unsigned long long)ptr, c->name);
+}
+
 ffn_status exec_step(ExecRun *run, int s) {
   ffn_model *m = run->m;
   const Plan *p = m->prog->plan;
@@ -669,7 +694,15 @@ ffn_status exec_step(ExecRun *run, int s) {
   else
     grid[0] = (unsigned)(c.m < 1 ? 1 : c.m < (int64_t)m->sms * 16 ? c.m : (int64_t)m->sms * 16);
   CUfunction f = m->funcs[m->func_base[ps->kernel] + (int)(c.v - k->variants)];
-  void *params[] = {&args};
+  TmaMaps maps;
+  void *params[] = {&args, &maps};
+  if (c.v->cfg.kind == FFN_GEMM_SM90T) {
+    ffn_status st = tma_map(m, k, &c.v->cfg, 0, run->ptr[ps->args[0]], c.m, &maps.a);
+    if (st == FFN_OK)
+      st = tma_map(m, k, &c.v->cfg, 1, run->ptr[ps->args[1]], (long long)k->streams * k->n, &maps.b);
+    if (st != FFN_OK)
+      return st;
+  }
   r = m->cu->cuLaunchKernel(f, grid[0], grid[1], grid[2], (unsigned)c.v->threads, 1, 1, (unsigned)c.v->smem, run->stream,
                          params, NULL);
   return r == CUDA_SUCCESS ? FFN_OK : cu_fail(m->cu, r, "cu->cuLaunchKernel()");

@@ -32,7 +32,8 @@ ffn_status rt_error(ffn_status s, const char *fmt, ...) __attribute__((format(pr
   X(cuStreamEndCapture) X(cuGraphInstantiate) X(cuGraphLaunch) X(cuGraphExecDestroy)                  \
   X(cuGraphDestroy) X(cuEventCreate) X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize)           \
   X(cuEventElapsedTime) X(cuEventDestroy) X(cuGetErrorName) X(cuGetErrorString)                       \
-  X(cuPointerGetAttribute) X(cuStreamWaitEvent) X(cuStreamIsCapturing)
+  X(cuPointerGetAttribute) X(cuStreamWaitEvent) X(cuStreamIsCapturing)    \
+  X(cuTensorMapEncodeTiled)
 
 typedef struct {
 #define X(f) __typeof__(&f) f;

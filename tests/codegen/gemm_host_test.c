@@ -25,7 +25,7 @@ enum { SM90_BLOCK = 232448, SM80_BLOCK = 166912, SM_TOTAL = 233472, RESERVED = 1
 static void check_smem(const ffn_gemm_config *c) {
   for (int elem = 2; elem <= 4; elem += 2) {
     size_t smem = ffn_gemm_smem_bytes(c, elem);
-    bool sm80 = c->kind != FFN_GEMM_SM90 && c->kind != FFN_GEMM_SM90P;
+    bool sm80 = c->kind != FFN_GEMM_SM90 && c->kind != FFN_GEMM_SM90P && c->kind != FFN_GEMM_SM90T;
     CHECK(smem <= (size_t)(sm80 ? SM80_BLOCK : SM90_BLOCK), "%s: %zu bytes of shared memory (%d-byte A)", c->name, smem,
           elem);
     if (elem == 2 && c->ctas_per_sm > 0)

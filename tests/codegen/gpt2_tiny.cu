@@ -59,7 +59,7 @@ extern "C" __global__ void __launch_bounds__(128, 4) k0_simt_32x64x16(const __gr
   extern __shared__ __align__(128) char smem[];
   ffn::GemmArgs g;
   g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 512; g.K = 128;
-  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters;
+  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = nullptr;
   const Epi_k0 epi{&a};
   ffn::gemm_simt<32, 64, 16, 4, 4, 1, 2, float>(g, epi, smem);
 }
@@ -67,7 +67,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) k0_simt_128x64x8(const __gr
   extern __shared__ __align__(128) char smem[];
   ffn::GemmArgs g;
   g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 512; g.K = 128;
-  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters;
+  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = nullptr;
   const Epi_k0 epi{&a};
   ffn::gemm_simt<128, 64, 8, 8, 4, 1, 2, float>(g, epi, smem);
 }
@@ -101,7 +101,7 @@ extern "C" __global__ void __launch_bounds__(128, 4) k1_simt_32x64x16(const __gr
   extern __shared__ __align__(128) char smem[];
   ffn::GemmArgs g;
   g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 128; g.K = 512;
-  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters;
+  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = nullptr;
   const Epi_k1 epi{&a};
   ffn::gemm_simt<32, 64, 16, 4, 4, 1, 0, float>(g, epi, smem);
 }
@@ -109,7 +109,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) k1_simt_128x64x8(const __gr
   extern __shared__ __align__(128) char smem[];
   ffn::GemmArgs g;
   g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 128; g.K = 512;
-  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters;
+  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = nullptr;
   const Epi_k1 epi{&a};
   ffn::gemm_simt<128, 64, 8, 8, 4, 1, 0, float>(g, epi, smem);
 }

@@ -53,7 +53,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) k0_sm80_16x128x128(const __
   extern __shared__ __align__(128) char smem[];
   ffn::GemmArgs g;
   g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 704; g.K = 256;
-  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters;
+  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = nullptr;
   const Epi_k0 epi{&a};
   ffn::gemm_sm80<16, 128, 128, 16, 32, 3, 2, 1, ffn::bf16>(g, epi, smem);
 }
@@ -61,7 +61,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) k0_sm80_32x128x64(const __g
   extern __shared__ __align__(128) char smem[];
   ffn::GemmArgs g;
   g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 704; g.K = 256;
-  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters;
+  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = nullptr;
   const Epi_k0 epi{&a};
   ffn::gemm_sm80<32, 128, 64, 32, 32, 4, 2, 1, ffn::bf16>(g, epi, smem);
 }
@@ -69,25 +69,25 @@ extern "C" __global__ void __launch_bounds__(128, 1) k0_sm80_64x128x64(const __g
   extern __shared__ __align__(128) char smem[];
   ffn::GemmArgs g;
   g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 704; g.K = 256;
-  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters;
+  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = nullptr;
   const Epi_k0 epi{&a};
   ffn::gemm_sm80<64, 128, 64, 32, 64, 4, 2, 1, ffn::bf16>(g, epi, smem);
 }
-extern "C" __global__ void __launch_bounds__(384, 1) k0_sm90_128x128x64(const __grid_constant__ ffn::KArgs a) {
+extern "C" __global__ void __launch_bounds__(384, 1) k0_tma_128x128x64(const __grid_constant__ ffn::KArgs a, const __grid_constant__ ffn::TmaMaps t) {
   extern __shared__ __align__(128) char smem[];
   ffn::GemmArgs g;
   g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 704; g.K = 256;
-  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters;
+  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = &t;
   const Epi_k0 epi{&a};
-  ffn::gemm_sm90<128, 128, 64, 6, 2, 1, ffn::bf16, 2, 1>(g, epi, smem);
+  ffn::gemm_sm90<128, 128, 64, 6, 2, 1, ffn::bf16, 2, 1, true>(g, epi, smem);
 }
-extern "C" __global__ void __launch_bounds__(384, 1) k0_sm90_128x256x64(const __grid_constant__ ffn::KArgs a) {
+extern "C" __global__ void __launch_bounds__(384, 1) k0_tma_128x256x64(const __grid_constant__ ffn::KArgs a, const __grid_constant__ ffn::TmaMaps t) {
   extern __shared__ __align__(128) char smem[];
   ffn::GemmArgs g;
   g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 704; g.K = 256;
-  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters;
+  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = &t;
   const Epi_k0 epi{&a};
-  ffn::gemm_sm90<128, 256, 64, 4, 2, 0, ffn::bf16, 2, 1>(g, ffn::WithRowStats<Epi_k0, 2>{epi, a.rowstats}, smem);
+  ffn::gemm_sm90<128, 256, 64, 4, 2, 0, ffn::bf16, 2, 1, true>(g, ffn::WithRowStats<Epi_k0, 2>{epi, a.rowstats}, smem);
 }
 
 // kernel k1: GEMM, 1 stream of 256 columns, K = 704, tensor cores; from examples/llama3_tiny.ffn:19
@@ -117,7 +117,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) k1_sm80_16x128x128(const __
   extern __shared__ __align__(128) char smem[];
   ffn::GemmArgs g;
   g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 256; g.K = 704;
-  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters;
+  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = nullptr;
   const Epi_k1 epi{&a};
   ffn::gemm_sm80<16, 128, 128, 16, 32, 3, 1, 0, ffn::bf16>(g, epi, smem);
 }
@@ -125,7 +125,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) k1_sm80_32x128x64(const __g
   extern __shared__ __align__(128) char smem[];
   ffn::GemmArgs g;
   g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 256; g.K = 704;
-  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters;
+  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = nullptr;
   const Epi_k1 epi{&a};
   ffn::gemm_sm80<32, 128, 64, 32, 32, 4, 1, 0, ffn::bf16>(g, epi, smem);
 }
@@ -133,24 +133,24 @@ extern "C" __global__ void __launch_bounds__(128, 1) k1_sm80_64x128x64(const __g
   extern __shared__ __align__(128) char smem[];
   ffn::GemmArgs g;
   g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 256; g.K = 704;
-  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters;
+  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = nullptr;
   const Epi_k1 epi{&a};
   ffn::gemm_sm80<64, 128, 64, 32, 64, 4, 1, 0, ffn::bf16>(g, epi, smem);
 }
-extern "C" __global__ void __launch_bounds__(384, 1) k1_sm90_128x128x64(const __grid_constant__ ffn::KArgs a) {
+extern "C" __global__ void __launch_bounds__(384, 1) k1_tma_128x128x64(const __grid_constant__ ffn::KArgs a, const __grid_constant__ ffn::TmaMaps t) {
   extern __shared__ __align__(128) char smem[];
   ffn::GemmArgs g;
   g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 256; g.K = 704;
-  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters;
+  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = &t;
   const Epi_k1 epi{&a};
-  ffn::gemm_sm90<128, 128, 64, 6, 1, 0, ffn::bf16, 2, 1>(g, epi, smem);
+  ffn::gemm_sm90<128, 128, 64, 6, 1, 0, ffn::bf16, 2, 1, true>(g, epi, smem);
 }
-extern "C" __global__ void __launch_bounds__(384, 1) k1_sm90_128x256x64(const __grid_constant__ ffn::KArgs a) {
+extern "C" __global__ void __launch_bounds__(384, 1) k1_tma_128x256x64(const __grid_constant__ ffn::KArgs a, const __grid_constant__ ffn::TmaMaps t) {
   extern __shared__ __align__(128) char smem[];
   ffn::GemmArgs g;
   g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 256; g.K = 704;
-  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters;
+  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = &t;
   const Epi_k1 epi{&a};
-  ffn::gemm_sm90<128, 256, 64, 4, 1, 0, ffn::bf16, 2, 1>(g, epi, smem);
+  ffn::gemm_sm90<128, 256, 64, 4, 1, 0, ffn::bf16, 2, 1, true>(g, epi, smem);
 }
 exit: 0

@@ -40,7 +40,7 @@ static double clock_us;
 static double event_at[64];
 static int nevents;
 static const Plan *sim_plan; /* the program whose kernels are launched */
-static int launches, bad_launches;
+static int launches, bad_launches, tma_launches;
 
 static const Block *find_block(CUdeviceptr p, size_t n) {
   for (int i = 0; i < nblocks; i++)
@@ -96,6 +96,28 @@ static double synthetic_us(const ffn_gemm_config *c, int splits, bool rule) {
   return rule ? 100 : 130;
 }
 
+/* Tensor maps: the simulated driver keeps what it was asked for in the opaque words (address,
+ * K units, rows, box), so that a launch can check them against its arguments. */
+static CUresult sim_tmap(CUtensorMap *map, CUtensorMapDataType t, cuuint32_t rank, void *addr, const cuuint64_t *dims,
+                         const cuuint64_t *strides, const cuuint32_t *box, const cuuint32_t *estrides,
+                         CUtensorMapInterleave il, CUtensorMapSwizzle sw, CUtensorMapL2promotion l2,
+                         CUtensorMapFloatOOBfill oob) {
+  (void)l2, (void)oob;
+  if (t != CU_TENSOR_MAP_DATA_TYPE_UINT16 || rank != 2 || ((uintptr_t)addr & 15) || strides[0] != dims[0] * 2 ||
+      estrides[0] != 1 || estrides[1] != 1 || il != CU_TENSOR_MAP_INTERLEAVE_NONE || sw != CU_TENSOR_MAP_SWIZZLE_128B ||
+      box[0] * 2 != 128 || box[1] > 256)
+    return CUDA_ERROR_INVALID_VALUE;
+  memset(map, 0, sizeof *map);
+  map->opaque[0] = (cuuint64_t)(uintptr_t)addr, map->opaque[1] = dims[0], map->opaque[2] = dims[1];
+  map->opaque[3] = box[0], map->opaque[4] = box[1];
+  return CUDA_SUCCESS;
+}
+
+static bool tmap_ok(const TmaMap *m, const void *addr, int64_t k, int64_t rows, int box_rows) {
+  return m->opaque[0] == (cuuint64_t)(uintptr_t)addr && m->opaque[1] == (cuuint64_t)k && m->opaque[2] == (cuuint64_t)rows &&
+         m->opaque[4] == (cuuint64_t)box_rows;
+}
+
 static CUresult sim_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                            unsigned smem, CUstream s, void **params, void **extra) {
   (void)by, (void)bz, (void)s, (void)extra, (void)gy;
@@ -134,6 +156,11 @@ static CUresult sim_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, 
   ok &= ws == 0 || find_block((CUdeviceptr)(uintptr_t)a->ws, ws) != NULL;
   ok &= find_block((CUdeviceptr)(uintptr_t)a->counters, tiles) != NULL;
   ok &= !kv->ext_stats || find_block((CUdeviceptr)(uintptr_t)a->rowstats, (size_t)M * 8) != NULL;
+  if (kv->cfg.kind == FFN_GEMM_SM90T) { /* A's and B's tensor maps, as the kernel will read them */
+    const TmaMaps *t = params[1];
+    ok &= tmap_ok(&t->a, a->p[0], pk->k, M, kv->cfg.bm) && tmap_ok(&t->b, a->p[1], pk->k, (int64_t)S * N, kv->cfg.bn);
+    tma_launches++;
+  }
   if (!ok && bad_launches++ < 5)
     fprintf(stderr, "bad launch of k%d %s: M %d splits %d grid %u,%u,%u\n", k, kv->cfg.name, M, a->splits, gx, gy, gz);
   LaunchChoice rule = exec_heuristic(pk, M, 132);
@@ -194,6 +221,7 @@ static CuApi sim_api(void) {
   cu.cuMemcpyHtoD = sim_htod;
   cu.cuMemsetD8Async = sim_memset;
   cu.cuLaunchKernel = sim_launch;
+  cu.cuTensorMapEncodeTiled = sim_tmap;
   cu.cuDeviceGetName = sim_name;
   cu.cuGetErrorName = sim_error_text;
   cu.cuGetErrorString = sim_error_text;
@@ -298,7 +326,7 @@ static void check_model(const char *path, const char *dir) {
   CuApi cu = sim_api();
   ffn_model *m = sim_model(&prog, &cu);
   int files_before = tune_files(dir), blocks_before = live_blocks;
-  progress_calls = progress_bad = launches = bad_launches = nevents = 0;
+  progress_calls = progress_bad = launches = bad_launches = tma_launches = nevents = 0;
   static const int64_t rows[] = {1, 16, 64, 128, 1000, 2048}; /* host memory backs the operands */
   /* refused before anything runs: bad row counts, too many, a model not prepared */
   static const int64_t zero[] = {16, 0}, huge[] = {1, 2147483648LL};
@@ -317,6 +345,12 @@ static void check_model(const char *path, const char *dir) {
   CHECK(progress_calls == gemms && progress_bad == 0, "%s: %d progress calls, %d wrong choices", path, progress_calls,
         progress_bad);
   CHECK(launches > 0 && bad_launches == 0, "%s: %d of %d launches wrong", path, bad_launches, launches);
+  int tma_variants = 0;
+  for (int k = 0; k < plan->nkernels; k++)
+    for (int v = 0; v < plan->kernels[k].nvariants; v++)
+      tma_variants += plan->kernels[k].variants[v].cfg.kind == FFN_GEMM_SM90T;
+  CHECK((tma_variants > 0) == (tma_launches > 0), "%s: %d TMA kernels, %d launches of them", path, tma_variants,
+        tma_launches);
   CHECK(live_blocks == blocks_before, "%s: %d device allocations left", path, live_blocks - blocks_before);
   /* a file per GEMM kernel (two models may share a kernel, and then its file: without images
    * here, llama3_8b_layer and llama3_8b_4layers do) */
