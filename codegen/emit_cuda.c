@@ -164,7 +164,9 @@ static const char *load(Kgen *k, Scope *s, Node *o) {
   else
     snprintf(idx, sizeof idx, "row"); /* per row */
   char *var = arena_printf(g->arena, "l%d", k->nvars++);
-  buf_printf(s->out, "%sconst float %s = ffn::ld_%s(a->p[%d], %s);\n", s->indent, var, ty, sl, idx);
+  /* constants through the read-only path, free to be hoisted and merged (ewise.cuh: ldc_) */
+  buf_printf(s->out, "%sconst float %s = ffn::ld%s_%s(a->p[%d], %s);\n", s->indent, var, ir_is_const(o) ? "c" : "", ty,
+             sl, idx);
   return memo_put(&s->memo, o->id, var);
 }
 
@@ -395,6 +397,7 @@ void emit_gemm_entry(Kgen *k, const ffn_gemm_config *c, bool ext, Buf *body) {
   int64_t K = gr->a->shape.d[gr->a->shape.rank - 1].size;
   const char *tmpl = c->kind == FFN_GEMM_SM80   ? "gemm_sm80"
                      : c->kind == FFN_GEMM_SM90 || c->kind == FFN_GEMM_SM90T ? "gemm_sm90"
+                     : c->kind == FFN_GEMM_SM90P                             ? "gemm_sm90_persistent"
                      : c->kind == FFN_GEMM_WQ   ? "gemm_wq"
                      : c->kind == FFN_GEMM_WQD  ? "gemm_wqd"
                                                 : "gemm_simt";
@@ -410,7 +413,7 @@ void emit_gemm_entry(Kgen *k, const ffn_gemm_config *c, bool ext, Buf *body) {
   char extra[64] = ""; /* gemm_wq, gemm_wqd: the scales (slot 2) and the i4 group length */
   if (c->kind == FFN_GEMM_WQ || c->kind == FFN_GEMM_WQD)
     snprintf(extra, sizeof extra, "(const float *)a.p[2], %d, ", k->wq_group);
-  bool tma = c->kind == FFN_GEMM_SM90T; /* A's and B's tensor maps: the second argument */
+  bool tma = c->kind == FFN_GEMM_SM90T || c->kind == FFN_GEMM_SM90P; /* A's and B's tensor maps: the second argument */
   buf_printf(body,
              "extern \"C\" __global__ void __launch_bounds__(%d, %d) @_%s(const __grid_constant__ ffn::KArgs a%s) {\n"
              "  extern __shared__ __align__(128) char smem[];\n"
@@ -584,7 +587,7 @@ void emit_prelude(Gen *G) {
 #undef X
   buf_puts(&G->src, "#include \"ewise.cuh\"\n#include \"gemm_sm80.cuh\"\n#include \"gemm_simt.cuh\"\n#include \"runtime.cuh\"\n");
   if (G->c->arch == 90)
-    buf_puts(&G->src, "#include \"gemm_sm90.cuh\"\n");
+    buf_puts(&G->src, "#include \"gemm_sm90.cuh\"\n#include \"gemm_sm90p.cuh\"\n");
   if (G->g->prec.type[PREC_WEIGHTS] != DT_NONE)
     buf_puts(&G->src, "#include \"gemm_wqd.cuh\"\n"); /* and gemm_wq.cuh */
   for (int i = 0; i < G->c->ngroups; i++)

@@ -385,7 +385,7 @@ static bool config_used(const ffn_gemm_config *c, bool tc, bool hopper, int wq_b
   if (!tc)
     return c->kind == FFN_GEMM_SIMT;
   if (hopper)
-    return (c->kind == FFN_GEMM_SM80 && small) || (c->kind == FFN_GEMM_SM90T && !small);
+    return (c->kind == FFN_GEMM_SM80 && small) || (c->kind == FFN_GEMM_SM90T && !small) || c->kind == FFN_GEMM_SM90P;
   return c->kind == FFN_GEMM_SM80;
 }
 

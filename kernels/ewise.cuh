@@ -10,14 +10,31 @@ namespace ffn {
 
 // KArgs, the argument block of every generated kernel, is in abi.cuh.
 
+// Loads of constants (weights and what ffn_model_prepare derives from them), which no kernel
+// writes: a non-volatile asm without a memory clobber, so the compiler may hoist them above stores
+// and merge repeated ones (a GEMM epilogue reads each column's bias once for all its rows instead
+// of after every store).
+__device__ __forceinline__ float ldc_f32(const void *p, long long i) {
+  float v;
+  asm("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"((const float *)p + i));
+  return v;
+}
+__device__ __forceinline__ u16 ldc_u16(const void *p, long long i) {
+  unsigned short v;
+  asm("ld.global.nc.u16 %0, [%1];" : "=h"(v) : "l"((const u16 *)p + i));
+  return v;
+}
+__device__ __forceinline__ float ldc_bf16(const void *p, long long i) { return bf16_bits_to_f32(ldc_u16(p, i)); }
+__device__ __forceinline__ float ldc_f16(const void *p, long long i) { return f16_bits_to_f32(ldc_u16(p, i)); }
+
 // An epilogue whose row statistics come from memory (ffn_row_stats, runtime.cuh) rather than from
 // the GEMM, which then runs with STATS = 0: for large M, where every column of tiles would
-// recompute them.
+// recompute them. They were written by an earlier launch, so the read-only loads (ldc_) apply.
 template <class Epi, int S> struct WithRowStats {
   const Epi &epi;
   const float *stats;
   __device__ __forceinline__ void operator()(int row, int col, int ncols, const float (&v)[S][2], float, float) const {
-    epi(row, col, ncols, v, stats[2 * row], stats[2 * row + 1]);
+    epi(row, col, ncols, v, ldc_f32(stats, 2 * row), ldc_f32(stats, 2 * row + 1));
   }
 };
 

@@ -40,9 +40,7 @@
  * (x, 1, 1); ffn_gemm_launch_grid gives min(items, num_sms * ctas_per_sm), and ffn_gemm_grid, which
  * does not know the SM count, one CTA per item (correct, but without the persistence).
  *
- * FFN_GEMM_SM90P is the kernel bench's alone (kernels/bench/gemm_sm90_persistent.cuh, not embedded
- * into ffnc): no configuration of ffn_gemm_configs has that kind, so the code generator never
- * emits one (kernels/NOTES.md: the whole sublayer was slower with it).
+ * FFN_GEMM_SM90P kernels (gemm_sm90p.cuh) take the tensor maps as SM90T kernels do.
  */
 #ifndef FFN_KERNELS_GEMM_HOST_H
 #define FFN_KERNELS_GEMM_HOST_H
@@ -61,9 +59,9 @@ typedef enum {
                     bk: k per 512-byte tile of codes (32: i8, 64: i4), wn: B rows per warp (16),
                     stages: stages of wm k tiles in the cp.async ring of codes, scales and
                     activations */
-  FFN_GEMM_SM90P, /* kernel bench only: persistent FFN_GEMM_SM90 (kernels/bench/gemm_sm90_persistent.cuh):
-                    wm == bm: the two consumer warpgroups ping-pong over whole tiles; wm == bm / 2:
-                    they share each tile */
+  FFN_GEMM_SM90P, /* persistent FFN_GEMM_SM90T (gemm_sm90p.cuh, TMA, 16-bit operands): wm == bm:
+                    the two consumer warpgroups ping-pong over whole tiles; wm == bm / 2: they
+                    share each tile */
   FFN_GEMM_WQD,  /* FFN_GEMM_WQ's product at decode sizes (gemm_wqd.cuh): codes streamed into
                     registers, wm k tiles ahead per lane; stages: k tiles per chunk of
                     activations and scales (a multiple of wm) */
@@ -110,6 +108,12 @@ static inline const ffn_gemm_config *ffn_gemm_configs(int *count) {
       {"tma_64x128x64", FFN_GEMM_SM90T, 64, 128, 64, 64, 128, 4, 256, 2, 2, 64},
       {"tma_128x128x64", FFN_GEMM_SM90T, 128, 128, 64, 64, 128, 6, 384, 1, 1, 512},
       {"tma_128x224x64", FFN_GEMM_SM90T, 128, 224, 64, 64, 224, 4, 384, 1, 1, 512},
+      /* persistent (one CTA per SM looping over tiles), 16-bit operands: ping-pong hides each
+       * tile's epilogue behind the other warpgroup's main loop, cooperative only the fill. From
+       * 513 rows ping-pong is the rule (H200: 8B sublayer 1024 / 8192 tokens 466 / 3599 us
+       * against 501 / 4023 non-persistent); fp8 products keep tma_128x256x64 */
+      {"tmap_pp_128x128x64", FFN_GEMM_SM90P, 128, 128, 64, 128, 128, 6, 384, 1, 1, 0},
+      {"tmap_coop_128x256x64", FFN_GEMM_SM90P, 128, 256, 64, 64, 256, 4, 384, 1, 1, 0},
       {"tma_128x256x64", FFN_GEMM_SM90T, 128, 256, 64, 64, 256, 4, 384, 1, 1, 0},
       /* weight-only quantized B (gemm_wq.cuh, mma.sync), every arch: bm tokens per CTA (n8 tiles
        * of the MMA), so that a decode step does not spend MMAs on empty rows; bn = 8 warps x 16
@@ -131,8 +135,6 @@ static inline const ffn_gemm_config *ffn_gemm_configs(int *count) {
       {"wq4_16", FFN_GEMM_WQ, 16, 128, 64, 2, 16, 5, 256, 3, 3, 16}, /* 71 KB */
       {"wq4_32", FFN_GEMM_WQ, 32, 128, 64, 2, 16, 5, 256, 2, 2, 32}, /* 92 KB */
       {"wq4_64", FFN_GEMM_WQ, 64, 128, 64, 2, 16, 6, 256, 1, 1, 0},  /* 157 KB */
-      /* (The persistent sm90p_pp_128x128x64 was here until the whole-sublayer trial: faster alone
-       * from M 4096, slower in the model. It is a candidate of kernels/bench/gemm_bench.c now.) */
   };
   if (count) *count = (int)(sizeof table / sizeof table[0]);
   return table;
@@ -161,9 +163,9 @@ static inline int ffn_gemm_config_fits(const ffn_gemm_config *c, long long cols,
   int n;
   const ffn_gemm_config *t = ffn_gemm_configs(&n);
   for (int i = 0; i < n; i++) {
-    /* alternatives: the same kind, regime, row tile and k step, another width the element type
+    /* alternatives: the same kind, regime, row tile, k step and warpgroup split, another width the element type
      * can use (ffn_gemm_config_takes) */
-    if (&t[i] == c || t[i].kind != c->kind || t[i].max_m != c->max_m || t[i].bm != c->bm || t[i].bk != c->bk ||
+    if (&t[i] == c || t[i].kind != c->kind || t[i].max_m != c->max_m || t[i].bm != c->bm || t[i].bk != c->bk || t[i].wm != c->wm ||
         !ffn_gemm_config_takes(&t[i], fp8))
       continue;
     long long other = ffn_gemm_row_cost(&t[i], cols), mine = ffn_gemm_row_cost(c, cols);

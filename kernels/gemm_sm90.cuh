@@ -198,6 +198,121 @@ FFN_WGMMA_SS(256, fp8e5m2, "k32.f32.e5m2.e5m2", "1, 1")
 // (m64n224: the mid-M tile for wide gate/up products, one wave of 128 x 224 tiles where 128 x 128
 // tiles would need 1.7; kernels/gemm_host.h, ffn_gemm_config_fits.)
 
+// ---- split-K and epilogue, shared with the persistent kernel (gemm_sm90p.cuh) ---------------------
+//
+// The accumulator fragment of a consumer warpgroup (rows row_base + 64 i + 16 warp + lane / 4 (+ 8)
+// of the tile) is what both take; `tt` is the thread among the `nt` threads that own the tile, `bar`
+// their named barrier.
+
+// Split-K: every split stores its partials and row statistics to its slab of g.ws; the CTA that
+// arrives last for `tile` (the counter is left zero) sums them in split order into acc and rowstat
+// and returns true; the others return false.
+template <int BM, int BN, int MI, int STATS>
+__device__ __forceinline__ bool sm90_splitk(const GemmArgs &g, float (&acc)[MI][BN / 2], float *rowstat, u32 *flag,
+                                            int tile, int z, int m0, int row_base, int tt, int nt, int bar) {
+  constexpr int NB = BN / 8, SLAB = BM * BN + 2 * BM;
+  const int lane = threadIdx.x & 31, warp = (threadIdx.x & 127) >> 5, splits = g.splits, M = g.M;
+  float *slab = g.ws + ((size_t)tile * splits + z) * SLAB;
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (m0 + row_base + i * 64 + warp * 16 + (lane >> 2) + h * 8 >= M) continue;
+#pragma unroll
+      for (int j = 0; j < NB; ++j)
+        st_cg_f2(slab + 2 * (((i * NB + j) * 2 + h) * nt + tt), acc[i][4 * j + 2 * h], acc[i][4 * j + 2 * h + 1]);
+    }
+  if (STATS)
+    for (int r = tt; r < BM; r += nt) {
+      slab[BM * BN + r] = rowstat[r];
+      slab[BM * BN + BM + r] = rowstat[BM + r];
+    }
+  // arrival (gemm_splitk_arrive for the tile's consumer threads only: the producer has left)
+  __threadfence();
+  named_bar_sync(bar, nt);
+  if (tt == 0) {
+    const unsigned prev_count = atomicAdd(g.counters + tile, 1u);
+    const unsigned last = prev_count == (unsigned)(splits - 1);
+    if (last) atomicExch(g.counters + tile, 0u);
+    *(volatile u32 *)flag = last;
+  }
+  named_bar_sync(bar, nt);
+  if (*(volatile u32 *)flag == 0) return false;
+  __threadfence();
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int e = 0; e < BN / 2; ++e) acc[i][e] = 0.f;
+  for (int sp = 0; sp < splits; ++sp) {
+    const float *p = g.ws + ((size_t)tile * splits + sp) * SLAB;
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if (m0 + row_base + i * 64 + warp * 16 + (lane >> 2) + h * 8 >= M) continue;
+#pragma unroll
+        for (int j = 0; j < NB; ++j) {
+          float x, y;
+          ld_cg_f2(p + 2 * (((i * NB + j) * 2 + h) * nt + tt), x, y);
+          acc[i][4 * j + 2 * h] += x;
+          acc[i][4 * j + 2 * h + 1] += y;
+        }
+      }
+  }
+  if (STATS) {
+    for (int r = tt; r < BM; r += nt) {
+      float q = 0.f, sm = 0.f;
+      for (int sp = 0; sp < splits; ++sp) {
+        const float *p = g.ws + ((size_t)tile * splits + sp) * SLAB + BM * BN;
+        q += ld_cg_f(p + r);
+        sm += ld_cg_f(p + BM + r);
+      }
+      rowstat[r] = q;
+      rowstat[BM + r] = sm;
+    }
+    named_bar_sync(bar, nt);
+  }
+  return true;
+}
+
+// The epilogue: fp8 scales, then the functor, per output column pair of each of the thread's rows;
+// columns outer, so that the functor's per-column constants (ldc_) are loaded once for the rows.
+template <int BM, int BN, int MI, int S, int STATS, class T, class Epi>
+__device__ __forceinline__ void sm90_epilogue(const GemmArgs &g, const Epi &epi, float (&acc)[MI][BN / 2],
+                                              const float *rowstat, int m0, int n0, int row_base) {
+  constexpr int NB = BN / 8;
+  const int lane = threadIdx.x & 31, warp = (threadIdx.x & 127) >> 5, M = g.M, N = g.N;
+  float rsumsq[MI][2], rsum[MI][2];
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int rl = row_base + i * 64 + warp * 16 + (lane >> 2) + h * 8;
+      rsumsq[i][h] = STATS ? rowstat[rl] : 0.f;
+      rsum[i][h] = STATS == 2 ? rowstat[BM + rl] : 0.f;
+    }
+#pragma unroll
+  for (int jg = 0; jg < NB / S; ++jg) {
+    const int col = n0 / S + jg * 8 + 2 * (lane & 3);
+    if (col >= N) continue;
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = m0 + row_base + i * 64 + warp * 16 + (lane >> 2) + h * 8;
+        if (row >= M) continue;
+        float v[S][2];
+#pragma unroll
+        for (int st = 0; st < S; ++st) {
+          v[st][0] = acc[i][4 * (jg * S + st) + 2 * h];
+          v[st][1] = acc[i][4 * (jg * S + st) + 2 * h + 1];
+        }
+        gemm_fp8_scale<T, S>(g, row, n0 + jg * 8 * S + 2 * (lane & 3), col + 1 < N ? 2 : 1, v);
+        epi(row, col, col + 1 < N ? 2 : 1, v, rsum[i][h], rsumsq[i][h]);
+      }
+  }
+}
+
 // ---- the GEMM -----------------------------------------------------------------------------------
 
 // CWG: consumer warpgroups (BM / CWG rows each). CTAS: the kernel's __launch_bounds__ minimum
@@ -215,8 +330,6 @@ __device__ __forceinline__ void gemm_sm90(const GemmArgs &g, const Epi &epi, cha
   constexpr int A_BYTES = BM * ROW, STAGE = (BM + BN) * ROW;
   constexpr int CPR = BK / 8, RPP = 128 / CPR;   // 16-byte chunks per row, rows per producer pass
   constexpr int A_ITERS = BM / RPP, B_ITERS = BN / RPP;
-  constexpr int NB = BN / 8;                     // 8-column blocks of the accumulator tile
-  constexpr int SLAB = BM * BN + 2 * BM;         // split-K workspace floats per (tile, split)
   constexpr int TPR = 128 / WG_M, CPT = CPR / TPR; // statistics: threads per A row, chunks per thread
   static_assert(BK == 64, "BK must be 64 (one 128-byte swizzle atom of 16-bit elements)");
   static_assert(CWG == 1 || CWG == 2, "one or two consumer warpgroups");
@@ -324,7 +437,7 @@ __device__ __forceinline__ void gemm_sm90(const GemmArgs &g, const Epi &epi, cha
     // ---------------- consumer warpgroups ----------------
     if (CWG == 2) setmaxnreg_inc<224>();
     const int ctid = tid - 128, cw = wg - 1, wtid = ctid & 127; // consumer thread, warpgroup, thread in it
-    const int lane = tid & 31, warp = wtid >> 5;
+    const int lane = tid & 31;
     float acc[MI][BN / 2];
 #pragma unroll
     for (int i = 0; i < MI; ++i)
@@ -428,93 +541,9 @@ __device__ __forceinline__ void gemm_sm90(const GemmArgs &g, const Epi &epi, cha
     }
 
     // ---- split-K: every split stores its partials; the last to arrive sums them in split order ----
-    if (splits > 1) {
-      float *slab = g.ws + ((size_t)blockIdx.x * splits + z) * SLAB;
-#pragma unroll
-      for (int i = 0; i < MI; ++i)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          if (m0 + cw * WG_M + i * 64 + warp * 16 + (lane >> 2) + h * 8 >= M) continue;
-#pragma unroll
-          for (int j = 0; j < NB; ++j)
-            st_cg_f2(slab + 2 * (((i * NB + j) * 2 + h) * NC + ctid), acc[i][4 * j + 2 * h], acc[i][4 * j + 2 * h + 1]);
-        }
-      if (STATS)
-        for (int r = ctid; r < BM; r += NC) {
-          slab[BM * BN + r] = rowstat[r];
-          slab[BM * BN + BM + r] = rowstat[BM + r];
-        }
-      // arrival (gemm_splitk_arrive for the consumer threads only: the producer has left)
-      __threadfence();
-      named_bar_sync(1, NC);
-      if (ctid == 0) {
-        const unsigned prev_count = atomicAdd(g.counters + blockIdx.x, 1u);
-        const unsigned last = prev_count == (unsigned)(splits - 1);
-        if (last) atomicExch(g.counters + blockIdx.x, 0u);
-        *(volatile u32 *)flag = last;
-      }
-      named_bar_sync(1, NC);
-      if (*(volatile u32 *)flag == 0) return;
-      __threadfence();
-
-#pragma unroll
-      for (int i = 0; i < MI; ++i)
-#pragma unroll
-        for (int e = 0; e < BN / 2; ++e) acc[i][e] = 0.f;
-      for (int sp = 0; sp < splits; ++sp) {
-        const float *p = g.ws + ((size_t)blockIdx.x * splits + sp) * SLAB;
-#pragma unroll
-        for (int i = 0; i < MI; ++i)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            if (m0 + cw * WG_M + i * 64 + warp * 16 + (lane >> 2) + h * 8 >= M) continue;
-#pragma unroll
-            for (int j = 0; j < NB; ++j) {
-              float x, y;
-              ld_cg_f2(p + 2 * (((i * NB + j) * 2 + h) * NC + ctid), x, y);
-              acc[i][4 * j + 2 * h] += x;
-              acc[i][4 * j + 2 * h + 1] += y;
-            }
-          }
-      }
-      if (STATS) {
-        for (int r = ctid; r < BM; r += NC) {
-          float q = 0.f, sm = 0.f;
-          for (int sp = 0; sp < splits; ++sp) {
-            const float *p = g.ws + ((size_t)blockIdx.x * splits + sp) * SLAB + BM * BN;
-            q += ld_cg_f(p + r);
-            sm += ld_cg_f(p + BM + r);
-          }
-          rowstat[r] = q;
-          rowstat[BM + r] = sm;
-        }
-        named_bar_sync(1, NC);
-      }
-    }
-
-    // ---- epilogue ----
-#pragma unroll
-    for (int i = 0; i < MI; ++i)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int rl = cw * WG_M + i * 64 + warp * 16 + (lane >> 2) + h * 8, row = m0 + rl;
-        if (row >= M) continue;
-        const float rsumsq = STATS ? rowstat[rl] : 0.f;
-        const float rsum = STATS == 2 ? rowstat[BM + rl] : 0.f;
-#pragma unroll
-        for (int jg = 0; jg < NB / S; ++jg) {
-          const int col = n0 / S + jg * 8 + 2 * (lane & 3);
-          if (col >= N) continue;
-          float v[S][2];
-#pragma unroll
-          for (int st = 0; st < S; ++st) {
-            v[st][0] = acc[i][4 * (jg * S + st) + 2 * h];
-            v[st][1] = acc[i][4 * (jg * S + st) + 2 * h + 1];
-          }
-          gemm_fp8_scale<T, S>(g, row, n0 + jg * 8 * S + 2 * (lane & 3), col + 1 < N ? 2 : 1, v);
-          epi(row, col, col + 1 < N ? 2 : 1, v, rsum, rsumsq);
-        }
-      }
+    if (splits > 1 && !sm90_splitk<BM, BN, MI, STATS>(g, acc, rowstat, flag, blockIdx.x, z, m0, cw * WG_M, ctid, NC, 1))
+      return;
+    sm90_epilogue<BM, BN, MI, S, STATS, T>(g, epi, acc, rowstat, m0, n0, cw * WG_M);
   }
 }
 

@@ -22,10 +22,24 @@ ffn_gpu_model_test(gpu_fused_llama_aot tests/gpu/models/fused_llama.ffn --aot)
 ffn_gpu_model_test(gpu_wq_llama_i4g32_aot tests/gpu/models/wq_llama_i4g32_bf16.ffn --aot)
 # fp8 on Hopper: the wgmma kernels at every M (64-row tiles, promotion), forced, and the
 # mma.sync ones Hopper emulates through f16, forced too: both must match the reference.
-foreach(cfg sm90_64x128x64 sm90_128x128x64 sm80_32x128x64)
+foreach(cfg tma_64x128x64 tma_128x128x64 sm80_32x128x64)
   add_test(NAME gpu_f8_llama_${cfg} COMMAND gpu_model_test tests/gpu/models/f8_llama_e4m3_bf16.ffn)
   set_tests_properties(gpu_f8_llama_${cfg} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
     ENVIRONMENT "${FFNC_GPU_ENV};FFNC_GEMM_VARIANT=${cfg}")
+endforeach()
+
+# The persistent TMA kernels (kernels/gemm_sm90p.cuh), forced at every M: ping-pong and
+# cooperative, gated (S 2) and not (S 1, LayerNorm), unsplit and split-K (3 splits: the partials'
+# protocol with tiles that several CTAs loop over).
+foreach(cfg tmap_pp_128x128x64 tmap_coop_128x256x64)
+  foreach(model llama3_tiny gpt2_tiny)
+    add_test(NAME gpu_${cfg}_${model} COMMAND gpu_model_test examples/${model}.ffn)
+    set_tests_properties(gpu_${cfg}_${model} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
+      ENVIRONMENT "${FFNC_GPU_ENV};FFNC_GEMM_VARIANT=${cfg};FFNC_TEST_TOKENS=1,7,64,130,1000,4096")
+    add_test(NAME gpu_${cfg}_${model}_split3 COMMAND gpu_model_test examples/${model}.ffn)
+    set_tests_properties(gpu_${cfg}_${model}_split3 PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
+      ENVIRONMENT "${FFNC_GPU_ENV};FFNC_GEMM_VARIANT=${cfg};FFNC_GEMM_SPLITS=3;FFNC_TEST_TOKENS=7,130,1000")
+  endforeach()
 endforeach()
 
 file(GLOB GPU_TEST_MODELS CONFIGURE_DEPENDS ${FFNC_TEST_DIR}/gpu/models/*.ffn)

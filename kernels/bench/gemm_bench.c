@@ -1,6 +1,6 @@
-// gemm_bench.c: kernel-variant bench for kernels/gemm_sm80.cuh, kernels/gemm_sm90.cuh,
-// kernels/gemm_simt.cuh and the persistent trial kernels/bench/gemm_sm90_persistent.cuh (llm.c
-// dev/cuda style). Each variant is NVRTC-compiled the way ffnc compiles generated code
+// gemm_bench.c: kernel-variant bench for kernels/gemm_sm80.cuh, kernels/gemm_sm90.cuh (its
+// cp.async form) and kernels/gemm_simt.cuh (llm.c dev/cuda style). The TMA kinds (SM90T, SM90P)
+// need tensor maps from the runtime: `ffnc bench` times them. Each variant is NVRTC-compiled the way ffnc compiles generated code
 // (the templates passed as headers by file name, no CUDA headers), checked against an f64 CPU
 // reference on fresh random data with the output poisoned with NaN first, then timed with CUDA
 // events (median of many launches, inputs rotated across buffers larger than L2).
@@ -142,14 +142,9 @@ static const ffn_gemm_config extra_configs[] = {
     {"simt_128x128x8", FFN_GEMM_SIMT, 128, 128, 8, 8, 8, 2, 256, 1, 1, 0},
 };
 
-// Candidates for gemm_host.h's table: compiled and checked in every (S, STATS, type) combination
-// like the recommended ones (add_kernel skips a name the table already has).
-static const ffn_gemm_config candidate_configs[] = {
-    /* persistent wgmma: ping-pong (wm == bm) and cooperative (wm == bm / 2) */
-    {"sm90p_pp_128x128x64", FFN_GEMM_SM90P, 128, 128, 64, 128, 128, 6, 384, 1, 1, 0},
-    {"sm90p_coop_128x256x64", FFN_GEMM_SM90P, 128, 256, 64, 64, 256, 4, 384, 1, 1, 0},
-    {"sm90p_pp_64x256x64", FFN_GEMM_SM90P, 64, 256, 64, 64, 256, 5, 384, 1, 1, 0},
-};
+// (Candidates for gemm_host.h's table, compiled in every (S, STATS, type) combination like the
+// recommended ones, were listed here: the persistent cp.async trial of 2026-11-29, whose TMA form
+// is now gemm_host.h's FFN_GEMM_SM90P.)
 
 static int is_sm90(const ffn_gemm_config *c) { return c->kind == FFN_GEMM_SM90 || c->kind == FFN_GEMM_SM90P; }
 
@@ -179,6 +174,8 @@ static Kernel *find_kernel(const char *cfg, int S, int stats, dtype t) {
 
 static void add_kernel(const ffn_gemm_config *c, int S, int stats, dtype t, int recommended) {
   if (find_kernel(c->name, S, stats, t)) return;
+  if (c->kind == FFN_GEMM_SM90T || c->kind == FFN_GEMM_SM90P) return; // TMA: timed by ffnc bench
+  if (c->kind == FFN_GEMM_WQD) return;
   if (c->kind != FFN_GEMM_SIMT && t == DT_F32) return;
   if (is_sm90(c) && opt.arch != 90) return; // wgmma: sm_90a only
   char name[128];
@@ -201,9 +198,6 @@ static void add_kernel(const ffn_gemm_config *c, int S, int stats, dtype t, int 
   if (c->kind == FFN_GEMM_SM90)
     snprintf(call, sizeof call, "ffn::gemm_sm90<%d, %d, %d, %d, %d, %d, %s, %d, %d>(g, epi, smem);", c->bm, c->bn,
              c->bk, c->stages, S, stats, dt_cxx[t], c->bm / c->wm, c->min_blocks);
-  else if (c->kind == FFN_GEMM_SM90P)
-    snprintf(call, sizeof call, "ffn::gemm_sm90_persistent<%d, %d, %d, %d, %d, %d, %s, %s>(g, epi, smem);", c->bm,
-             c->bn, c->bk, c->stages, S, stats, dt_cxx[t], c->wm == c->bm ? "true" : "false");
   else if (c->kind == FFN_GEMM_SM80)
     snprintf(call, sizeof call, "ffn::gemm_sm80<%d, %d, %d, %d, %d, %d, %d, %d, %s>(g, epi, smem);", c->bm, c->bn,
              c->bk, c->wm, c->wn, c->stages, S, stats, dt_cxx[t]);
@@ -218,8 +212,7 @@ static void add_kernel(const ffn_gemm_config *c, int S, int stats, dtype t, int 
            "extern \"C\" __global__ void __launch_bounds__(%d, %d) %s(ffn::GemmArgs g, BenchEpi<%d, %d, %s> epi) {\n"
            "  extern __shared__ __align__(128) char smem[];\n  %s\n}\n",
            is_sm90(c) ? "#define FFN_SM90_WATCHDOG 1\n" : "",
-           c->kind == FFN_GEMM_SM90P ? "gemm_sm90_persistent.cuh"
-           : c->kind == FFN_GEMM_SM90 ? "gemm_sm90.cuh"
+           c->kind == FFN_GEMM_SM90 ? "gemm_sm90.cuh"
            : c->kind == FFN_GEMM_SM80 ? "gemm_sm80.cuh"
                                       : "gemm_simt.cuh",
            c->threads, c->min_blocks, name, S, stats,
@@ -245,12 +238,6 @@ static void build_kernel_list(void) {
       }
     if (c->kind == FFN_GEMM_SIMT) add_kernel(c, 2, 1, DT_BF16, 1);
   }
-  for (size_t i = 0; i < sizeof candidate_configs / sizeof candidate_configs[0]; i++)
-    for (int S = 1; S <= 2; S++)
-      for (int st = 0; st <= 2; st++) {
-        add_kernel(&candidate_configs[i], S, st, DT_BF16, 0);
-        add_kernel(&candidate_configs[i], S, st, DT_F16, 0);
-      }
   for (size_t i = 0; i < sizeof extra_configs / sizeof extra_configs[0]; i++) {
     const ffn_gemm_config *c = &extra_configs[i];
     dtype t = c->kind != FFN_GEMM_SIMT ? DT_BF16 : DT_F32;
@@ -261,12 +248,11 @@ static void build_kernel_list(void) {
 
 // ---- NVRTC, with a cubin cache keyed by a hash of everything that goes into the compile ---------
 
-// bench_epi.cuh and gemm_sm90_persistent.cuh live here in kernels/bench/ (see bench_header),
-// the others in kernels/
-static const char *hdr_names[] = {"common.cuh",    "gemm_sm80.cuh", "gemm_simt.cuh",
-                                  "bench_epi.cuh", "gemm_sm90.cuh", "gemm_sm90_persistent.cuh"};
-enum { NHDR = 6 };
-static int bench_header(int i) { return i == 3 || i == 5; }
+// bench_epi.cuh lives here in kernels/bench/ (see bench_header), the others in kernels/
+static const char *hdr_names[] = {"common.cuh", "gemm_sm80.cuh", "gemm_simt.cuh", "bench_epi.cuh",
+                                  "gemm_sm90.cuh", "abi.cuh", "opmath.cuh"};
+enum { NHDR = 7 };
+static int bench_header(int i) { return i == 3; }
 static char *hdr_text[NHDR];
 
 static char *read_file(const char *path, size_t *size) {
@@ -1335,7 +1321,6 @@ int main(int argc, char **argv) {
     const ffn_gemm_config *t = ffn_gemm_configs(&n);
     for (int i = 0; i < n; i++) printf("%s\n", t[i].name);
     for (int i = 0; i < COUNT(extra_configs); i++) printf("%s\n", extra_configs[i].name);
-    for (int i = 0; i < COUNT(candidate_configs); i++) printf("%s\n", candidate_configs[i].name);
     return 0;
   }
   // kernels/ is two levels above this executable (kernels/bench/build/gemm_bench)

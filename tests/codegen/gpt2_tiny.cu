@@ -21,6 +21,7 @@
 #include "gemm_simt.cuh"
 #include "runtime.cuh"
 #include "gemm_sm90.cuh"
+#include "gemm_sm90p.cuh"
 
 // kernel k0: GEMM, 1 stream of 512 columns, K = 128, FMA; from examples/gpt2_tiny.ffn:21
 struct Epi_k0 {
@@ -38,14 +39,14 @@ struct Epi_k0 {
       if (e < ncols) {
         const long long i = base + e;
         (void)i;
-        const float l2 = ffn::ld_f32(a->p[2], (col + e));
+        const float l2 = ffn::ldc_f32(a->p[2], (col + e));
 #line 21 "examples/gpt2_tiny.ffn"
         const float t3 = ffn::op_mul(t0, l2);
         const float t4 = ffn::op_sub(v[0][e], t3);
         const float t5 = ffn::op_mul(t4, t1);
-        const float l6 = ffn::ld_f32(a->p[3], (col + e));
+        const float l6 = ffn::ldc_f32(a->p[3], (col + e));
         const float t7 = ffn::op_add(t5, l6);
-        const float l8 = ffn::ld_f32(a->p[4], (col + e));
+        const float l8 = ffn::ldc_f32(a->p[4], (col + e));
         const float t9 = ffn::op_add(t7, l8);
         const float t10 = ffn::op_gelu_tanh(t9);
         o0[e] = t10;
@@ -86,7 +87,7 @@ struct Epi_k1 {
         const long long i = base + e;
         (void)i;
         const float l0 = ffn::ld_f32(a->p[2], i);
-        const float l1 = ffn::ld_f32(a->p[3], (col + e));
+        const float l1 = ffn::ldc_f32(a->p[3], (col + e));
 #line 22 "examples/gpt2_tiny.ffn"
         const float t2 = ffn::op_add(v[0][e], l1);
         const float t3 = ffn::op_add(l0, t2);

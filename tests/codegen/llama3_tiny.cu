@@ -21,6 +21,7 @@
 #include "gemm_simt.cuh"
 #include "runtime.cuh"
 #include "gemm_sm90.cuh"
+#include "gemm_sm90p.cuh"
 
 // kernel k0: GEMM, 2 streams of 704 columns, K = 256, tensor cores; from examples/llama3_tiny.ffn:19
 struct Epi_k0 {
@@ -80,6 +81,22 @@ extern "C" __global__ void __launch_bounds__(384, 1) k0_tma_128x128x64(const __g
   g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = &t;
   const Epi_k0 epi{&a};
   ffn::gemm_sm90<128, 128, 64, 6, 2, 1, ffn::bf16, 2, 1, true>(g, epi, smem);
+}
+extern "C" __global__ void __launch_bounds__(384, 1) k0_tmap_pp_128x128x64(const __grid_constant__ ffn::KArgs a, const __grid_constant__ ffn::TmaMaps t) {
+  extern __shared__ __align__(128) char smem[];
+  ffn::GemmArgs g;
+  g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 704; g.K = 256;
+  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = &t;
+  const Epi_k0 epi{&a};
+  ffn::gemm_sm90_persistent<128, 128, 64, 6, 2, 0, ffn::bf16, true>(g, ffn::WithRowStats<Epi_k0, 2>{epi, a.rowstats}, smem);
+}
+extern "C" __global__ void __launch_bounds__(384, 1) k0_tmap_coop_128x256x64(const __grid_constant__ ffn::KArgs a, const __grid_constant__ ffn::TmaMaps t) {
+  extern __shared__ __align__(128) char smem[];
+  ffn::GemmArgs g;
+  g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 704; g.K = 256;
+  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = &t;
+  const Epi_k0 epi{&a};
+  ffn::gemm_sm90_persistent<128, 256, 64, 4, 2, 0, ffn::bf16, false>(g, ffn::WithRowStats<Epi_k0, 2>{epi, a.rowstats}, smem);
 }
 extern "C" __global__ void __launch_bounds__(384, 1) k0_tma_128x256x64(const __grid_constant__ ffn::KArgs a, const __grid_constant__ ffn::TmaMaps t) {
   extern __shared__ __align__(128) char smem[];
@@ -144,6 +161,22 @@ extern "C" __global__ void __launch_bounds__(384, 1) k1_tma_128x128x64(const __g
   g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = &t;
   const Epi_k1 epi{&a};
   ffn::gemm_sm90<128, 128, 64, 6, 1, 0, ffn::bf16, 2, 1, true>(g, epi, smem);
+}
+extern "C" __global__ void __launch_bounds__(384, 1) k1_tmap_pp_128x128x64(const __grid_constant__ ffn::KArgs a, const __grid_constant__ ffn::TmaMaps t) {
+  extern __shared__ __align__(128) char smem[];
+  ffn::GemmArgs g;
+  g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 256; g.K = 704;
+  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = &t;
+  const Epi_k1 epi{&a};
+  ffn::gemm_sm90_persistent<128, 128, 64, 6, 1, 0, ffn::bf16, true>(g, epi, smem);
+}
+extern "C" __global__ void __launch_bounds__(384, 1) k1_tmap_coop_128x256x64(const __grid_constant__ ffn::KArgs a, const __grid_constant__ ffn::TmaMaps t) {
+  extern __shared__ __align__(128) char smem[];
+  ffn::GemmArgs g;
+  g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 256; g.K = 704;
+  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = &t;
+  const Epi_k1 epi{&a};
+  ffn::gemm_sm90_persistent<128, 256, 64, 4, 1, 0, ffn::bf16, false>(g, epi, smem);
 }
 extern "C" __global__ void __launch_bounds__(384, 1) k1_tma_128x256x64(const __grid_constant__ ffn::KArgs a, const __grid_constant__ ffn::TmaMaps t) {
   extern __shared__ __align__(128) char smem[];

@@ -21,6 +21,7 @@
 #include "gemm_simt.cuh"
 #include "runtime.cuh"
 #include "gemm_sm90.cuh"
+#include "gemm_sm90p.cuh"
 
 // kernel k0: rowwise over [M, 300]
 extern "C" __global__ void __launch_bounds__(256) k0(const __grid_constant__ ffn::KArgs args) {
@@ -102,12 +103,12 @@ extern "C" __global__ void __launch_bounds__(256) k0(const __grid_constant__ ffn
       const float t41 = ffn::op_add(t38, t40);
       const float t42 = ffn::op_silu(l29);
       const float t43 = ffn::op_add(t41, t42);
-      const float l44 = ffn::ld_bf16(a->p[2], col);
+      const float l44 = ffn::ldc_bf16(a->p[2], col);
 #line 12 "tests/gpu/models/rowwise_ops.ffn"
       const float t45 = t43 * rstd17 * l44;
 #line 13 "tests/gpu/models/rowwise_ops.ffn"
       const float t46 = ffn::op_mul(l27, l29);
-      const float l47 = ffn::ld_bf16(a->p[3], col);
+      const float l47 = ffn::ldc_bf16(a->p[3], col);
       const float t48 = (t46 - mean22) * rstd22 * l44 + l47;
 #line 14 "tests/gpu/models/rowwise_ops.ffn"
       const float t49 = ffn::op_add(t45, t48);

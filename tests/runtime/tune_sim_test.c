@@ -120,7 +120,7 @@ static bool tmap_ok(const TmaMap *m, const void *addr, int64_t k, int64_t rows, 
 
 static CUresult sim_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                            unsigned smem, CUstream s, void **params, void **extra) {
-  (void)by, (void)bz, (void)s, (void)extra, (void)gy;
+  (void)by, (void)bz, (void)s, (void)extra;
   uintptr_t id = (uintptr_t)f;
   if (id == 7) /* row statistics: free */
     return CUDA_SUCCESS;
@@ -133,7 +133,9 @@ static CUresult sim_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, 
   int M = (int)a->m, N = (int)pk->n, S = pk->streams;
   launches++;
   /* what the kernels need: the grid, threads, operands, partials, counters */
-  bool ok = gx == (unsigned)ffn_gemm_num_tiles(&kv->cfg, M, N, S) && gz == (unsigned)a->splits && a->splits >= 1 &&
+  unsigned grid[3];
+  ffn_gemm_launch_grid(&kv->cfg, M, N, S, a->splits, 132, grid);
+  bool ok = gx == grid[0] && gy == grid[1] && gz == grid[2] && a->splits >= 1 &&
             bx == (unsigned)kv->threads && smem == (unsigned)kv->smem && M >= 1;
   /* the operands: the model's weights, or an allocation of the tensor's size at M rows (every
    * dim of these models is the token count) */
@@ -156,7 +158,7 @@ static CUresult sim_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, 
   ok &= ws == 0 || find_block((CUdeviceptr)(uintptr_t)a->ws, ws) != NULL;
   ok &= find_block((CUdeviceptr)(uintptr_t)a->counters, tiles) != NULL;
   ok &= !kv->ext_stats || find_block((CUdeviceptr)(uintptr_t)a->rowstats, (size_t)M * 8) != NULL;
-  if (kv->cfg.kind == FFN_GEMM_SM90T) { /* A's and B's tensor maps, as the kernel will read them */
+  if (kv->cfg.kind == FFN_GEMM_SM90T || kv->cfg.kind == FFN_GEMM_SM90P) { /* A's and B's tensor maps, as the kernel will read them */
     const TmaMaps *t = params[1];
     ok &= tmap_ok(&t->a, a->p[0], pk->k, M, kv->cfg.bm) && tmap_ok(&t->b, a->p[1], pk->k, (int64_t)S * N, kv->cfg.bn);
     tma_launches++;

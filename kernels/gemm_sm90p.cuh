@@ -1,8 +1,9 @@
-// gemm_sm90_persistent.cuh: the persistent variant of kernels/gemm_sm90.cuh, kept for the kernel
-// bench only. ffnc does not use it (kernels/NOTES.md, "persistent": faster in isolation, but the
-// whole Llama-8B sublayer was 8.6% slower with it at 8192 tokens), so it lives here rather than in
-// kernels/, whose headers are embedded into ffnc and parsed by NVRTC on every sm_90 compile.
-// Host side: FFN_GEMM_SM90P in kernels/gemm_host.h (shared memory, grid).
+// gemm_sm90p.cuh: the persistent form of kernels/gemm_sm90.cuh (16-bit operands, loaded by the
+// Tensor Memory Accelerator as in gemm_sm90<..., TMA = true>: the kernel's second argument holds
+// A's and B's tensor maps, g.tma points at it). Host side: FFN_GEMM_SM90P in kernels/gemm_host.h
+// (shared memory, grid); kernels/NOTES.md has its history (a cp.async version of 2026-11-29 was
+// faster alone but made the whole Llama-8B sublayer slower).
+#pragma once
 
 #include "gemm_sm90.cuh"
 
@@ -25,9 +26,9 @@ template <int BM, int BN, int BK, int STAGES, bool PINGPONG> __host__ __device__
 // order) and split w / tiles. gridDim.y == gridDim.z == 1. Block 384 threads (one producer and two
 // consumer warpgroups), __launch_bounds__(384, 1), gemm_sm90p_smem_bytes() of dynamic shared memory.
 //
-// The producer never stops between items: it runs on into the next item's k-tiles while the
-// consumers finish the current one (the ring and the mbarrier phases simply continue), so a new
-// tile starts with a full ring instead of a pipeline fill and a CTA launch.
+// The producer (one thread) never stops between items: it runs on into the next item's k-tiles
+// while the consumers finish the current one (the ring and the mbarrier phases simply continue), so
+// a new tile starts with a full ring instead of a pipeline fill and a CTA launch.
 //
 // PINGPONG == false (cooperative): both consumer warpgroups work on every tile (BM / 2 rows each),
 // as in gemm_sm90; the epilogue still stalls the tensor cores.
@@ -45,10 +46,7 @@ __device__ __forceinline__ void gemm_sm90_persistent(const GemmArgs &g, const Ep
   constexpr int TT = PINGPONG ? 128 : 128 * CWG;          // consumer threads per tile
   constexpr int ROW = BK * 2;                             // bytes per smem row
   constexpr int A_BYTES = BM * ROW, STAGE = (BM + BN) * ROW;
-  constexpr int CPR = BK / 8, RPP = 128 / CPR;            // 16-byte chunks per row, rows per producer pass
-  constexpr int A_ITERS = BM / RPP, B_ITERS = BN / RPP;
-  constexpr int NB = BN / 8;                              // 8-column blocks of the accumulator tile
-  constexpr int SLAB = BM * BN + 2 * BM;                  // split-K workspace floats per (tile, split)
+  constexpr int CPR = BK / 8;                             // 16-byte chunks per row
   constexpr int TPR = 128 / WG_M, CPT = CPR / TPR;        // statistics: threads per A row, chunks per thread
   static_assert(BK == 64, "BK must be 64 (one 128-byte swizzle atom of 16-bit elements)");
   static_assert(WG_M % 64 == 0 && MI <= 2, "each consumer warpgroup owns 64 or 128 rows");
@@ -57,7 +55,7 @@ __device__ __forceinline__ void gemm_sm90_persistent(const GemmArgs &g, const Ep
   static_assert(BN % (8 * S) == 0, "BN must be a multiple of 8*S");
   static_assert(S == 1 || S == 2, "S is 1 or 2");
   static_assert(STATS >= 0 && STATS <= 2, "STATS is 0, 1 or 2");
-  static_assert(BM % RPP == 0 && BN % RPP == 0 && B_ITERS <= 32, "producer copy assignment");
+  static_assert(!is_fp8<T>::value, "16-bit operands (fp8 products take gemm_sm90 and its promotion)");
   static_assert(16 * STAGES + 16 + 1024 <= 2048, "barrier area");
   static_assert(gemm_sm90p_smem_bytes<BM, BN, BK, STAGES, PINGPONG>() <= 232448, "shared memory");
 
@@ -78,7 +76,7 @@ __device__ __forceinline__ void gemm_sm90_persistent(const GemmArgs &g, const Ep
   if (tid == 0) {
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
-      mbar_init(bars + 8 * s, 128);                            // one arrival per producer thread
+      mbar_init(bars + 8 * s, 1);                              // the producer thread's expect_tx
       mbar_init(bars + 8 * (STAGES + s), PINGPONG ? 4 : 4 * CWG); // one per warp of the stage's consumers
     }
     fence_barrier_init();
@@ -88,56 +86,34 @@ __device__ __forceinline__ void gemm_sm90_persistent(const GemmArgs &g, const Ep
   if (wg == 0) {
     // ---------------- producer warpgroup ----------------
     setmaxnreg_dec<56>(); // 56 x 128 + 224 x 256 == 168 x 384: the CTA's registers
-    const int ch = tid % CPR, r0 = tid / CPR;
-    const T *__restrict__ Ag = (const T *)g.A;
-    const T *__restrict__ Bg = (const T *)g.B;
-    const u32 a_dst = sbase + (u32)(r0 * ROW + ((ch ^ (r0 & 7)) << 4)); // RPP % 8 == 0: same swizzle per pass
+    if (tid != 0) return;
+    const TmaMaps *t = (const TmaMaps *)g.tma;
+    tma_prefetch_map(&t->a);
+    tma_prefetch_map(&t->b);
     int s = 0, loaded = 0; // ring slot and count of k-tiles issued so far (saturating at STAGES)
     u32 phase = 0;
     for (int w = blockIdx.x; w < items; w += gridDim.x) {
       const int z = w / tiles, tile = w - z * tiles;
       int tm, tn;
       gemm_tile_coords(tile, tiles_m, tiles_n, tm, tn);
-      const int m0 = tm * BM, n0 = tn * BN;
       const int kt0 = (int)((long long)ktiles * z / splits);
       const int nk = (int)((long long)ktiles * (z + 1) / splits) - kt0;
-      const T *a_base = Ag + (size_t)(m0 + r0) * K + ch * 8;
-      const T *b_base = Bg + (size_t)(n0 + r0) * K + ch * 8;
-      u32 a_ok = 0, b_ok = 0;
-#pragma unroll
-      for (int i = 0; i < A_ITERS; ++i)
-        if (m0 + r0 + i * RPP < M) a_ok |= 1u << i;
-#pragma unroll
-      for (int i = 0; i < B_ITERS; ++i)
-        if (gemm_brow_valid<S>(n0 + r0 + i * RPP, N)) b_ok |= 1u << i;
       for (int j = 0; j < nk; ++j) {
         if (loaded == STAGES) mbar_wait(bars + 8 * (STAGES + s), phase ^ 1u); // slot's previous k-tile released
         else ++loaded;
-        const int koff = (kt0 + j) * BK;
-        const bool kok = koff + ch * 8 < K;
-        const u32 dst = a_dst + s * STAGE;
-        const T *pa = a_base + koff, *pb = b_base + koff;
-#pragma unroll
-        for (int i = 0; i < A_ITERS; ++i, pa += RPP * (size_t)K) {
-          const bool ok = kok && ((a_ok >> i) & 1);
-          cp_async16(dst + i * RPP * ROW, ok ? pa : Ag, ok);
-        }
-#pragma unroll
-        for (int i = 0; i < B_ITERS; ++i, pb += RPP * (size_t)K) {
-          const bool ok = kok && ((b_ok >> i) & 1);
-          cp_async16(dst + A_BYTES + i * RPP * ROW, ok ? pb : Bg, ok);
-        }
-        cp_async_mbar_arrive(bars + 8 * s);
+        const u32 full = bars + 8 * s, dst = sbase + s * STAGE;
+        mbar_expect_tx(full, STAGE);
+        tma_load_2d(dst, &t->a, (kt0 + j) * BK, tm * BM, full);
+        tma_load_2d(dst + A_BYTES, &t->b, (kt0 + j) * BK, tn * BN, full);
         if (++s == STAGES) s = 0, phase ^= 1u;
       }
     }
-    cp_async_wait_all();
   } else {
     // ---------------- consumer warpgroups ----------------
     setmaxnreg_inc<224>();
     const int cw = wg - 1, wtid = tid & 127;               // warpgroup, thread in it
     const int tt = PINGPONG ? wtid : tid - 128;            // thread among the tile's consumers
-    const int lane = tid & 31, warp = wtid >> 5;
+    const int lane = tid & 31;
     const int row_base = PINGPONG ? 0 : cw * WG_M;         // this warpgroup's first row in the tile
     const int bar_id = PINGPONG ? 2 + cw : 1;              // named barrier of the tile's consumers
     float *rowstat = rowstats + (PINGPONG ? cw * 2 * BM : 0);
@@ -174,7 +150,6 @@ __device__ __forceinline__ void gemm_sm90_persistent(const GemmArgs &g, const Ep
       int prev = 0;
       for (int j = 0; j < nk; ++j) {
         mbar_wait(bars + 8 * s, phase);
-        fence_proxy_async();
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < BK / 16; ++kk)
@@ -234,90 +209,9 @@ __device__ __forceinline__ void gemm_sm90_persistent(const GemmArgs &g, const Ep
         named_bar_sync(bar_id, TT);
       }
 
-      if (splits > 1) {
-        float *slab = g.ws + ((size_t)tile * splits + z) * SLAB;
-#pragma unroll
-        for (int i = 0; i < MI; ++i)
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            if (m0 + row_base + i * 64 + warp * 16 + (lane >> 2) + h * 8 >= M) continue;
-#pragma unroll
-            for (int j = 0; j < NB; ++j)
-              st_cg_f2(slab + 2 * (((i * NB + j) * 2 + h) * TT + tt), acc[i][4 * j + 2 * h], acc[i][4 * j + 2 * h + 1]);
-          }
-        if (STATS)
-          for (int r = tt; r < BM; r += TT) {
-            slab[BM * BN + r] = rowstat[r];
-            slab[BM * BN + BM + r] = rowstat[BM + r];
-          }
-        __threadfence();
-        named_bar_sync(bar_id, TT);
-        if (tt == 0) {
-          const unsigned prev_count = atomicAdd(g.counters + tile, 1u);
-          const unsigned last = prev_count == (unsigned)(splits - 1);
-          if (last) atomicExch(g.counters + tile, 0u);
-          *(volatile u32 *)flag = last;
-        }
-        named_bar_sync(bar_id, TT);
-        if (*(volatile u32 *)flag == 0) continue;
-        __threadfence();
-#pragma unroll
-        for (int i = 0; i < MI; ++i)
-#pragma unroll
-          for (int e = 0; e < BN / 2; ++e) acc[i][e] = 0.f;
-        for (int sp = 0; sp < splits; ++sp) {
-          const float *p = g.ws + ((size_t)tile * splits + sp) * SLAB;
-#pragma unroll
-          for (int i = 0; i < MI; ++i)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-              if (m0 + row_base + i * 64 + warp * 16 + (lane >> 2) + h * 8 >= M) continue;
-#pragma unroll
-              for (int j = 0; j < NB; ++j) {
-                float x, y;
-                ld_cg_f2(p + 2 * (((i * NB + j) * 2 + h) * TT + tt), x, y);
-                acc[i][4 * j + 2 * h] += x;
-                acc[i][4 * j + 2 * h + 1] += y;
-              }
-            }
-        }
-        if (STATS) {
-          for (int r = tt; r < BM; r += TT) {
-            float q = 0.f, sm = 0.f;
-            for (int sp = 0; sp < splits; ++sp) {
-              const float *p = g.ws + ((size_t)tile * splits + sp) * SLAB + BM * BN;
-              q += ld_cg_f(p + r);
-              sm += ld_cg_f(p + BM + r);
-            }
-            rowstat[r] = q;
-            rowstat[BM + r] = sm;
-          }
-          named_bar_sync(bar_id, TT);
-        }
-      }
-
-      // ---- epilogue ----
-#pragma unroll
-      for (int i = 0; i < MI; ++i)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int rl = row_base + i * 64 + warp * 16 + (lane >> 2) + h * 8, row = m0 + rl;
-          if (row >= M) continue;
-          const float rsumsq = STATS ? rowstat[rl] : 0.f;
-          const float rsum = STATS == 2 ? rowstat[BM + rl] : 0.f;
-#pragma unroll
-          for (int jg = 0; jg < NB / S; ++jg) {
-            const int col = n0 / S + jg * 8 + 2 * (lane & 3);
-            if (col >= N) continue;
-            float v[S][2];
-#pragma unroll
-            for (int st = 0; st < S; ++st) {
-              v[st][0] = acc[i][4 * (jg * S + st) + 2 * h];
-              v[st][1] = acc[i][4 * (jg * S + st) + 2 * h + 1];
-            }
-            epi(row, col, col + 1 < N ? 2 : 1, v, rsum, rsumsq);
-          }
-        }
+      if (splits > 1 && !sm90_splitk<BM, BN, MI, STATS>(g, acc, rowstat, flag, tile, z, m0, row_base, tt, TT, bar_id))
+        continue;
+      sm90_epilogue<BM, BN, MI, S, STATS, T>(g, epi, acc, rowstat, m0, n0, row_base);
     }
   }
 }
