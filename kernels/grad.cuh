@@ -6,12 +6,13 @@
 //   sum_rows    sum_to over leading dims   x [rows, C] -> out [C]          (bias, gain gradients)
 //   sum_cols    sum_to over the last dim   x [rows, C] -> out [rows, 1]
 //   matmul_at   a^T b                       a [rows, K], b [rows, N] -> out [K, N]  (weight gradients)
+//               (matmul_at_tc: the same on the tensor cores, for two 16-bit operands)
 //   transpose   2-D                         x [R, C] -> out [C, R]
 //
 // Deterministic: no atomics; every output element is summed by one thread (or one block, in a
 // fixed order) whatever the grid, so a run gives the same bits every time. Sums are f32. The
-// runtime launches these like rowwise kernels (one block per row, up to 16 per SM), so each loops
-// over its work with the grid's stride; correctness first, tensor cores for matmul_at later.
+// runtime launches these like rowwise kernels (one block per row, up to 16 per SM; matmul_at:
+// two blocks per SM whatever the rows), so each loops over its work with the grid's stride.
 #pragma once
 #include "ewise.cuh"
 
