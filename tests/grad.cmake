@@ -2,6 +2,9 @@
 # the golden backward IR of one model, and the launch plans of two (the sums over tokens and the
 # concatenation of chunk gradients: kernels/grad.cuh).
 ffn_c_test(grad_fd_test SOURCES ${FFNC_TEST_DIR}/grad/grad_fd_test.c LABELS grad)
+# The 16-bit products of backward graphs (the gradient rounded to the forward's type): bf16 and f16
+# gradients of three models against the same models in f32, per-type bounds.
+ffn_c_test(grad_precision_test SOURCES ${FFNC_TEST_DIR}/grad/grad_precision_test.c LABELS grad)
 ffn_golden_test(grad_ir_gpt2_tiny EXPECT ${FFNC_TEST_DIR}/grad/gpt2_tiny.grad.ir WORKDIR ${PROJECT_SOURCE_DIR}
                 COMMAND $<TARGET_FILE:ffnc> build examples/gpt2_tiny.ffn --grad --emit ir -o -)
 foreach(model llama3_tiny phi3_tiny)
