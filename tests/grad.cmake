@@ -42,6 +42,17 @@ foreach(model examples/llama3_tiny examples/gpt2_tiny examples/phi3_tiny tests/g
   set_tests_properties(gpu_grad_${base} PROPERTIES LABELS "gpu;grad" SKIP_RETURN_CODE 77
     ENVIRONMENT "${FFNC_GPU_ENV};FFNC_TEST_TOKENS=1,7,64,1000")
 endforeach()
+# The tensor-core products of backward graphs (dgrad on the GEMM templates, wgrad in matmul_at_tc)
+# at token counts with many 32-token steps and a tail: a wide bf16 FFN (70 column tiles of 128) and
+# the f16 SwiGLU, against the CPU reference.
+foreach(spec wide_swiglu_bf16:1,33,3000 swiglu_f16:100,4100)
+  string(REPLACE ":" ";" spec "${spec}")
+  list(GET spec 0 base)
+  list(GET spec 1 tokens)
+  add_test(NAME gpu_grad_${base}_tokens COMMAND gpu_model_test tests/gpu/models/${base}.ffn --grad)
+  set_tests_properties(gpu_grad_${base}_tokens PROPERTIES LABELS "gpu;grad" SKIP_RETURN_CODE 77
+    ENVIRONMENT "${FFNC_GPU_ENV};FFNC_TEST_TOKENS=${tokens}")
+endforeach()
 add_test(NAME gpu_grad_llama3_tiny_aot COMMAND gpu_model_test examples/llama3_tiny.ffn --grad --aot)
 set_tests_properties(gpu_grad_llama3_tiny_aot PROPERTIES LABELS "gpu;grad" SKIP_RETURN_CODE 77
   ENVIRONMENT "${FFNC_GPU_ENV};FFNC_TEST_TOKENS=1,7,64,1000")
