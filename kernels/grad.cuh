@@ -110,6 +110,15 @@ __device__ __forceinline__ void matmul_at(const TA *__restrict__ a, const TB *__
   }
 }
 
+// two adjacent outputs, the first at an even index
+template <class TO> __device__ __forceinline__ void store_pair(TO *p, float x, float y) {
+  p[0] = from_f32<TO>(x);
+  p[1] = from_f32<TO>(y);
+}
+template <> __device__ __forceinline__ void store_pair<float>(float *p, float x, float y) {
+  *(float2 *)p = make_float2(x, y);
+}
+
 // out [K, N] = a^T b on the tensor cores, for a [rows, K] and b [rows, N] of one 16-bit type T
 // (bf16 or f16; K % 8 == 0, N % 8 == 0, both 16-byte aligned): a weight gradient dW = X^T dY, the
 // GEMM whose reduction runs over the tokens. Neither operand is K-contiguous as gemm_sm80 wants
@@ -207,10 +216,8 @@ __device__ __forceinline__ void matmul_at_tc(const T *__restrict__ a, const T *_
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int row = m0 + wm * WM + mi * 16 + g + 8 * h, col = n0 + wn * WN + ni * 8 + t2;
-          if (row < K && col < N) { // N % 8 == 0: col + 1 < N too
-            out[(long long)row * N + col] = from_f32<TO>(acc[mi][ni][2 * h]);
-            out[(long long)row * N + col + 1] = from_f32<TO>(acc[mi][ni][2 * h + 1]);
-          }
+          if (row < K && col < N) // N % 8 == 0: col + 1 < N too, and the pair is 8-byte aligned
+            store_pair(out + (long long)row * N + col, acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1]);
         }
   }
 }
