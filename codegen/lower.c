@@ -507,6 +507,14 @@ static bool static_dims(const Shape *s, int from, int to, int64_t *n) {
   return true;
 }
 
+/* A weight gradient a^T b runs on the tensor cores (grad.cuh: matmul_at_tc) when both operands
+ * have one 16-bit type (passes/grad.c rounds the gradient to the forward's type so that they do)
+ * and the columns of each are whole 16-byte chunks; else on the FMA units in f32 (matmul_at). */
+static bool at_on_tensor_cores(const Node *n, int64_t K, int64_t N) {
+  DType t = n->args[0]->dtype;
+  return (t == DT_BF16 || t == DT_F16) && n->args[1]->dtype == t && K % 8 == 0 && N % 8 == 0;
+}
+
 /* An op of a backward graph alone in a kernel: an entry point that calls its template of
  * grad.cuh with the shapes as constants, on the operands and the result (slots in that order);
  * KArgs.m is the product of the leading dims of the first operand. A form the templates do not
@@ -538,11 +546,12 @@ static void lower_single(Gen *G, Group *gr) {
       fail(G, n, "matmul_at with K = %lld, N = %lld is above the kernels' 32-bit limit", (long long)K, (long long)N);
       return;
     }
-    snprintf(call, sizeof call, "ffn::matmul_at<%s, %s, %s>((const %s *)args.p[0], (const %s *)args.p[1], (%s *)args.p[2], "
-             "args.m, %lld, %lld)", tx, gen_ctype(n->args[1]->dtype), to, tx, gen_ctype(n->args[1]->dtype), to,
-             (long long)K, (long long)N);
-    snprintf(what, sizeof what, "matmul_at: [M, %lld]^T [M, %lld] -> [%lld, %lld], summed over M", (long long)K,
-             (long long)N, (long long)K, (long long)N);
+    bool tc = at_on_tensor_cores(n, K, N);
+    snprintf(call, sizeof call, "ffn::%s<%s, %s%s%s>((const %s *)args.p[0], (const %s *)args.p[1], (%s *)args.p[2], "
+             "args.m, %lld, %lld)", tc ? "matmul_at_tc" : "matmul_at", tx, tc ? "" : gen_ctype(n->args[1]->dtype),
+             tc ? "" : ", ", to, tx, gen_ctype(n->args[1]->dtype), to, (long long)K, (long long)N);
+    snprintf(what, sizeof what, "matmul_at%s: [M, %lld]^T [M, %lld] -> [%lld, %lld], summed over M", tc ? " (tensor cores)" : "",
+             (long long)K, (long long)N, (long long)K, (long long)N);
     break;
   }
   case OP_SUM_TO: { /* summed: x's leading dims, and the result's dims whose bit is set */

@@ -6,12 +6,13 @@
 //   sum_rows    sum_to over leading dims   x [rows, C] -> out [C]          (bias, gain gradients)
 //   sum_cols    sum_to over the last dim   x [rows, C] -> out [rows, 1]
 //   matmul_at   a^T b                       a [rows, K], b [rows, N] -> out [K, N]  (weight gradients)
+//               (matmul_at_tc: the same on the tensor cores, for two 16-bit operands)
 //   transpose   2-D                         x [R, C] -> out [C, R]
 //
 // Deterministic: no atomics; every output element is summed by one thread (or one block, in a
 // fixed order) whatever the grid, so a run gives the same bits every time. Sums are f32. The
-// runtime launches these like rowwise kernels (one block per row, up to 16 per SM), so each loops
-// over its work with the grid's stride; correctness first, tensor cores for matmul_at later.
+// runtime launches these like rowwise kernels (one block per row, up to 16 per SM; matmul_at:
+// two blocks per SM whatever the rows), so each loops over its work with the grid's stride.
 #pragma once
 #include "ewise.cuh"
 
@@ -106,6 +107,118 @@ __device__ __forceinline__ void matmul_at(const TA *__restrict__ a, const TB *__
         if (k < K && n < N)
           out[(long long)k * N + n] = from_f32<TO>(acc[i][j]);
       }
+  }
+}
+
+// two adjacent outputs, the first at an even index
+template <class TO> __device__ __forceinline__ void store_pair(TO *p, float x, float y) {
+  p[0] = from_f32<TO>(x);
+  p[1] = from_f32<TO>(y);
+}
+template <> __device__ __forceinline__ void store_pair<float>(float *p, float x, float y) {
+  *(float2 *)p = make_float2(x, y);
+}
+
+// out [K, N] = a^T b on the tensor cores, for a [rows, K] and b [rows, N] of one 16-bit type T
+// (bf16 or f16; K % 8 == 0, N % 8 == 0, both 16-byte aligned): a weight gradient dW = X^T dY, the
+// GEMM whose reduction runs over the tokens. Neither operand is K-contiguous as gemm_sm80 wants
+// (both are stored token by token), so the tiles are staged as they lie, [tokens][columns], and
+// ldmatrix .trans turns them into the mma.sync m16n8k16 fragments: a's BM columns are the
+// output's rows (A of the mma), b's BN columns its columns (B).
+//
+// Tiles of BM x BN outputs, one per block at a time (grid-stride: the launch's grid does not
+// depend on the tile count); 8 warps of 64 x 32; BT tokens per stage through a STAGES-deep
+// cp.async pipeline; a staged row is 128 columns = 16 chunks of 16 bytes, chunk c of token row r
+// stored at c ^ (r & 7), so that both the cp.async stores and the 8 rows an ldmatrix reads hit
+// distinct banks. Tokens past `rows` are zero-filled. Sums are f32 over the tokens in order
+// (16 per mma, then the mma's order): deterministic, no atomics.
+template <class T, class TO>
+__device__ __forceinline__ void matmul_at_tc(const T *__restrict__ a, const T *__restrict__ b, TO *__restrict__ out,
+                                             long long rows, int K, int N) {
+  constexpr int BM = 128, BN = 128, BT = 32, STAGES = 3, WM = 64, WN = 32, WARPS_N = BN / WN;
+  constexpr int MI = WM / 16, NI = WN / 8, ROW_BYTES = 256, TILE_BYTES = BT * ROW_BYTES;
+  __shared__ __align__(128) char smem[STAGES][2][TILE_BYTES]; // [stage][a, b][token row][column chunk]
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wm = warp / WARPS_N, wn = warp % WARPS_N;
+  const int tiles_m = (K + BM - 1) / BM, tiles_n = (N + BN - 1) / BN;
+  const long long ktiles = (rows + BT - 1) / BT;
+  const int ch = tid % 16, r0 = tid / 16; // copies: chunk ch of token rows r0 and r0 + 16
+  const int q = lane >> 3, j = lane & 7;  // ldmatrix: lane gives row j of matrix q
+  for (long long tile = blockIdx.x; tile < (long long)tiles_m * tiles_n; tile += gridDim.x) {
+    const int m0 = (int)(tile / tiles_n) * BM, n0 = (int)(tile % tiles_n) * BN;
+    const bool a_ok = m0 + ch * 8 < K, b_ok = n0 + ch * 8 < N;
+    auto load_stage = [&](long long kt, int stage) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int r = r0 + 16 * i;
+        const long long t = kt * BT + r;
+        const u32 dst = smem_addr(smem[stage][0]) + (u32)(r * ROW_BYTES + ((ch ^ (r & 7)) << 4));
+        const bool in = t < rows;
+        cp_async16(dst, in && a_ok ? (const void *)(a + t * K + m0 + ch * 8) : (const void *)a, in && a_ok);
+        cp_async16(dst + TILE_BYTES, in && b_ok ? (const void *)(b + t * N + n0 + ch * 8) : (const void *)b, in && b_ok);
+      }
+    };
+    float acc[MI][NI][4];
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[mi][ni][e] = 0.f;
+    auto compute_stage = [&](int stage) {
+      const u32 sa = smem_addr(smem[stage][0]), sb = sa + TILE_BYTES;
+#pragma unroll
+      for (int ks = 0; ks < BT / 16; ++ks) {
+        u32 af[MI][4], bfr[NI][2];
+        // A: matrices (m 0-7, t 0-7), (m 8-15, t 0-7), (m 0-7, t 8-15), (m 8-15, t 8-15)
+        const int ar = ks * 16 + (q >> 1) * 8 + j;
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi) {
+          const int c = wm * (WM / 8) + mi * 2 + (q & 1);
+          ldmatrix_x4_trans(af[mi], sa + (u32)(ar * ROW_BYTES + ((c ^ j) << 4)));
+        }
+        // B: matrices (n 0-7, t 0-7), (n 0-7, t 8-15), (n 8-15, t 0-7), (n 8-15, t 8-15)
+        const int br = ks * 16 + (q & 1) * 8 + j;
+#pragma unroll
+        for (int jp = 0; jp < NI / 2; ++jp) {
+          const int c = wn * (WN / 8) + jp * 2 + (q >> 1);
+          u32 r[4];
+          ldmatrix_x4_trans(r, sb + (u32)(br * ROW_BYTES + ((c ^ j) << 4)));
+          bfr[2 * jp][0] = r[0];
+          bfr[2 * jp][1] = r[1];
+          bfr[2 * jp + 1][0] = r[2];
+          bfr[2 * jp + 1][1] = r[3];
+        }
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+          for (int ni = 0; ni < NI; ++ni) mma_16816<T>(acc[mi][ni], af[mi], bfr[ni][0], bfr[ni][1]);
+      }
+    };
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+      if (s < ktiles) load_stage(s, s);
+      cp_async_commit();
+    }
+    for (long long kt = 0; kt < ktiles; ++kt) {
+      cp_async_wait<STAGES - 2>();
+      __syncthreads(); // stage kt landed for every thread; stage kt - 1 is no longer read
+      if (kt + STAGES - 1 < ktiles) load_stage(kt + STAGES - 1, (int)((kt + STAGES - 1) % STAGES));
+      cp_async_commit();
+      compute_stage((int)(kt % STAGES));
+    }
+    cp_async_wait<0>();
+    __syncthreads(); // the next tile refills the stages
+    const int g = lane >> 2, t2 = (lane & 3) * 2;
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < NI; ++ni)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = m0 + wm * WM + mi * 16 + g + 8 * h, col = n0 + wn * WN + ni * 8 + t2;
+          if (row < K && col < N) // N % 8 == 0: col + 1 < N too, and the pair is 8-byte aligned
+            store_pair(out + (long long)row * N + col, acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1]);
+        }
   }
 }
 

@@ -9,6 +9,14 @@
  * to f32). A unary op `f` differentiates through its derivative op `f_grad` (ops.def, the
  * math next to f's in kernels/opmath.cuh); broadcasting is undone by sum_to, and a weight's
  * gradient is a matmul_at, the sum over tokens. An op without a rule is an error at its line.
+ *
+ * Precision of the products (the one place a gradient is rounded below f32): the gradient dY
+ * entering the products of a 16-bit forward product Y = A B (A and B both bf16, or both f16)
+ * is rounded to that type first, as torch's autocast backward does: dA = cast(dY) B^T
+ * and dB = A^T cast(dY) then multiply 16-bit operands, both as in the forward, and sum in f32
+ * (the reference: in double, rounded to f32). So the GPU runs them on the tensor cores with the
+ * weights as stored (codegen: B^T transposed once at load time, 16-bit; matmul_at_tc), and the
+ * reference computes exactly what the rule says. f32 products are unchanged.
  */
 #include "passes.h"
 
@@ -50,6 +58,15 @@ static Node *sum_to(Grad *G, Node *dy, const Node *x) {
 }
 
 static Node *transposed(Grad *G, Node *b) { return b->op == OP_TRANSPOSE ? b->args[0] : new1(G, OP_TRANSPOSE, b); }
+
+/* dy as the products of the forward product mm read it: rounded to the type of mm's operands
+ * when both have the same 16-bit type (the rule at the top of the file) */
+static Node *product_grad(Grad *G, const Node *mm, Node *dy) {
+  DType t = mm->args[0]->dtype;
+  if ((t != DT_BF16 && t != DT_F16) || mm->args[1]->dtype != t)
+    return dy;
+  return pass_new(G->c, OP_CAST, t, &dy, 1, NULL);
+}
 
 static Node *row_mean(Grad *G, Node *v) { return new1(G, OP_LN_MEAN, v); }
 
@@ -141,6 +158,8 @@ static int backprop(Grad *G, Node *n, Node *dy) {
       accumulate(G, b, sum_to(G, new1(G, OP_NEG, new2(G, OP_DIV, new2(G, OP_MUL, dy, n), b)), b));
     return 0;
   case OP_MATMUL: /* y = a b:  da = dy b^T,  db = a^T dy (summed over a's leading dims) */
+    if (da || db)
+      dy = product_grad(G, n, dy);
     if (da)
       accumulate(G, a, new2(G, OP_MATMUL, dy, transposed(G, b)));
     if (db)

@@ -691,6 +691,8 @@ ffn_status exec_step(ExecRun *run, int s) {
   unsigned grid[3] = {1, 1, 1};
   if (k->kind == KK_GEMM)
     ffn_gemm_launch_grid(&c.v->cfg, (int)c.m, (int)k->n, k->streams, c.splits, m->sms, grid);
+  else if (k->op == OP_MATMUL_AT) /* strides over its [K, N] tiles, not rows: as many as fit (grad.cuh) */
+    grid[0] = (unsigned)m->sms * 2;
   else
     grid[0] = (unsigned)(c.m < 1 ? 1 : c.m < (int64_t)m->sms * 16 ? c.m : (int64_t)m->sms * 16);
   CUfunction f = m->funcs[m->func_base[ps->kernel] + (int)(c.v - k->variants)];

@@ -2,6 +2,9 @@
 # the golden backward IR of one model, and the launch plans of two (the sums over tokens and the
 # concatenation of chunk gradients: kernels/grad.cuh).
 ffn_c_test(grad_fd_test SOURCES ${FFNC_TEST_DIR}/grad/grad_fd_test.c LABELS grad)
+# The 16-bit products of backward graphs (the gradient rounded to the forward's type): bf16 and f16
+# gradients of three models against the same models in f32, per-type bounds.
+ffn_c_test(grad_precision_test SOURCES ${FFNC_TEST_DIR}/grad/grad_precision_test.c LABELS grad)
 ffn_golden_test(grad_ir_gpt2_tiny EXPECT ${FFNC_TEST_DIR}/grad/gpt2_tiny.grad.ir WORKDIR ${PROJECT_SOURCE_DIR}
                 COMMAND $<TARGET_FILE:ffnc> build examples/gpt2_tiny.ffn --grad --emit ir -o -)
 foreach(model llama3_tiny phi3_tiny)
@@ -38,6 +41,17 @@ foreach(model examples/llama3_tiny examples/gpt2_tiny examples/phi3_tiny tests/g
   add_test(NAME gpu_grad_${base} COMMAND gpu_model_test ${model}.ffn --grad)
   set_tests_properties(gpu_grad_${base} PROPERTIES LABELS "gpu;grad" SKIP_RETURN_CODE 77
     ENVIRONMENT "${FFNC_GPU_ENV};FFNC_TEST_TOKENS=1,7,64,1000")
+endforeach()
+# The tensor-core products of backward graphs (dgrad on the GEMM templates, wgrad in matmul_at_tc)
+# at token counts with many 32-token steps and a tail: a wide bf16 FFN (70 column tiles of 128) and
+# the f16 SwiGLU, against the CPU reference.
+foreach(spec wide_swiglu_bf16:1,33,3000 swiglu_f16:100,4100)
+  string(REPLACE ":" ";" spec "${spec}")
+  list(GET spec 0 base)
+  list(GET spec 1 tokens)
+  add_test(NAME gpu_grad_${base}_tokens COMMAND gpu_model_test tests/gpu/models/${base}.ffn --grad)
+  set_tests_properties(gpu_grad_${base}_tokens PROPERTIES LABELS "gpu;grad" SKIP_RETURN_CODE 77
+    ENVIRONMENT "${FFNC_GPU_ENV};FFNC_TEST_TOKENS=${tokens}")
 endforeach()
 add_test(NAME gpu_grad_llama3_tiny_aot COMMAND gpu_model_test examples/llama3_tiny.ffn --grad --aot)
 set_tests_properties(gpu_grad_llama3_tiny_aot PROPERTIES LABELS "gpu;grad" SKIP_RETURN_CODE 77

@@ -14,8 +14,8 @@
  * gradients; the recomputation is not counted), the floor is those FLOPs at cuBLASLt's measured
  * bf16 rate. Peak extra memory: what a step holds beyond the parameters and the gradients: x,
  * y and dy, both models' workspaces as the calls left them (the pool's allocations), and the
- * load-time copies of the weights both models keep (norm gains folded, gate/up merged, 16-bit
- * weights widened to f32 for the backward's products), each also printed alone.
+ * load-time copies of the weights both models keep (norm gains folded, gate/up merged, the
+ * transposed 16-bit weights of the backward's input-gradient products), each also printed alone.
  */
 #include "bench.h"
 #include "runtime/dlpack_dtype.h"

@@ -18,6 +18,13 @@ for t in grad.x grad.model.layers.0.mlp.gate_proj.weight grad.model.layers.2.pos
 done
 "$ffnc" build "$model" --grad --arch sm_90 -o "$dir/grad.ffnx" || fail "build --grad"
 [ -s "$dir/grad.ffnx" ] || fail "build --grad wrote no package"
+# bf16 products of the backward graph on the tensor cores: weight gradients in matmul_at_tc, no
+# f32 copy of a weight (the gradient is rounded to bf16 instead: passes/grad.c)
+"$ffnc" build "$model" --grad --arch sm_90 --emit cuda -o "$dir/grad.cu" || fail "build --grad --emit cuda"
+grep -q "ffn::matmul_at_tc<ffn::bf16, float>" "$dir/grad.cu" || fail "no tensor-core weight gradient in the CUDA"
+grep -q "ffn::matmul_at<" "$dir/grad.cu" && fail "an f32 weight gradient in the CUDA of a bf16 model"
+"$ffnc" build "$model" --grad --arch sm_90 --emit plan -o "$dir/grad.plan" || fail "build --grad --emit plan"
+grep -q "^prep cast" "$dir/grad.plan" && fail "a weight widened at load time in the plan of a bf16 model"
 # bench --grad: the programs and backward graphs compile into the cache without a GPU; what it cannot do
 # yet is refused as usage
 out=$("$ffnc" bench --grad --compile-only "$model" 2>&1) || fail "bench --grad --compile-only: $out"
