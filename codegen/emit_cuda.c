@@ -287,6 +287,32 @@ static const char *stat_expr(Kgen *k, Node *n, char *buf, size_t len) {
   return buf;
 }
 
+/* The row half of a GEMM epilogue functor: `Row`, every value of the row scope (rowb: lines
+ * `const float NAME = EXPR;`), and prep(), which computes them once per row; apply() takes a Row
+ * and does a column pair; operator() is the two together, for the templates that call it per
+ * pair (gemm_sm90's epilogue calls prep once per row: kernels/ewise.cuh, WithRowStats). */
+static void emit_row_state(Buf *out, const char *rowb, int streams) {
+  buf_puts(out, "  struct Row {");
+  for (const char *p = rowb; (p = strstr(p, "const float ")); ) {
+    p += strlen("const float ");
+    buf_printf(out, " float %.*s;", (int)strcspn(p, " ="), p);
+  }
+  buf_puts(out, " };\n  __device__ __forceinline__ Row prep(int row, float rsum, float rsumsq) const {\n"
+                "    (void)row; (void)rsum; (void)rsumsq;\n");
+  buf_puts(out, rowb);
+  buf_puts(out, "    return Row{");
+  const char *sep = "";
+  for (const char *p = rowb; (p = strstr(p, "const float ")); sep = ", ") {
+    p += strlen("const float ");
+    buf_printf(out, "%s%.*s", sep, (int)strcspn(p, " ="), p);
+  }
+  buf_printf(out, "};\n  }\n"
+                  "  __device__ __forceinline__ void operator()(int row, int col, int ncols, const float (&v)[%d][2],\n"
+                  "                                             float rsum, float rsumsq) const {\n"
+                  "    apply(prep(row, rsum, rsumsq), row, col, ncols, v);\n  }\n",
+             streams);
+}
+
 static void gen_epilogue(Kgen *k, Buf *out) {
   Group *gr = k->gr;
   Gen *G = k->G;
@@ -333,13 +359,18 @@ static void gen_epilogue(Kgen *k, Buf *out) {
     else
       buf_printf(&stores, "    for (int e = 0; e < ncols; ++e) ffn::st_%s(a->p[%d], base + e, o%d[e]);\n", ty, sl, i);
   }
+  emit_row_state(out, rowb.s ? rowb.s : "", gr->streams);
   buf_printf(out,
-             "  __device__ __forceinline__ void operator()(int row, int col, int ncols, const float (&v)[%d][2],\n"
-             "                                             float rsum, float rsumsq) const {\n"
-             "    (void)rsum; (void)rsumsq;\n"
+             "  __device__ __forceinline__ void apply(const Row &r_, int row, int col, int ncols,\n"
+             "                                        const float (&v)[%d][2]) const {\n"
+             "    (void)r_; (void)row;\n"
              "    const long long base = (long long)row * %lldLL + col;\n",
              gr->streams, (long long)k->ncols);
-  buf_puts(out, rowb.s ? rowb.s : "");
+  for (const char *p = rowb.s; p && (p = strstr(p, "const float ")); ) { /* unpack the row's values */
+    p += strlen("const float ");
+    int n = (int)strcspn(p, " =");
+    buf_printf(out, "    const float %.*s = r_.%.*s;\n", n, p, n, p);
+  }
   for (int i = 0; i < gr->stores.len; i++)
     buf_printf(out, "    float o%d[2] = {0.f, 0.f};\n", i);
   buf_puts(out, "#pragma unroll\n    for (int e = 0; e < 2; ++e) {\n      if (e < ncols) {\n"

@@ -33,8 +33,15 @@ __device__ __forceinline__ float ldc_f16(const void *p, long long i) { return f1
 template <class Epi, int S> struct WithRowStats {
   const Epi &epi;
   const float *stats;
+  typedef typename Epi::Row Row;
+  __device__ __forceinline__ Row prep(int row, float, float) const {
+    return epi.prep(row, ldc_f32(stats, 2 * row), ldc_f32(stats, 2 * row + 1));
+  }
+  __device__ __forceinline__ void apply(const Row &r, int row, int col, int ncols, const float (&v)[S][2]) const {
+    epi.apply(r, row, col, ncols, v);
+  }
   __device__ __forceinline__ void operator()(int row, int col, int ncols, const float (&v)[S][2], float, float) const {
-    epi(row, col, ncols, v, ldc_f32(stats, 2 * row), ldc_f32(stats, 2 * row + 1));
+    apply(prep(row, 0.f, 0.f), row, col, ncols, v);
   }
 };
 

@@ -275,21 +275,22 @@ __device__ __forceinline__ bool sm90_splitk(const GemmArgs &g, float (&acc)[MI][
   return true;
 }
 
-// The epilogue: fp8 scales, then the functor, per output column pair of each of the thread's rows;
-// columns outer, so that the functor's per-column constants (ldc_) are loaded once for the rows.
+// The epilogue: fp8 scales, then the functor, per output column pair of each of the thread's rows.
+// The functor's row half (Epi::prep: the norm's statistics turned into scales, per-row loads) runs
+// once per row, its column half (Epi::apply) per pair; columns outer, so that the per-column
+// constants (ldc_) are loaded once for the rows.
 template <int BM, int BN, int MI, int S, int STATS, class T, class Epi>
 __device__ __forceinline__ void sm90_epilogue(const GemmArgs &g, const Epi &epi, float (&acc)[MI][BN / 2],
                                               const float *rowstat, int m0, int n0, int row_base) {
   constexpr int NB = BN / 8;
   const int lane = threadIdx.x & 31, warp = (threadIdx.x & 127) >> 5, M = g.M, N = g.N;
-  float rsumsq[MI][2], rsum[MI][2];
+  typename Epi::Row rows[MI][2];
 #pragma unroll
   for (int i = 0; i < MI; ++i)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int rl = row_base + i * 64 + warp * 16 + (lane >> 2) + h * 8;
-      rsumsq[i][h] = STATS ? rowstat[rl] : 0.f;
-      rsum[i][h] = STATS == 2 ? rowstat[BM + rl] : 0.f;
+      rows[i][h] = epi.prep(min(m0 + rl, M - 1), STATS == 2 ? rowstat[BM + rl] : 0.f, STATS ? rowstat[rl] : 0.f);
     }
 #pragma unroll
   for (int jg = 0; jg < NB / S; ++jg) {
@@ -308,7 +309,7 @@ __device__ __forceinline__ void sm90_epilogue(const GemmArgs &g, const Epi &epi,
           v[st][1] = acc[i][4 * (jg * S + st) + 2 * h + 1];
         }
         gemm_fp8_scale<T, S>(g, row, n0 + jg * 8 * S + 2 * (lane & 3), col + 1 < N ? 2 : 1, v);
-        epi(row, col, col + 1 < N ? 2 : 1, v, rsum[i][h], rsumsq[i][h]);
+        epi.apply(rows[i][h], row, col, col + 1 < N ? 2 : 1, v);
       }
   }
 }

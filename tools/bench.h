@@ -21,6 +21,10 @@ typedef void (*RunFn)(void *ctx, int rotation, CUstream s);
 
 /* Host values of the given mean and standard deviation, stored as dt (malloc'd). */
 void *random_buffer(DType dt, size_t n, double mean, double std);
+/* Random values for weight w of g at the scale its model expects (runtime/randinit.h), on the
+ * host (malloc'd, numel elements), with its shape and DLPack type for binding; a type DLPack
+ * cannot carry exits with a message naming the weight. */
+void *random_weight(const Graph *g, const Node *w, int64_t shape[FFN_MAX_RANK], size_t *numel, DLDataType *dl);
 /* Median microseconds of reps runs of fn on s (after warm-up), each between two events; the
  * caller's context must be current. */
 double time_runs(RunFn fn, void *ctx, int rotations, int reps, CUstream s);

@@ -19,7 +19,6 @@
  */
 #include "bench.h"
 #include "runtime/dlpack_dtype.h"
-#include "runtime/randinit.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -145,12 +144,9 @@ static void setup_grad_model(GradModel *md) {
     if (n->op != OP_WEIGHT)
       continue;
     int64_t shape[FFN_MAX_RANK];
-    size_t numel = 1;
-    for (int d = 0; d < n->shape.rank; d++)
-      numel *= (size_t)(shape[d] = n->shape.d[d].size);
-    double mean, std;
-    randinit_weight_scale(g, n, &mean, &std);
-    void *h = random_buffer(n->dtype, numel, mean, std);
+    size_t numel;
+    DLDataType dl;
+    void *h = random_weight(g, n, shape, &numel, &dl);
     size_t bytes = dtype_bytes(n->dtype, numel);
     CUdeviceptr d;
     CK(cu->cuMemAlloc(&d, bytes + 16));
@@ -158,8 +154,7 @@ static void setup_grad_model(GradModel *md) {
     free(h);
     md->wdev[md->nw++] = d;
     md->param_bytes += bytes;
-    DLDataType dl;
-    if (n->stored != DT_NONE || !dtype_to_dl(n->dtype, &dl)) {
+    if (n->stored != DT_NONE) {
       cli_error("bench: --grad: weight '%s' (%s) cannot be bound as a device tensor", n->name, dtype_name(n->dtype));
       exit(EXIT_USER);
     }

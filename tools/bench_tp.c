@@ -11,7 +11,6 @@
  */
 #include "bench.h"
 #include "runtime/dlpack_dtype.h"
-#include "runtime/randinit.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -140,17 +139,9 @@ static void bind_random_weights(const Graph *g, Runner *models, int n, const cha
     if (w->op != OP_WEIGHT)
       continue;
     int64_t shape[FFN_MAX_RANK];
-    size_t numel = 1;
-    for (int d = 0; d < w->shape.rank; d++)
-      numel *= (size_t)(shape[d] = w->shape.d[d].size);
-    double mean, std;
-    randinit_weight_scale(g, w, &mean, &std);
-    void *h = random_buffer(w->dtype, numel, mean, std);
+    size_t numel;
     DLDataType dl;
-    if (!dtype_to_dl(w->dtype, &dl)) {
-      cli_error("bench: weight '%s' is %s, which DLPack tensors cannot carry", w->name, dtype_name(w->dtype));
-      exit(EXIT_USER);
-    }
+    void *h = random_weight(g, w, shape, &numel, &dl);
     DLTensor t = {h, {kDLCPU, 0}, w->shape.rank, dl, shape, NULL, 0};
     for (int m = 0; m < n; m++) {
       ffn_status s = ffn_model_bind_weight(models[m].m, w->name, &t);

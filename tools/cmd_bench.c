@@ -110,6 +110,19 @@ void *random_buffer(DType dt, size_t n, double mean, double std) {
   return p;
 }
 
+void *random_weight(const Graph *g, const Node *w, int64_t shape[FFN_MAX_RANK], size_t *numel, DLDataType *dl) {
+  *numel = 1;
+  for (int d = 0; d < w->shape.rank; d++)
+    *numel *= (size_t)(shape[d] = w->shape.d[d].size);
+  if (!dtype_to_dl(w->dtype, dl)) {
+    cli_error("bench: weight '%s' is %s, which DLPack tensors cannot carry", w->name, dtype_name(w->dtype));
+    exit(EXIT_USER);
+  }
+  double mean, std;
+  randinit_weight_scale(g, w, &mean, &std);
+  return random_buffer(w->dtype, *numel, mean, std);
+}
+
 static CUdeviceptr upload(const void *host, size_t bytes) {
   CUdeviceptr d;
   CK(cu->cuMemAlloc(&d, bytes + 16));
@@ -453,20 +466,12 @@ static void setup_model(Model *md) {
     if (n->op != OP_WEIGHT)
       continue;
     int64_t shape[FFN_MAX_RANK];
-    size_t numel = 1;
-    for (int d = 0; d < n->shape.rank; d++)
-      numel *= (size_t)(shape[d] = n->shape.d[d].size);
-    double mean, std;
-    randinit_weight_scale(g, n, &mean, &std);
-    void *h = random_buffer(n->dtype, numel, mean, std);
+    size_t numel;
+    DLDataType dl;
+    void *h = random_weight(g, n, shape, &numel, &dl);
     CUdeviceptr d = upload(h, dtype_bytes(n->dtype, numel));
     free(h);
     md->wdev[md->nw++] = d;
-    DLDataType dl;
-    if (!dtype_to_dl(n->dtype, &dl)) {
-      cli_error("bench: weight '%s' is %s, which DLPack tensors cannot carry", n->name, dtype_name(n->dtype));
-      exit(EXIT_USER);
-    }
     DLTensor t = {(void *)d, {kDLCUDA, 0}, n->shape.rank, dl, shape, NULL, 0};
     for (int m = 0; m < NVARIANTS; m++)
       if (ffn_model_bind_weight(md->model[m], n->name, &t) != FFN_OK) {

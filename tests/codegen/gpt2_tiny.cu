@@ -26,13 +26,24 @@
 // kernel k0: GEMM, 1 stream of 512 columns, K = 128, FMA; from examples/gpt2_tiny.ffn:21
 struct Epi_k0 {
   const ffn::KArgs *a;
-  __device__ __forceinline__ void operator()(int row, int col, int ncols, const float (&v)[1][2],
-                                             float rsum, float rsumsq) const {
-    (void)rsum; (void)rsumsq;
-    const long long base = (long long)row * 512LL + col;
+  struct Row { float t0; float t1; };
+  __device__ __forceinline__ Row prep(int row, float rsum, float rsumsq) const {
+    (void)row; (void)rsum; (void)rsumsq;
 #line 20 "examples/gpt2_tiny.ffn"
     const float t0 = (rsum / 128.0f);
     const float t1 = 1.0f / sqrtf(fmaxf(rsumsq / 128.0f - (rsum / 128.0f) * (rsum / 128.0f), 0.0f) + 9.99999975e-06f);
+    return Row{t0, t1};
+  }
+  __device__ __forceinline__ void operator()(int row, int col, int ncols, const float (&v)[1][2],
+                                             float rsum, float rsumsq) const {
+    apply(prep(row, rsum, rsumsq), row, col, ncols, v);
+  }
+  __device__ __forceinline__ void apply(const Row &r_, int row, int col, int ncols,
+                                        const float (&v)[1][2]) const {
+    (void)r_; (void)row;
+    const long long base = (long long)row * 512LL + col;
+    const float t0 = r_.t0;
+    const float t1 = r_.t1;
     float o0[2] = {0.f, 0.f};
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
@@ -76,9 +87,18 @@ extern "C" __global__ void __launch_bounds__(256, 2) k0_simt_128x64x8(const __gr
 // kernel k1: GEMM, 1 stream of 128 columns, K = 512, FMA; from examples/gpt2_tiny.ffn:22
 struct Epi_k1 {
   const ffn::KArgs *a;
+  struct Row { };
+  __device__ __forceinline__ Row prep(int row, float rsum, float rsumsq) const {
+    (void)row; (void)rsum; (void)rsumsq;
+    return Row{};
+  }
   __device__ __forceinline__ void operator()(int row, int col, int ncols, const float (&v)[1][2],
                                              float rsum, float rsumsq) const {
-    (void)rsum; (void)rsumsq;
+    apply(prep(row, rsum, rsumsq), row, col, ncols, v);
+  }
+  __device__ __forceinline__ void apply(const Row &r_, int row, int col, int ncols,
+                                        const float (&v)[1][2]) const {
+    (void)r_; (void)row;
     const long long base = (long long)row * 128LL + col;
     float o0[2] = {0.f, 0.f};
 #pragma unroll

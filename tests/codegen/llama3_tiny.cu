@@ -26,12 +26,22 @@
 // kernel k0: GEMM, 2 streams of 704 columns, K = 256, tensor cores; from examples/llama3_tiny.ffn:19
 struct Epi_k0 {
   const ffn::KArgs *a;
-  __device__ __forceinline__ void operator()(int row, int col, int ncols, const float (&v)[2][2],
-                                             float rsum, float rsumsq) const {
-    (void)rsum; (void)rsumsq;
-    const long long base = (long long)row * 704LL + col;
+  struct Row { float t0; };
+  __device__ __forceinline__ Row prep(int row, float rsum, float rsumsq) const {
+    (void)row; (void)rsum; (void)rsumsq;
 #line 18 "examples/llama3_tiny.ffn"
     const float t0 = 1.0f / sqrtf(rsumsq / 256.0f + 9.99999975e-06f);
+    return Row{t0};
+  }
+  __device__ __forceinline__ void operator()(int row, int col, int ncols, const float (&v)[2][2],
+                                             float rsum, float rsumsq) const {
+    apply(prep(row, rsum, rsumsq), row, col, ncols, v);
+  }
+  __device__ __forceinline__ void apply(const Row &r_, int row, int col, int ncols,
+                                        const float (&v)[2][2]) const {
+    (void)r_; (void)row;
+    const long long base = (long long)row * 704LL + col;
+    const float t0 = r_.t0;
     float o0[2] = {0.f, 0.f};
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
@@ -110,9 +120,18 @@ extern "C" __global__ void __launch_bounds__(384, 1) k0_tma_128x256x64(const __g
 // kernel k1: GEMM, 1 stream of 256 columns, K = 704, tensor cores; from examples/llama3_tiny.ffn:19
 struct Epi_k1 {
   const ffn::KArgs *a;
+  struct Row { };
+  __device__ __forceinline__ Row prep(int row, float rsum, float rsumsq) const {
+    (void)row; (void)rsum; (void)rsumsq;
+    return Row{};
+  }
   __device__ __forceinline__ void operator()(int row, int col, int ncols, const float (&v)[1][2],
                                              float rsum, float rsumsq) const {
-    (void)rsum; (void)rsumsq;
+    apply(prep(row, rsum, rsumsq), row, col, ncols, v);
+  }
+  __device__ __forceinline__ void apply(const Row &r_, int row, int col, int ncols,
+                                        const float (&v)[1][2]) const {
+    (void)r_; (void)row;
     const long long base = (long long)row * 256LL + col;
     float o0[2] = {0.f, 0.f};
 #pragma unroll
