@@ -59,7 +59,7 @@ typedef enum {
                     bk: k per 512-byte tile of codes (32: i8, 64: i4), wn: B rows per warp (16),
                     stages: stages of wm k tiles in the cp.async ring of codes, scales and
                     activations */
-  FFN_GEMM_SM90P, /* persistent FFN_GEMM_SM90T (gemm_sm90p.cuh, TMA, 16-bit operands): wm == bm:
+  FFN_GEMM_SM90P, /* persistent FFN_GEMM_SM90T (gemm_sm90p.cuh, TMA): wm == bm:
                     the two consumer warpgroups ping-pong over whole tiles; wm == bm / 2: they
                     share each tile */
   FFN_GEMM_WQD,  /* FFN_GEMM_WQ's product at decode sizes (gemm_wqd.cuh): codes streamed into
@@ -148,10 +148,13 @@ static inline const ffn_gemm_config *ffn_gemm_configs(int *count) {
  * Ties go to the configuration listed first. */
 #define FFN_GEMM_TUNED_SMS 132 /* the H100 SXM / H200 the table was measured on */
 
-/* Whether configuration c can multiply fp8 operands: gemm_sm90 sums them in 128-column chunks
- * (its fp8 "promotion"), so its width must be a multiple of 128. */
+/* Whether configuration c can multiply fp8 operands: the wgmma kernels sum them in 64 x 128 blocks
+ * (their fp8 "promotion", gemm_sm90.cuh: sm90_fp8_ktile), so the width must be a multiple of 128
+ * and a consumer warpgroup's accumulators at most 64 x 256 besides the block's. */
 static inline int ffn_gemm_config_takes(const ffn_gemm_config *c, int fp8) {
-  return !fp8 || (c->kind != FFN_GEMM_SM90 && c->kind != FFN_GEMM_SM90T) || c->bn % 128 == 0;
+  if (!fp8 || (c->kind != FFN_GEMM_SM90 && c->kind != FFN_GEMM_SM90T && c->kind != FFN_GEMM_SM90P))
+    return 1;
+  return c->bn % 128 == 0 && c->wm * c->bn <= 64 * 256;
 }
 
 static inline long long ffn_gemm_row_cost(const ffn_gemm_config *c, long long cols) {

@@ -198,6 +198,61 @@ FFN_WGMMA_SS(256, fp8e5m2, "k32.f32.e5m2.e5m2", "1, 1")
 // (m64n224: the mid-M tile for wide gate/up products, one wave of 128 x 224 tiles where 128 x 128
 // tiles would need 1.7; kernels/gemm_host.h, ffn_gemm_config_fits.)
 
+// ---- row statistics of A, one stage at a time (shared with the persistent kernel) -----------------
+//
+// The thread's CPT 16-byte chunks (from chunk sch) of A row srow of the stage at row_addr (the row's
+// shared address; swizzled chunk c at c ^ (srow % 8)): sums of squares (STATS >= 1) and sums
+// (STATS == 2), split over two chains per quantity so that the FMAs do not all wait on one.
+template <int CPT, int STATS, class T>
+__device__ __forceinline__ void sm90_stats_step(u32 row_addr, int sch, int srow, float &ssq0, float &ssq1, float &ssum0,
+                                                float &ssum1) {
+#pragma unroll
+  for (int c = 0; c < CPT; ++c) {
+    u32 w[4];
+    lds128(row_addr + (((sch + c) ^ (srow & 7)) << 4), w[0], w[1], w[2], w[3]);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      float lo, hi;
+      unpack2<T>(w[q], lo, hi);
+      if (q & 1) {
+        ssq1 = fmaf(lo, lo, fmaf(hi, hi, ssq1));
+        if (STATS == 2) ssum1 += lo + hi;
+      } else {
+        ssq0 = fmaf(lo, lo, fmaf(hi, hi, ssq0));
+        if (STATS == 2) ssum0 += lo + hi;
+      }
+    }
+  }
+}
+
+// ---- fp8 products: one k-tile with "promotion" (shared with the persistent kernel) ------------------
+//
+// Hopper's tensor cores sum fp8 products in an accumulator narrower than f32 (DeepSeek-V3 measured
+// about 14 bits; against the f64 reference, 1.5% relative error at K = 256..1008 in our tests), so
+// each k-tile (128 codes) goes into a fresh register tile, one 64 x 128 block (MI row block i,
+// 128-column chunk c) at a time, and is added to acc in f32: "promotion". da/db: the descriptors of
+// the stage's A rows of this warpgroup and its B rows. The wait per block is hidden only while
+// another warpgroup's wgmmas keep the tensor cores busy.
+template <int BN, int MI, int ROW, class T>
+__device__ __forceinline__ void sm90_fp8_ktile(float (&acc)[MI][BN / 2], float (&tmp)[64], u64 da, u64 db) {
+  static_assert(BN % 128 == 0, "fp8: BN a multiple of 128 (the promotion's chunks)");
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int c = 0; c < BN / 128; ++c) {
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) // 4 x k32 = the k-tile's 128 codes (64 16-bit units)
+        wgmma_ss<128, T>(tmp, da + (u64)((i * 64 * ROW + kk * 32) >> 4), db + (u64)((c * 128 * ROW + kk * 32) >> 4),
+                         kk > 0);
+      wgmma_commit();
+      wgmma_wait<0>();
+      reg_fence(tmp);
+#pragma unroll
+      for (int e = 0; e < 64; ++e) acc[i][64 * c + e] += tmp[e];
+    }
+}
+
 // ---- split-K and epilogue, shared with the persistent kernel (gemm_sm90p.cuh) ---------------------
 //
 // The accumulator fragment of a consumer warpgroup (rows row_base + 64 i + 16 warp + lane / 4 (+ 8)
@@ -340,6 +395,7 @@ __device__ __forceinline__ void gemm_sm90(const GemmArgs &g, const Epi &epi, cha
   static_assert(S == 1 || S == 2, "S is 1 or 2");
   static_assert(STATS >= 0 && STATS <= 2, "STATS is 0, 1 or 2");
   static_assert(!is_fp8<T>::value || STATS == 0, "fp8 A: no row statistics (normfold leaves fp8 products alone)");
+  static_assert(!is_fp8<T>::value || MI == 1, "fp8: 64 rows per consumer warpgroup (registers: acc and tmp)");
   typedef typename gemm_unit<T>::type U; // what a k step of 2 bytes holds (GemmArgs)
   static_assert(BM % RPP == 0 && BN % RPP == 0 && B_ITERS <= 32, "producer copy assignment");
   static_assert(16 * STAGES + 16 + 1024 <= 2048, "barrier area");
@@ -466,26 +522,8 @@ __device__ __forceinline__ void gemm_sm90(const GemmArgs &g, const Epi &epi, cha
             wgmma_ss<BN, T>(acc[i], da0 + (u64)((s * STAGE + i * 64 * ROW + kk * 32) >> 4),
                             db0 + (u64)((s * STAGE + kk * 32) >> 4));
         wgmma_commit();
-        if constexpr (STATS != 0) {
-          // overlaps the wgmmas just issued: they only read this stage
-#pragma unroll
-          for (int c = 0; c < CPT; ++c) {
-            u32 w[4];
-            lds128(srow_addr + s * STAGE + (((sch + c) ^ (srow & 7)) << 4), w[0], w[1], w[2], w[3]);
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-              float lo, hi;
-              unpack2<T>(w[q], lo, hi);
-              if (q & 1) {
-                ssq1 = fmaf(lo, lo, fmaf(hi, hi, ssq1));
-                if (STATS == 2) ssum1 += lo + hi;
-              } else {
-                ssq0 = fmaf(lo, lo, fmaf(hi, hi, ssq0));
-                if (STATS == 2) ssum0 += lo + hi;
-              }
-            }
-          }
-        }
+        // overlaps the wgmmas just issued: they only read this stage
+        if constexpr (STATS != 0) sm90_stats_step<CPT, STATS, T>(srow_addr + s * STAGE, sch, srow, ssq0, ssq1, ssum0, ssum1);
         wgmma_wait<1>(); // the group of k-tile j - 1 has completed: its stage can be refilled
         if (j > 0) {
           __syncwarp();
@@ -495,29 +533,11 @@ __device__ __forceinline__ void gemm_sm90(const GemmArgs &g, const Epi &epi, cha
         if (++s == STAGES) s = 0, phase ^= 1u;
       }
     } else {
-      // fp8: Hopper's tensor cores sum fp8 products in an accumulator narrower than f32 (DeepSeek-V3
-      // measured about 14 bits; against the f64 reference, 1.5% relative error at K = 256..1008 in
-      // our tests), so each k-tile (128 codes) goes into a fresh register tile, one 128-column chunk
-      // at a time, and is added to acc in f32: "promotion". The other consumer warpgroup's wgmmas
-      // keep the tensor cores busy while this one waits and adds.
-      static_assert(BN % 128 == 0 && MI == 1, "fp8: BN 128 or 256, 64 rows per consumer warpgroup");
       float tmp[64];
       for (int j = 0; j < nk; ++j) {
         mbar_wait(bars + 8 * s, phase);
         if (!TMA) fence_proxy_async();
-#pragma unroll
-        for (int c = 0; c < BN / 128; ++c) {
-          wgmma_fence();
-#pragma unroll
-          for (int kk = 0; kk < BK / 16; ++kk)
-            wgmma_ss<128, T>(tmp, da0 + (u64)((s * STAGE + kk * 32) >> 4),
-                             db0 + (u64)((s * STAGE + c * 128 * ROW + kk * 32) >> 4), kk > 0);
-          wgmma_commit();
-          wgmma_wait<0>();
-          reg_fence(tmp);
-#pragma unroll
-          for (int e = 0; e < 64; ++e) acc[0][64 * c + e] += tmp[e];
-        }
+        sm90_fp8_ktile<BN, MI, ROW, T>(acc, tmp, da0 + (u64)((s * STAGE) >> 4), db0 + (u64)((s * STAGE) >> 4));
         __syncwarp();
         if (lane == 0) mbar_arrive(bars + 8 * (STAGES + s)); // this k-tile's stage is free
         if (++s == STAGES) s = 0, phase ^= 1u;

@@ -1,4 +1,4 @@
-// gemm_sm90p.cuh: the persistent form of kernels/gemm_sm90.cuh (16-bit operands, loaded by the
+// gemm_sm90p.cuh: the persistent form of kernels/gemm_sm90.cuh (16-bit or fp8 operands, loaded by the
 // Tensor Memory Accelerator as in gemm_sm90<..., TMA = true>: the kernel's second argument holds
 // A's and B's tensor maps, g.tma points at it). Host side: FFN_GEMM_SM90P in kernels/gemm_host.h
 // (shared memory, grid); kernels/NOTES.md has its history (a cp.async version of 2026-11-29 was
@@ -39,6 +39,11 @@ template <int BM, int BN, int BK, int STAGES, bool PINGPONG> __host__ __device__
 // the previous item. That serializes the two main loops (the tensor cores are the shared resource)
 // and guarantees that no consumer waits on a full barrier more than one phase ahead of it (an
 // mbarrier parity wait is only defined for the current and the preceding phase).
+//
+// fp8 operands take the promotion of gemm_sm90 (sm90_fp8_ktile: a 64 x 128 block of products at a
+// time in a fresh register tile, added in f32), which waits on its wgmmas: cooperatively the other
+// warpgroup's wgmmas cover each wait; ping-ponging, only the last k-tile of an item overlaps the
+// other's next item.
 template <int BM, int BN, int BK, int STAGES, int S, int STATS, class T, bool PINGPONG, class Epi>
 __device__ __forceinline__ void gemm_sm90_persistent(const GemmArgs &g, const Epi &epi, char *smem) {
   constexpr int CWG = 2;                                  // consumer warpgroups
@@ -55,7 +60,7 @@ __device__ __forceinline__ void gemm_sm90_persistent(const GemmArgs &g, const Ep
   static_assert(BN % (8 * S) == 0, "BN must be a multiple of 8*S");
   static_assert(S == 1 || S == 2, "S is 1 or 2");
   static_assert(STATS >= 0 && STATS <= 2, "STATS is 0, 1 or 2");
-  static_assert(!is_fp8<T>::value, "16-bit operands (fp8 products take gemm_sm90 and its promotion)");
+  static_assert(!is_fp8<T>::value || (STATS == 0 && MI * BN <= 256), "fp8: no row statistics; acc and tmp in registers");
   static_assert(16 * STAGES + 16 + 1024 <= 2048, "barrier area");
   static_assert(gemm_sm90p_smem_bytes<BM, BN, BK, STAGES, PINGPONG>() <= 232448, "shared memory");
 
@@ -147,52 +152,49 @@ __device__ __forceinline__ void gemm_sm90_persistent(const GemmArgs &g, const Ep
 #pragma unroll
         for (int e = 0; e < BN / 2; ++e) acc[i][e] = 0.f;
       float ssq0 = 0.f, ssq1 = 0.f, ssum0 = 0.f, ssum1 = 0.f;
-      int prev = 0;
-      for (int j = 0; j < nk; ++j) {
-        mbar_wait(bars + 8 * s, phase);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < BK / 16; ++kk)
-#pragma unroll
-          for (int i = 0; i < MI; ++i)
-            wgmma_ss<BN, T>(acc[i], da0 + (u64)((s * STAGE + i * 64 * ROW + kk * 32) >> 4),
-                            db0 + (u64)((s * STAGE + kk * 32) >> 4));
-        wgmma_commit();
-        if (STATS) {
-#pragma unroll
-          for (int c = 0; c < CPT; ++c) {
-            u32 wv[4];
-            lds128(srow_addr + s * STAGE + (((sch + c) ^ (srow & 7)) << 4), wv[0], wv[1], wv[2], wv[3]);
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-              float lo, hi;
-              unpack2<T>(wv[q], lo, hi);
-              if (q & 1) {
-                ssq1 = fmaf(lo, lo, fmaf(hi, hi, ssq1));
-                if (STATS == 2) ssum1 += lo + hi;
-              } else {
-                ssq0 = fmaf(lo, lo, fmaf(hi, hi, ssq0));
-                if (STATS == 2) ssum0 += lo + hi;
-              }
-            }
-          }
+      if constexpr (is_fp8<T>::value) {
+        // promotion (sm90_fp8_ktile): each stage's products are complete when it returns
+        float tmp[64];
+        for (int j = 0; j < nk; ++j) {
+          mbar_wait(bars + 8 * s, phase);
+          if (PINGPONG && has_next && j == nk - 1) named_bar_arrive(4 + (cw ^ 1), 256); // (as below)
+          sm90_fp8_ktile<BN, MI, ROW, T>(acc, tmp, da0 + (u64)((s * STAGE) >> 4), db0 + (u64)((s * STAGE) >> 4));
+          __syncwarp();
+          if (lane == 0) mbar_arrive(bars + 8 * (STAGES + s));
+          if (++s == STAGES) s = 0, phase ^= 1u;
         }
-        wgmma_wait<1>(); // the group of k-tile j - 1 has completed: its stage can be refilled
-        if (j > 0) {
+        if (PINGPONG && has_next && nk == 0) named_bar_arrive(4 + (cw ^ 1), 256);
+      } else {
+        int prev = 0;
+        for (int j = 0; j < nk; ++j) {
+          mbar_wait(bars + 8 * s, phase);
+          wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < BK / 16; ++kk)
+#pragma unroll
+            for (int i = 0; i < MI; ++i)
+              wgmma_ss<BN, T>(acc[i], da0 + (u64)((s * STAGE + i * 64 * ROW + kk * 32) >> 4),
+                              db0 + (u64)((s * STAGE + kk * 32) >> 4));
+          wgmma_commit();
+          if (STATS) sm90_stats_step<CPT, STATS, T>(srow_addr + s * STAGE, sch, srow, ssq0, ssq1, ssum0, ssum1);
+          wgmma_wait<1>(); // the group of k-tile j - 1 has completed: its stage can be refilled
+          if (j > 0) {
+            __syncwarp();
+            if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+          }
+          prev = s;
+          if (++s == STAGES) s = 0, phase ^= 1u;
+        }
+        // every k-tile of this item has landed: the other warpgroup may start the next item while
+        // this one's last wgmmas run
+        if (PINGPONG && has_next) named_bar_arrive(4 + (cw ^ 1), 256);
+        wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < MI; ++i) reg_fence(acc[i]);
+        if (nk > 0) { // the last stage goes back too: the ring continues into the next item
           __syncwarp();
           if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
         }
-        prev = s;
-        if (++s == STAGES) s = 0, phase ^= 1u;
-      }
-      // every k-tile of this item has landed: the other warpgroup may start the next item
-      if (PINGPONG && has_next) named_bar_arrive(4 + (cw ^ 1), 256);
-      wgmma_wait<0>();
-#pragma unroll
-      for (int i = 0; i < MI; ++i) reg_fence(acc[i]);
-      if (nk > 0) { // the last stage goes back too: the ring continues into the next item
-        __syncwarp();
-        if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
       }
 
       if (STATS) {

@@ -42,6 +42,19 @@ foreach(cfg tmap_pp_128x128x64 tmap_coop_128x256x64)
   endforeach()
 endforeach()
 
+# fp8 on the persistent kernels (promotion per 64 x 128 block; ping-pong holds two blocks of rows):
+# e4m3 gated and e5m2 with f16 and LayerNorm, unsplit and with 3 splits.
+foreach(cfg tmap_pp_128x128x64 tmap_coop_128x256x64)
+  foreach(model f8_llama_e4m3_bf16 f8_gpt_e5m2_f16)
+    add_test(NAME gpu_${cfg}_${model} COMMAND gpu_model_test tests/gpu/models/${model}.ffn)
+    set_tests_properties(gpu_${cfg}_${model} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
+      ENVIRONMENT "${FFNC_GPU_ENV};FFNC_GEMM_VARIANT=${cfg};FFNC_TEST_TOKENS=1,7,64,130,1000,4096")
+    add_test(NAME gpu_${cfg}_${model}_split3 COMMAND gpu_model_test tests/gpu/models/${model}.ffn)
+    set_tests_properties(gpu_${cfg}_${model}_split3 PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
+      ENVIRONMENT "${FFNC_GPU_ENV};FFNC_GEMM_VARIANT=${cfg};FFNC_GEMM_SPLITS=3;FFNC_TEST_TOKENS=7,130,1000")
+  endforeach()
+endforeach()
+
 file(GLOB GPU_TEST_MODELS CONFIGURE_DEPENDS ${FFNC_TEST_DIR}/gpu/models/*.ffn)
 foreach(m ${GPU_TEST_MODELS})
   get_filename_component(base ${m} NAME_WE)
