@@ -150,11 +150,13 @@ static inline const ffn_gemm_config *ffn_gemm_configs(int *count) {
 
 /* Whether configuration c can multiply fp8 operands: the wgmma kernels sum them in 64 x 128 blocks
  * (their fp8 "promotion", gemm_sm90.cuh: sm90_fp8_ktile), so the width must be a multiple of 128
- * and a consumer warpgroup's accumulators at most 64 x 256 besides the block's. */
+ * and a consumer warpgroup's accumulators at most 64 x 256 besides the block's. Not ping-pong: a
+ * warpgroup alone on the tensor cores waits for each block (measured 3.28 ms against the
+ * cooperative kernel's 2.82 for the 8B sublayer at 8192 tokens, kernels/NOTES.md). */
 static inline int ffn_gemm_config_takes(const ffn_gemm_config *c, int fp8) {
   if (!fp8 || (c->kind != FFN_GEMM_SM90 && c->kind != FFN_GEMM_SM90T && c->kind != FFN_GEMM_SM90P))
     return 1;
-  return c->bn % 128 == 0 && c->wm * c->bn <= 64 * 256;
+  return c->bn % 128 == 0 && c->wm * c->bn <= 64 * 256 && !(c->kind == FFN_GEMM_SM90P && c->wm == c->bm);
 }
 
 static inline long long ffn_gemm_row_cost(const ffn_gemm_config *c, long long cols) {

@@ -41,9 +41,9 @@ template <int BM, int BN, int BK, int STAGES, bool PINGPONG> __host__ __device__
 // mbarrier parity wait is only defined for the current and the preceding phase).
 //
 // fp8 operands take the promotion of gemm_sm90 (sm90_fp8_ktile: a 64 x 128 block of products at a
-// time in a fresh register tile, added in f32), which waits on its wgmmas: cooperatively the other
-// warpgroup's wgmmas cover each wait; ping-ponging, only the last k-tile of an item overlaps the
-// other's next item.
+// time in a fresh register tile, added in f32), which waits on its wgmmas, so only cooperatively,
+// where the other warpgroup's wgmmas cover each wait (ping-ponging, a warpgroup alone on the
+// tensor cores exposed every wait: 16% slower, kernels/NOTES.md).
 template <int BM, int BN, int BK, int STAGES, int S, int STATS, class T, bool PINGPONG, class Epi>
 __device__ __forceinline__ void gemm_sm90_persistent(const GemmArgs &g, const Epi &epi, char *smem) {
   constexpr int CWG = 2;                                  // consumer warpgroups
@@ -60,7 +60,7 @@ __device__ __forceinline__ void gemm_sm90_persistent(const GemmArgs &g, const Ep
   static_assert(BN % (8 * S) == 0, "BN must be a multiple of 8*S");
   static_assert(S == 1 || S == 2, "S is 1 or 2");
   static_assert(STATS >= 0 && STATS <= 2, "STATS is 0, 1 or 2");
-  static_assert(!is_fp8<T>::value || (STATS == 0 && MI * BN <= 256), "fp8: no row statistics; acc and tmp in registers");
+  static_assert(!is_fp8<T>::value || (STATS == 0 && MI == 1 && !PINGPONG), "fp8: cooperative, no row statistics");
   static_assert(16 * STAGES + 16 + 1024 <= 2048, "barrier area");
   static_assert(gemm_sm90p_smem_bytes<BM, BN, BK, STAGES, PINGPONG>() <= 232448, "shared memory");
 
@@ -157,13 +157,11 @@ __device__ __forceinline__ void gemm_sm90_persistent(const GemmArgs &g, const Ep
         float tmp[64];
         for (int j = 0; j < nk; ++j) {
           mbar_wait(bars + 8 * s, phase);
-          if (PINGPONG && has_next && j == nk - 1) named_bar_arrive(4 + (cw ^ 1), 256); // (as below)
           sm90_fp8_ktile<BN, MI, ROW, T>(acc, tmp, da0 + (u64)((s * STAGE) >> 4), db0 + (u64)((s * STAGE) >> 4));
           __syncwarp();
           if (lane == 0) mbar_arrive(bars + 8 * (STAGES + s));
           if (++s == STAGES) s = 0, phase ^= 1u;
         }
-        if (PINGPONG && has_next && nk == 0) named_bar_arrive(4 + (cw ^ 1), 256);
       } else {
         int prev = 0;
         for (int j = 0; j < nk; ++j) {

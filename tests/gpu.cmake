@@ -42,9 +42,9 @@ foreach(cfg tmap_pp_128x128x64 tmap_coop_128x256x64)
   endforeach()
 endforeach()
 
-# fp8 on the persistent kernels (promotion per 64 x 128 block; ping-pong holds two blocks of rows):
-# e4m3 gated and e5m2 with f16 and LayerNorm, unsplit and with 3 splits.
-foreach(cfg tmap_pp_128x128x64 tmap_coop_128x256x64)
+# fp8 on the persistent cooperative kernel (promotion per 64 x 128 block): e4m3 gated and e5m2
+# with f16 and LayerNorm, unsplit and with 3 splits.
+foreach(cfg tmap_coop_128x256x64)
   foreach(model f8_llama_e4m3_bf16 f8_gpt_e5m2_f16)
     add_test(NAME gpu_${cfg}_${model} COMMAND gpu_model_test tests/gpu/models/${model}.ffn)
     set_tests_properties(gpu_${cfg}_${model} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
@@ -139,6 +139,14 @@ set_tests_properties(gpu_cli_run PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 ENVIR
 
 # A call too large for device memory: FFN_ERR_OUT_OF_MEMORY with the sizes, nothing launched,
 # and the model still right for the next call.
+# The fp8 activation quantizer's codes and scales against the reference's, bit for bit, on rows
+# built around the rounding boundaries of its fast path.
+add_executable(gpu_f8_quant_test gpu/gpu_f8_quant_test.c)
+target_include_directories(gpu_f8_quant_test PRIVATE ${PROJECT_SOURCE_DIR} ${FFNC_TEST_DIR})
+target_link_libraries(gpu_f8_quant_test PRIVATE ffn m)
+add_test(NAME gpu_f8_quant COMMAND gpu_f8_quant_test)
+set_tests_properties(gpu_f8_quant PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 ENVIRONMENT "${FFNC_GPU_ENV}")
+
 add_executable(gpu_oom_test gpu/gpu_oom_test.c)
 target_include_directories(gpu_oom_test PRIVATE ${PROJECT_SOURCE_DIR} ${FFNC_TEST_DIR})
 target_link_libraries(gpu_oom_test PRIVATE ffn)
