@@ -47,9 +47,26 @@ template <class Epi, int S> struct WithRowStats {
 
 // ---- loads (to f32) and stores (round to nearest even) ----
 
-__device__ __forceinline__ float ld_f32(const void *p, long long i) { return ((const float *)p)[i]; }
-__device__ __forceinline__ float ld_bf16(const void *p, long long i) { return bf16_bits_to_f32(((const u16 *)p)[i]); }
-__device__ __forceinline__ float ld_f16(const void *p, long long i) { return f16_bits_to_f32(((const u16 *)p)[i]); }
+// Activations: coherent loads, but also through a non-volatile asm without a memory clobber, so that
+// the compiler may move them above the stores of other elements: an unrolled column loop of a
+// rowwise kernel then has all its loads in flight at once instead of one per store (it cannot know
+// that the output does not alias the input). What this assumes of the generated code: a kernel
+// reads an element of an activation only before any thread of the kernel writes it (outputs that
+// share a buffer with an input are written element for element, after the reads, by the thread
+// that read them), so a load moved, or merged with an earlier one of the same address, sees the
+// same value.
+__device__ __forceinline__ float ld_f32(const void *p, long long i) {
+  float v;
+  asm("ld.global.f32 %0, [%1];" : "=f"(v) : "l"((const float *)p + i));
+  return v;
+}
+__device__ __forceinline__ u16 ld_u16(const void *p, long long i) {
+  unsigned short v;
+  asm("ld.global.u16 %0, [%1];" : "=h"(v) : "l"((const u16 *)p + i));
+  return v;
+}
+__device__ __forceinline__ float ld_bf16(const void *p, long long i) { return bf16_bits_to_f32(ld_u16(p, i)); }
+__device__ __forceinline__ float ld_f16(const void *p, long long i) { return f16_bits_to_f32(ld_u16(p, i)); }
 
 __device__ __forceinline__ void st_f32(void *p, long long i, float v) { ((float *)p)[i] = v; }
 __device__ __forceinline__ void st_bf16(void *p, long long i, float v) { ((u16 *)p)[i] = f32_to_bf16_bits(v); }

@@ -25,12 +25,14 @@
 
 // kernel k0: rowwise over [M, 300]
 extern "C" __global__ void __launch_bounds__(256) k0(const __grid_constant__ ffn::KArgs args) {
+  constexpr int THREADS = 256; // the launch's block (the plan's threads)
   __shared__ float red[64];
   (void)red;
   const ffn::KArgs *a = &args;
   for (long long row = blockIdx.x; row < a->m; row += gridDim.x) {
     float s17 = 0.f;
-    for (int col = threadIdx.x; col < 300; col += blockDim.x) {
+#pragma unroll 8
+    for (int col = threadIdx.x; col < 300; col += THREADS) {
       const long long i = row * 300LL + col;
       (void)i;
       const float l0 = ffn::ld_bf16(a->p[0], i);
@@ -57,7 +59,8 @@ extern "C" __global__ void __launch_bounds__(256) k0(const __grid_constant__ ffn
     s17 = ffn::block_sum(s17, red);
     const float rstd17 = 1.0f / sqrtf(s17 / 300.0f + 9.99999997e-07f);
     float s22 = 0.f;
-    for (int col = threadIdx.x; col < 300; col += blockDim.x) {
+#pragma unroll 8
+    for (int col = threadIdx.x; col < 300; col += THREADS) {
       const long long i = row * 300LL + col;
       (void)i;
       const float l19 = ffn::ld_bf16(a->p[0], i);
@@ -69,7 +72,8 @@ extern "C" __global__ void __launch_bounds__(256) k0(const __grid_constant__ ffn
     s22 = ffn::block_sum(s22, red);
     const float mean22 = s22 / 300.0f;
     float q22 = 0.f;
-    for (int col = threadIdx.x; col < 300; col += blockDim.x) {
+#pragma unroll 8
+    for (int col = threadIdx.x; col < 300; col += THREADS) {
       const long long i = row * 300LL + col;
       (void)i;
       const float l23 = ffn::ld_bf16(a->p[0], i);
@@ -81,7 +85,8 @@ extern "C" __global__ void __launch_bounds__(256) k0(const __grid_constant__ ffn
     }
     q22 = ffn::block_sum(q22, red);
     const float rstd22 = 1.0f / sqrtf(q22 / 300.0f + 9.99999975e-06f);
-    for (int col = threadIdx.x; col < 300; col += blockDim.x) {
+#pragma unroll 8
+    for (int col = threadIdx.x; col < 300; col += THREADS) {
       const long long i = row * 300LL + col;
       (void)i;
       const float l27 = ffn::ld_bf16(a->p[0], i);
