@@ -219,8 +219,10 @@ ffn_status program_from_plan(Plan *plan, const ffn_options *opt, ffn_program **o
 enum {
   TP_MAX_BLOCKS = 16,
   TP_DEFAULT_BLOCKS = 4,
-  TP_OVERLAP_MIN_ROWS = 512,
-  TP_BLOCK_MIN_ROWS = 256,
+  /* below 512-row blocks the GEMMs lose more to fewer tiles per launch and weights read again
+   * per block than hiding part of a short all-reduce wins (kernels/NOTES.md, predictions) */
+  TP_OVERLAP_MIN_ROWS = 1024,
+  TP_BLOCK_MIN_ROWS = 512,
   TP_BLOCK_ALIGN = 128, /* the tallest GEMM tile: no block launches a partial tile but the last */
   TP_BLOCK_ALIGN_SMALL = 16, /* forced blocks of fewer rows (tests): 16 rows keep every slice 16-byte aligned */
 };

@@ -48,10 +48,11 @@ static void expect_cut(int64_t rows, int blocks, bool reduces, int n, const int6
 }
 
 static void test_row_blocks(void) {
-  /* the policy: only programs that reduce, from 512 rows, blocks of 256 rows or more, at most 4 */
-  expect_cut(511, 0, true, 1, (int64_t[]){0, 511});
-  expect_cut(512, 0, true, 2, (int64_t[]){0, 256, 512});
-  expect_cut(1000, 0, true, 3, (int64_t[]){0, 384, 768, 1000});
+  /* the policy: only programs that reduce, from 1024 rows, blocks of 512 rows or more, at most 4 */
+  expect_cut(1000, 0, true, 1, (int64_t[]){0, 1000});
+  expect_cut(1024, 0, true, 2, (int64_t[]){0, 512, 1024});
+  expect_cut(1536, 0, true, 3, (int64_t[]){0, 512, 1024, 1536});
+  expect_cut(2000, 0, true, 3, (int64_t[]){0, 768, 1536, 2000});
   expect_cut(4096, 0, true, 4, (int64_t[]){0, 1024, 2048, 3072, 4096});
   expect_cut(5000, 0, true, 4, (int64_t[]){0, 1280, 2560, 3840, 5000});
   expect_cut(4096, 0, false, 1, (int64_t[]){0, 4096}); /* nothing to overlap */
