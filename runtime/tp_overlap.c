@@ -162,11 +162,16 @@ static ffn_status blocks_end(Blocks *bl, ffn_status st) {
 }
 
 /* w's side stream and events, created at its first pipelined call (the model's context is
- * current: exec_begin pushed it). */
+ * current: exec_begin pushed it). The side stream has the highest priority: the all-reduce's
+ * CTAs take SMs as the running GEMM's CTAs retire, ahead of the GEMM's waiting ones, so the
+ * other ranks, spinning in the same all-reduce, wait less. */
 static ffn_status side_lane(ffn_model *m, Workspace *w) {
   const CuApi *cu = m->cu;
-  if (!w->side)
-    CU_CHECK(cu, cu->cuStreamCreate(&w->side, CU_STREAM_NON_BLOCKING));
+  int least, greatest;
+  if (!w->side) {
+    CU_CHECK(cu, cu->cuCtxGetStreamPriorityRange(&least, &greatest));
+    CU_CHECK(cu, cu->cuStreamCreateWithPriority(&w->side, CU_STREAM_NON_BLOCKING, greatest));
+  }
   if (!w->computed)
     CU_CHECK(cu, cu->cuEventCreate(&w->computed, CU_EVENT_DISABLE_TIMING));
   for (int b = 0; b < TP_MAX_BLOCKS; b++)

@@ -292,6 +292,7 @@ static int bench_model(const CompileArgs *ca, const char *file, int n, const int
     CK(cu->cuStreamCreate(&run[r].stream, CU_STREAM_NON_BLOCKING));
     pop();
   }
+  run[n].m->tp_blocks = -1; /* the one-GPU baseline whole, whatever FFNC_TP_BLOCKS says */
   bind_random_weights(g, run, n + 1, file);
   ffn_model *ms[64];
   int devices[64];
