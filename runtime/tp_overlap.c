@@ -180,6 +180,19 @@ static ffn_status side_lane(ffn_model *m, Workspace *w) {
   return FFN_OK;
 }
 
+/* Block `block`'s all-reduce step on the side stream, after what the caller's stream has of it
+ * so far; reduced[block] marks its end. */
+static ffn_status reduce_beside(ExecRun *run, int step, int block, CUstream stream, Workspace *lane) {
+  const CuApi *cu = run->m->cu;
+  CU_CHECK(cu, cu->cuEventRecord(lane->computed, stream));
+  CU_CHECK(cu, cu->cuStreamWaitEvent(lane->side, lane->computed, 0));
+  ffn_status st = exec_allreduce(run, step, lane->side);
+  if (st != FFN_OK)
+    return st;
+  CU_CHECK(cu, cu->cuEventRecord(lane->reduced[block], lane->side));
+  return FFN_OK;
+}
+
 /* One op of the schedule. Without a side stream (a call with no workspace) the all-reduces
  * run on the caller's stream, in order. */
 static ffn_status pipe_op(Blocks *bl, const PipeOp *op, CUstream stream, Workspace *lane) {
@@ -194,15 +207,7 @@ static ffn_status pipe_op(Blocks *bl, const PipeOp *op, CUstream stream, Workspa
     }
     return FFN_OK;
   case PIPE_REDUCE:
-    if (!lane)
-      return exec_allreduce(run, op->first, stream);
-    CU_CHECK(cu, cu->cuEventRecord(lane->computed, stream));
-    CU_CHECK(cu, cu->cuStreamWaitEvent(lane->side, lane->computed, 0));
-    ffn_status st = exec_allreduce(run, op->first, lane->side);
-    if (st != FFN_OK)
-      return st;
-    CU_CHECK(cu, cu->cuEventRecord(lane->reduced[op->block], lane->side));
-    return FFN_OK;
+    return lane ? reduce_beside(run, op->first, op->block, stream, lane) : exec_allreduce(run, op->first, stream);
   case PIPE_WAIT:
     if (lane)
       CU_CHECK(cu, cu->cuStreamWaitEvent(stream, lane->reduced[op->block], 0));
@@ -228,8 +233,7 @@ ffn_status tp_run_blocks(ffn_model *m, CUstream stream, const DLTensor *inputs, 
   PipeOp *ops = nops ? malloc(sizeof *ops * (size_t)nops) : NULL;
   if (st == FFN_OK && nops && !ops)
     st = rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
-  if (st == FFN_OK)
-    nops = tp_schedule(p, blocks, ops);
+  nops = st == FFN_OK ? tp_schedule(p, blocks, ops) : 0;
   bool reduces = false;
   for (int i = 0; i < nops; i++)
     reduces |= ops[i].kind == PIPE_REDUCE;
