@@ -498,6 +498,14 @@ ffn_status ffn_model_create(const ffn_program *prog, int device, ffn_model **out
   m->gemm_splits = splits ? atoi(splits) : 0;
   if (m->gemm_splits < 0 || m->gemm_splits > 32)
     m->gemm_splits = 0;
+  /* A/B of the row-block pipeline (rt.h): FFNC_TP_OVERLAP=0 turns it off, FFNC_TP_BLOCKS=N
+   * (1..TP_MAX_BLOCKS) forces N blocks on every call that can be cut, tensor parallel or not */
+  const char *overlap = getenv("FFNC_TP_OVERLAP"), *blocks = getenv("FFNC_TP_BLOCKS");
+  m->tp_blocks = blocks ? atoi(blocks) : 0;
+  if (m->tp_blocks < 0 || m->tp_blocks > TP_MAX_BLOCKS)
+    m->tp_blocks = 0;
+  if (overlap && strcmp(overlap, "0") == 0)
+    m->tp_blocks = -1;
   if (!m->tensor || !m->owned || !m->consumed || !m->prequant) {
     ffn_model_destroy(m);
     return rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
@@ -515,6 +523,9 @@ ffn_status ffn_model_create(const ffn_program *prog, int device, ffn_model **out
     ffn_model_destroy(m);
     return s;
   }
+  m->row_dim = tp_row_dim(m->prog->plan);
+  for (int i = 0; i < m->prog->plan->nsteps; i++)
+    m->reduces |= m->prog->plan->steps[i].kind == STEP_ALLREDUCE;
   CUresult r = cu->cuDeviceGet(&m->dev, device);
   if (r == CUDA_SUCCESS)
     r = cu->cuDevicePrimaryCtxRetain(&m->ctx, m->dev);

@@ -599,12 +599,13 @@ ffn_status exec_begin_extra(ffn_model *m, CUstream stream, const DLTensor *input
   return st;
 }
 
-/* dst = the sum of src over the ranks: ncclAllReduce on the call's stream, in place when the
+/* dst = the sum of src over the ranks: ncclAllReduce on `stream`, in place when the
  * plan gives src == dst. Every rank runs the same steps with the same dims, so a call with no
  * elements skips it on all of them. */
-static ffn_status allreduce(ExecRun *run, const PlanStep *ps) {
+ffn_status exec_allreduce(ExecRun *run, int step, CUstream stream) {
   const ffn_model *m = run->m;
   const Plan *p = m->prog->plan;
+  const PlanStep *ps = &p->steps[step];
   const PlanTensor *src = &p->tensors[ps->src], *dst = &p->tensors[ps->dst];
   int dtype = nccl_dtype(src->dtype);
   if (dtype < 0 || dst->dtype != src->dtype || ps->ranks != p->tp)
@@ -625,7 +626,7 @@ static ffn_status allreduce(ExecRun *run, const PlanStep *ps) {
     return rt_error(FFN_ERR_CUDA, "an earlier all-reduce failed: %s (ncclCommGetAsyncError: ncclResult_t %d)",
                     nccl->GetErrorString(async), async);
   NCCL_CHECK(nccl, nccl->AllReduce((const void *)run->ptr[ps->src], (void *)run->ptr[ps->dst], count, dtype, NCCL_SUM,
-                                   m->comm, run->stream));
+                                   m->comm, stream));
   return FFN_OK;
 }
 
@@ -660,7 +661,7 @@ ffn_status exec_step(ExecRun *run, int s) {
   const PlanStep *ps = &p->steps[s];
   CUresult r;
   if (ps->kind == STEP_ALLREDUCE)
-    return allreduce(run, ps);
+    return exec_allreduce(run, s, run->stream);
   if (ps->kind == STEP_COPY) {
     size_t bytes = tensor_bytes(p, ps->dst, run->dims);
     if (bytes && (r = m->cu->cuMemcpyDtoDAsync(run->ptr[ps->dst], run->ptr[ps->src], bytes, run->stream)) != CUDA_SUCCESS)
@@ -732,10 +733,38 @@ ffn_status exec_end(ExecRun *run, ffn_status st) {
   return st;
 }
 
+/* How many row blocks the call runs as (tp_row_blocks; 1: whole), once it is checked whole, so
+ * that a bad call is reported as the caller made it. */
+static ffn_status call_blocks(ffn_model *m, const DLTensor *inputs, int ninputs, const DLTensor *outputs, int noutputs,
+                              int *blocks, int64_t *starts) {
+  const Plan *p = m->prog->plan;
+  *blocks = 1;
+  int first = -1; /* the first input: tp_row_dim has every input lead with the rows */
+  for (int t = 0; t < p->ntensors && first < 0; t++)
+    if (p->tensors[t].kind == PT_INPUT)
+      first = p->tensors[t].index;
+  if (m->row_dim < 0 || first < 0 || first >= ninputs || !inputs || inputs[first].ndim < 1)
+    return FFN_OK; /* cannot be cut, or a call exec_begin refuses */
+  if (tp_row_blocks(inputs[first].shape[0], m->tp_blocks, m->reduces, starts) == 1)
+    return FFN_OK; /* a small call: no checks twice */
+  ExecRun whole = {.m = m};
+  ffn_status st = check_call(p, inputs, ninputs, outputs, noutputs, &whole);
+  if (st == FFN_OK)
+    *blocks = tp_row_blocks(whole.dims[m->row_dim], m->tp_blocks, m->reduces, starts);
+  return st;
+}
+
 ffn_status exec_run(ffn_model *m, CUstream stream, const DLTensor *inputs, int ninputs, const DLTensor *outputs,
                     int noutputs) {
+  int blocks;
+  int64_t starts[TP_MAX_BLOCKS + 1];
+  ffn_status st = call_blocks(m, inputs, ninputs, outputs, noutputs, &blocks, starts);
+  if (st != FFN_OK)
+    return st;
+  if (blocks > 1)
+    return tp_run_blocks(m, stream, inputs, ninputs, outputs, noutputs, blocks, starts);
   ExecRun run;
-  ffn_status st = exec_begin(m, stream, inputs, ninputs, outputs, noutputs, &run);
+  st = exec_begin(m, stream, inputs, ninputs, outputs, noutputs, &run);
   if (st != FFN_OK)
     return st;
   for (int s = 0; s < m->prog->plan->nsteps && st == FFN_OK; s++)
@@ -752,6 +781,13 @@ void exec_free_workspaces(ffn_model *m) {
       m->cu->cuMemFree(w->base);
     if (w->done)
       m->cu->cuEventDestroy(w->done);
+    if (w->side) /* its work is done: the call joined it before recording done */
+      m->cu->cuStreamDestroy(w->side);
+    if (w->computed)
+      m->cu->cuEventDestroy(w->computed);
+    for (int b = 0; b < TP_MAX_BLOCKS; b++)
+      if (w->reduced[b])
+        m->cu->cuEventDestroy(w->reduced[b]);
     free(w);
   }
   free(m->ws);

@@ -28,7 +28,7 @@ ffn_status rt_error(ffn_status s, const char *fmt, ...) __attribute__((format(pr
   X(cuModuleGetFunction) X(cuFuncSetAttribute) X(cuFuncGetAttribute) X(cuLaunchKernel) X(cuMemAlloc) \
   X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)              \
   X(cuMemcpyDtoDAsync) X(cuMemcpy2DAsync) X(cuMemsetD8Async) X(cuMemsetD32Async) X(cuMemGetInfo)     \
-  X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamBeginCapture)                 \
+  X(cuStreamCreate) X(cuStreamCreateWithPriority) X(cuCtxGetStreamPriorityRange) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamBeginCapture)                 \
   X(cuStreamEndCapture) X(cuGraphInstantiate) X(cuGraphLaunch) X(cuGraphExecDestroy)                  \
   X(cuGraphDestroy) X(cuEventCreate) X(cuEventRecord) X(cuEventQuery) X(cuEventSynchronize)           \
   X(cuEventElapsedTime) X(cuEventDestroy) X(cuGetErrorName) X(cuGetErrorString)                       \
@@ -204,6 +204,57 @@ struct ffn_program {
  * from rewritten graphs. */
 ffn_status program_from_plan(Plan *plan, const ffn_options *opt, ffn_program **out);
 
+/* ---- row blocks: a large call pipelined against its all-reduces (tp_overlap.c) ----
+ *
+ * Every kernel of a forward program computes each row (token) from that row alone, so a call
+ * of T rows can run as row blocks, each a call of its own (its own workspace: its scratch,
+ * split-K partials and counters, row statistics). A tensor-parallel call so cut enqueues its
+ * blocks segment by segment (a segment: the steps between two all-reduces) on the caller's
+ * stream, and each block's all-reduce on a second stream forked from it with events, so the
+ * all-reduce of block b runs while block b+1 computes, and block b's next segment waits only for
+ * its own. The policy (also FFNC_TP_OVERLAP and FFNC_TP_BLOCKS, read at ffn_model_create):
+ * a program with all-reduce steps, from TP_OVERLAP_MIN_ROWS rows, in up to TP_DEFAULT_BLOCKS
+ * blocks of at least TP_BLOCK_MIN_ROWS rows, each a multiple of TP_BLOCK_ALIGN rows but the
+ * last. */
+enum {
+  TP_MAX_BLOCKS = 16,
+  TP_DEFAULT_BLOCKS = 4,
+  /* below 512-row blocks the GEMMs lose more to fewer tiles per launch and weights read again
+   * per block than hiding part of a short all-reduce wins (kernels/NOTES.md, predictions) */
+  TP_OVERLAP_MIN_ROWS = 1024,
+  TP_BLOCK_MIN_ROWS = 512,
+  TP_BLOCK_ALIGN = 128, /* the tallest GEMM tile: no block launches a partial tile but the last */
+  TP_BLOCK_ALIGN_SMALL = 16, /* forced blocks of fewer rows (tests): 16 rows keep every slice 16-byte aligned */
+};
+
+/* The rows [starts[b], starts[b+1]) of each of the n row blocks of a call of `rows` rows; returns
+ * n (1: the call runs whole). blocks: the model's setting (ffn_model.tp_blocks): -1 never cut,
+ * 0 the policy (for a program that reduces: `reduces`), N > 0 that many where the rows allow.
+ * starts has room for TP_MAX_BLOCKS + 1. */
+int tp_row_blocks(int64_t rows, int blocks, bool reduces, int64_t *starts);
+
+/* The dynamic dim that counts the rows of every run-time tensor and launch of p (its leading
+ * dim, nowhere else), or -1 where p's calls cannot be cut into row blocks: a launch whose rows
+ * are not just that dim, a kernel that sums over the rows (a backward graph's weight gradient),
+ * an input or output that does not lead with it. */
+int tp_row_dim(const Plan *p);
+
+/* The order a call cut into `blocks` row blocks enqueues its work in: segment by segment, each
+ * block's steps of the segment (after waiting for its all-reduce before the segment), then its
+ * all-reduce at the segment's end. */
+typedef enum {
+  PIPE_WAIT,    /* the caller's stream waits for block's last all-reduce */
+  PIPE_COMPUTE, /* block's steps [first, last) on the caller's stream */
+  PIPE_REDUCE,  /* block's all-reduce step `first` on the side stream, after its steps so far */
+} PipeOpKind;
+typedef struct {
+  PipeOpKind kind;
+  int block, first, last;
+} PipeOp;
+/* Writes the ops into ops (room for tp_schedule_size) and returns their number. */
+int tp_schedule_size(const Plan *p, int blocks);
+int tp_schedule(const Plan *p, int blocks, PipeOp *ops);
+
 /* A call's device memory: split-K tile counters first (always zero between launches: each
  * GEMM leaves them zero, so they are cleared only when the region is allocated), then the
  * planned buffers and the split-K partials. */
@@ -215,6 +266,11 @@ typedef struct {
   CUevent done;         /* recorded after the last run that used it */
   bool busy;            /* taken by a run being enqueued */
   bool pinned;          /* baked into a captured CUDA graph: never handed out again */
+  /* A call cut into row blocks (tp_overlap.c) whose first block holds this workspace: its
+   * all-reduces run on `side`, each after `computed` (recorded on the call's stream), and
+   * reduced[b] marks block b's latest one. Created at the first such call, 0 until then. */
+  CUstream side;
+  CUevent computed, reduced[TP_MAX_BLOCKS];
 } Workspace;
 
 struct ffn_model {
@@ -251,6 +307,11 @@ struct ffn_model {
   ffn_program *narrowed;
   WeightWindow *window;
   int device;         /* the ordinal given to ffn_model_create */
+  /* row blocks of a large call (tp_row_blocks): -1 never (FFNC_TP_OVERLAP=0), 0 the policy,
+   * N forced (FFNC_TP_BLOCKS=N), read at ffn_model_create; the bench sets it to compare */
+  int tp_blocks;
+  int row_dim;   /* tp_row_dim of the plan: the dim a call is cut along, -1: none */
+  bool reduces;  /* the plan has all-reduce steps */
   /* tensor parallel (a plan with tp > 1): this rank's NCCL communicator, the caller's
    * (ffn_model_set_communicator) or ours (nccl_init_models, then owns_comm) */
   NcclComm comm;
@@ -326,6 +387,8 @@ ffn_status exec_begin(ffn_model *m, CUstream stream, const DLTensor *inputs, int
 ffn_status exec_begin_extra(ffn_model *m, CUstream stream, const DLTensor *inputs, int ninputs,
                             const DLTensor *outputs, int noutputs, size_t extra, ExecRun *run);
 ffn_status exec_step(ExecRun *run, int step);
+/* All-reduce step `step` of the call on `stream` (exec_step's, on the call's stream) */
+ffn_status exec_allreduce(ExecRun *run, int step, CUstream stream);
 ffn_status exec_end(ExecRun *run, ffn_status st); /* returns st, or the first error of its own */
 ffn_status exec_prepare(ffn_model *m);
 /* api.c: device bytes of the weights and load-time results the model holds (after
@@ -334,5 +397,9 @@ size_t model_weight_bytes(const ffn_model *m);
 ffn_status exec_run(ffn_model *m, CUstream stream, const DLTensor *inputs, int ninputs, const DLTensor *outputs,
                     int noutputs);
 void exec_free_workspaces(ffn_model *m);
+/* tp_overlap.c: a checked call of a plan with a row dim (tp_row_dim) cut into blocks (rows
+ * [starts[b], starts[b+1]) of every input and output), enqueued in tp_schedule's order */
+ffn_status tp_run_blocks(ffn_model *m, CUstream stream, const DLTensor *inputs, int ninputs, const DLTensor *outputs,
+                         int noutputs, int blocks, const int64_t *starts);
 
 #endif

@@ -1,5 +1,5 @@
 #!/bin/sh
-# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tune] [grad] ...
+# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [grad] ...
 # What one call on the lent GPU machine runs, with a build made here and carried there (that
 # machine has no flex, bison or jansson headers). The build has absolute paths under
 # /work/main, so the copy is linked there first; the kernel cache in build/test-kernel-cache
@@ -164,12 +164,20 @@ for part in "$@"; do
     # sublayers and the fused 4-layer stack over 2 ranks, with NCCL's all-reduce alone
     . /work/main/tests/gpu/nccl_env.sh # also NCCL_NVLS_ENABLE=0: no NVLink multicast there
     echo "NCCL: ${FFNC_NCCL_LIBRARY:-libnccl.so.2 from the loader's path}; NCCL_NVLS_ENABLE=$NCCL_NVLS_ENABLE"
-    timeout 300 ctest -R "gpu_multi|gpu_tp_model" --output-on-failure >"$out/tp_tests.log" 2>&1
-    echo "tp tests: exit $?"; grep -E "tests passed|Failed|Skipped|Passed|SKIP" "$out/tp_tests.log" | tail -12
+    timeout 300 ctest -R "gpu_multi|gpu_tp_model|gpu_tp_overlap" --output-on-failure >"$out/tp_tests.log" 2>&1
+    echo "tp tests: exit $?"; grep -E "tests passed|Failed|Skipped|Passed|SKIP" "$out/tp_tests.log" | tail -16
+    # tp_us (row blocks, all-reduces overlapped: runtime/tp_overlap.c) beside serial_us (whole)
     S=/work/main/bench/suite
-    timeout 300 ./ffnc bench $S/llama3_8b_layer.ffn $S/llama3_70b_layer.ffn $S/llama3_8b_4layers_fused.ffn --tp 2 \
-      --tokens 1,16,128,1024,8192 --reps 20 >"$out/tp_bench.txt" 2>&1
+    timeout 400 ./ffnc bench $S/llama3_8b_layer.ffn $S/llama3_70b_layer.ffn $S/llama3_8b_4layers.ffn \
+      $S/llama3_8b_4layers_fused.ffn --tp 2 --tokens 1,16,128,1024,2048,4096,8192 --reps 20 >"$out/tp_bench.txt" 2>&1
     echo "tp bench: exit $?"; cat "$out/tp_bench.txt"
+    ;;
+  tp1)
+    # the tensor-parallel paths one GPU can run: calls in row blocks (also captured), a share's
+    # all-reduces on the side stream through a one-rank communicator, the weight windows
+    . /work/main/tests/gpu/nccl_env.sh
+    timeout 200 ctest -R "gpu_tp_overlap|rowblocks|gpu_tp_model" --output-on-failure >"$out/tp1_tests.log" 2>&1
+    echo "tp1 tests: exit $?"; grep -E "tests passed|Failed|Skipped|Passed|SKIP|^ok|FAIL|blocks" "$out/tp1_tests.log" | tail -40
     ;;
   tune)
     # autotuning: ffnc tune of the Llama-3-8B sublayer and the GPT GELU FFN at the suite's token

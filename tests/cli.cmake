@@ -47,7 +47,7 @@ foreach(cmd check build run bench gen compare analyze tune)
 endforeach()
 # ffnc --help: the commands, every environment variable, the exit statuses
 foreach(pattern "analyze +what" "FFNC_CACHE_DIR" "FFNC_NO_CACHE" "FFNC_NVRTC_LIBRARY" "FFNC_DISABLE_NVRTC"
-        "FFNC_GEMM_VARIANT" "FFNC_GEMM_SPLITS" "FFNC_NO_TUNE" "tune +time each GEMM" "FFNC_INTERP_THREADS" "FFNC_NCCL_LIBRARY" "FFNC_TP_WHOLE_WEIGHTS" "FFNC_LIBRARY" "exit status" "3 +a device")
+        "FFNC_GEMM_VARIANT" "FFNC_GEMM_SPLITS" "FFNC_NO_TUNE" "tune +time each GEMM" "FFNC_INTERP_THREADS" "FFNC_NCCL_LIBRARY" "FFNC_TP_WHOLE_WEIGHTS" "FFNC_TP_OVERLAP" "FFNC_TP_BLOCKS" "FFNC_LIBRARY" "exit status" "3 +a device")
   string(MAKE_C_IDENTIFIER "${pattern}" id)
   ffn_cli_test(help_top_${id} 0 "${pattern}" --help)
 endforeach()

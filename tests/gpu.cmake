@@ -189,6 +189,26 @@ target_link_libraries(tp_model_test PRIVATE ffn)
 add_test(NAME gpu_tp_model COMMAND tp_model_test)
 set_tests_properties(gpu_tp_model PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 ENVIRONMENT "${FFNC_GPU_ENV}")
 
+# Calls in row blocks (runtime/tp_overlap.c) on one GPU (label gpu): whole programs cut into
+# 3 blocks (FFNC_TP_BLOCKS) against the CPU reference, also a fused run and split-K 3 (each block
+# its own tile counters); a blocked call against the same call whole, captured into a CUDA graph
+# too, and where NCCL is found, a share's all-reduces on the side stream (a one-rank
+# communicator: the identity) and captured (tp_overlap_gpu_test.c says what that cannot show).
+foreach(model llama3_tiny gpt2_tiny)
+  add_test(NAME gpu_${model}_rowblocks COMMAND gpu_model_test examples/${model}.ffn)
+  set_tests_properties(gpu_${model}_rowblocks PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
+    ENVIRONMENT "${FFNC_GPU_ENV};FFNC_TP_BLOCKS=3")
+endforeach()
+add_test(NAME gpu_fused_llama_rowblocks_split3 COMMAND gpu_model_test tests/gpu/models/fused_llama.ffn)
+set_tests_properties(gpu_fused_llama_rowblocks_split3 PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
+  ENVIRONMENT "${FFNC_GPU_ENV};FFNC_TP_BLOCKS=3;FFNC_GEMM_SPLITS=3")
+add_executable(tp_overlap_gpu_test gpu/tp_overlap_gpu_test.c)
+target_include_directories(tp_overlap_gpu_test PRIVATE ${PROJECT_SOURCE_DIR} ${FFNC_TEST_DIR})
+target_link_libraries(tp_overlap_gpu_test PRIVATE ffn)
+add_test(NAME gpu_tp_overlap COMMAND sh -c ". \"$0\"; exec \"$1\"" ${FFNC_TEST_DIR}/gpu/nccl_env.sh
+         $<TARGET_FILE:tp_overlap_gpu_test>)
+set_tests_properties(gpu_tp_overlap PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 ENVIRONMENT "${FFNC_GPU_ENV}")
+
 # Tensor parallel over two GPUs (label gpu_multi: skipped, 77, with fewer than 2 GPUs or no
 # NCCL; $FFNC_NCCL_LIBRARY, else libnccl.so.2, else PyTorch's wheel's): `ffnc run --tp 2
 # --device gpu` against one GPU and the CPU reference at T = 1, 7, 64, 1000, 4096, for a Llama
@@ -198,10 +218,24 @@ function(ffn_gpu_multi_test name model)
            ${PROJECT_SOURCE_DIR}/${model} ${CMAKE_CURRENT_BINARY_DIR}/${name} ${ARGN})
   set_tests_properties(${name} PROPERTIES LABELS gpu_multi SKIP_RETURN_CODE 77 ENVIRONMENT "${FFNC_GPU_ENV}")
 endfunction()
+set(gpu_multi_llama3_tiny examples/llama3_tiny.ffn)
+set(gpu_multi_gpt2_tiny examples/gpt2_tiny.ffn)
+set(gpu_multi_llama3_tiny_fused examples/llama3_tiny.ffn)
+set(gpu_multi_llama3_tiny_fused_args --ffn-fusion 0..4)
+set(gpu_multi_fused_gpt tests/gpu/models/fused_gpt.ffn)
 ffn_gpu_multi_test(gpu_multi_tp2_llama3_tiny examples/llama3_tiny.ffn)
 ffn_gpu_multi_test(gpu_multi_tp2_gpt2_tiny examples/gpt2_tiny.ffn)
 ffn_gpu_multi_test(gpu_multi_tp2_llama3_tiny_fused examples/llama3_tiny.ffn --ffn-fusion 0..4)
 ffn_gpu_multi_test(gpu_multi_tp2_fused_gpt tests/gpu/models/fused_gpt.ffn)
+# the same with every call in 3 row blocks (from 64 rows), each block's all-reduce overlapped
+# with the next blocks' kernels (runtime/tp_overlap.c); the policy alone cuts only T = 4096
+foreach(name llama3_tiny gpt2_tiny llama3_tiny_fused fused_gpt)
+  add_test(NAME gpu_multi_tp2_${name}_overlap3 COMMAND sh ${FFNC_TEST_DIR}/gpu/tp_run_test.sh $<TARGET_FILE:ffnc>
+           ${PROJECT_SOURCE_DIR}/${gpu_multi_${name}} ${CMAKE_CURRENT_BINARY_DIR}/gpu_multi_tp2_${name}_overlap3
+           ${gpu_multi_${name}_args})
+  set_tests_properties(gpu_multi_tp2_${name}_overlap3 PROPERTIES LABELS gpu_multi SKIP_RETURN_CODE 77
+    ENVIRONMENT "${FFNC_GPU_ENV};FFNC_TP_BLOCKS=3")
+endforeach()
 # ffnc bench --tp 2: the ranks checked against the whole program, the all-reduce alone
 add_test(NAME gpu_multi_tp2_bench COMMAND sh ${FFNC_TEST_DIR}/gpu/tp_bench_test.sh $<TARGET_FILE:ffnc>
          ${PROJECT_SOURCE_DIR}/examples/llama3_tiny.ffn ${CMAKE_CURRENT_BINARY_DIR}/gpu_multi_tp2_bench)

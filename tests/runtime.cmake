@@ -32,6 +32,9 @@ set_tests_properties(tp_devices PROPERTIES SKIP_RETURN_CODE 77 LABELS runtime)
 # A tensor-parallel share's weight windows: which weights narrow, the narrowed plan's shapes,
 # and the slices the kernels read unchanged (no GPU)
 ffn_c_test(tp_weights_test SOURCES runtime/tp_weights_test.c LABELS runtime)
+# A large call in row blocks, its all-reduces overlapped (runtime/tp_overlap.c): the blocks'
+# boundaries, which plans can be cut, the order of the streams' work (no GPU)
+ffn_c_test(tp_overlap_test SOURCES runtime/tp_overlap_test.c LABELS runtime)
 # rt.h's NCCL values against nccl.h, where the toolkit has one (ffnc itself never needs it)
 find_path(FFNC_NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
 if(FFNC_NCCL_INCLUDE_DIR)

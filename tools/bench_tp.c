@@ -8,6 +8,11 @@
  * [T, D] tensor of the program's all-reduce type alone, on the same communicators: the
  * communication ceiling (a run does one per FFN sublayer, or one per fused run). Each rank's
  * weight bytes on its device are printed against the whole program's.
+ *
+ * Where the call is cut into row blocks (runtime/tp_overlap.c: each block's all-reduce
+ * overlapped with the next blocks' kernels), the ranks run, are checked and are timed twice:
+ * as the models' setting says (the policy, or FFNC_TP_BLOCKS / FFNC_TP_OVERLAP), and whole,
+ * every all-reduce on the call's stream after the kernels before it (serial_us).
  */
 #include "bench.h"
 #include "runtime/dlpack_dtype.h"
@@ -73,21 +78,23 @@ static void run_reduce(void *p, int rot, CUstream s) {
   }
 }
 
-/* A rank's thread: one checked run, or its timings (the model, then the all-reduce alone). */
+/* What a rank's thread does: one run (to check), or timings of the model, with the all-reduce
+ * alone after it or not. */
+typedef enum { RANK_RUN, RANK_TIME, RANK_TIME_MODEL } RankWork;
 typedef struct {
   Runner *r;
-  bool timed;
+  RankWork work;
 } RankJob;
 
 static void *rank_job(void *p) {
   RankJob *j = p;
   push(j->r);
-  if (!j->timed) {
+  if (j->work == RANK_RUN) {
     run_model(j->r, 0, j->r->stream);
     CK(cu->cuStreamSynchronize(j->r->stream));
   } else {
     j->r->us = time_runs(run_model, j->r, 1, j->r->reps, j->r->stream);
-    if (j->r->reduce_count)
+    if (j->work == RANK_TIME && j->r->reduce_count)
       j->r->reduce_us = time_runs(run_reduce, j->r, 1, j->r->reps, j->r->stream);
   }
   pop();
@@ -95,7 +102,7 @@ static void *rank_job(void *p) {
 }
 
 /* All ranks at once, one thread each (their collectives meet on the GPUs). */
-static void run_ranks(Runner *ranks, int n, bool timed) {
+static void run_ranks(Runner *ranks, int n, RankWork work) {
   pthread_t *t = calloc((size_t)n, sizeof *t);
   RankJob *jobs = calloc((size_t)n, sizeof *jobs);
   if (!t || !jobs) {
@@ -103,7 +110,7 @@ static void run_ranks(Runner *ranks, int n, bool timed) {
     exit(EXIT_USER);
   }
   for (int i = 0; i < n; i++) {
-    jobs[i] = (RankJob){&ranks[i], timed};
+    jobs[i] = (RankJob){&ranks[i], work};
     if (pthread_create(&t[i], NULL, rank_job, &jobs[i]) != 0) {
       cli_error("bench: cannot start the thread of rank %d", i);
       exit(EXIT_USER);
@@ -226,6 +233,12 @@ static void free_call(Runner *r) {
   pop();
 }
 
+/* The row blocks a call of `tokens` rows runs as on m (1: whole). */
+static int call_blocks(const ffn_model *m, int64_t tokens) {
+  int64_t starts[TP_MAX_BLOCKS + 1];
+  return m->row_dim < 0 ? 1 : tp_row_blocks(tokens, m->tp_blocks, m->reduces, starts);
+}
+
 /* Largest relative error of a's outputs against b's. */
 static double check(const Runner *a, const Runner *b) {
   double worst = 0;
@@ -279,6 +292,7 @@ static int bench_model(const CompileArgs *ca, const char *file, int n, const int
     CK(cu->cuStreamCreate(&run[r].stream, CU_STREAM_NON_BLOCKING));
     pop();
   }
+  run[n].m->tp_blocks = -1; /* the one-GPU baseline whole, whatever FFNC_TP_BLOCKS says */
   bind_random_weights(g, run, n + 1, file);
   ffn_model *ms[64];
   int devices[64];
@@ -299,8 +313,8 @@ static int bench_model(const CompileArgs *ca, const char *file, int n, const int
   for (int r = 0; r < n; r++)
     printf(" %d %.1f MiB (%.2f)%s", r, (double)model_weight_bytes(run[r].m) / 1048576.0,
            (double)model_weight_bytes(run[r].m) / 1048576.0 / (whole_mib > 0 ? whole_mib : 1), r + 1 < n ? "," : "\n");
-  printf("%7s %10s %10s %8s %13s %14s  %s\n", "tokens", "tp_us", "1gpu_us", "speedup", "allreduce_us",
-         "comm_floor_us", "check vs 1 GPU");
+  printf("%7s %6s %10s %10s %10s %8s %13s %14s  %s\n", "tokens", "blocks", "tp_us", "serial_us", "1gpu_us", "speedup",
+         "allreduce_us", "comm_floor_us", "check vs 1 GPU");
   int failed = 0;
   double tol = type == DT_F32 ? 1e-3 : 2e-2; /* the partial sums are rounded to the type before the sum */
   for (int k = 0; k < ntokens; k++) {
@@ -330,16 +344,33 @@ static int bench_model(const CompileArgs *ca, const char *file, int n, const int
     run_model(&run[n], 0, run[n].stream);
     CK(cu->cuStreamSynchronize(run[n].stream));
     pop();
-    run_ranks(run, n, false);
+    run_ranks(run, n, RANK_RUN);
     double err = check(&run[0], &run[n]);
-    bool ok = err <= tol;
-    failed |= !ok;
     push(&run[n]);
     run[n].us = time_runs(run_model, &run[n], 1, reps, run[n].stream);
     pop();
-    run_ranks(run, n, true);
-    printf("%7lld %10.1f %10.1f %7.2fx %13.1f %14.1f  %s (%.1e)\n", (long long)tokens[k], run[0].us, run[n].us,
-           run[n].us / run[0].us, run[0].reduce_us, reductions * run[0].reduce_us, ok ? "ok" : "MISMATCH", err);
+    run_ranks(run, n, RANK_TIME);
+    double tp_us = run[0].us, serial_us = 0;
+    int blocks = call_blocks(run[0].m, tokens[k]);
+    if (blocks > 1) { /* the same call whole: the all-reduces after the kernels, not beside them */
+      int keep[64];
+      for (int r = 0; r < n; r++)
+        keep[r] = run[r].m->tp_blocks, run[r].m->tp_blocks = -1;
+      run_ranks(run, n, RANK_RUN);
+      double e = check(&run[0], &run[n]);
+      err = e > err || e != e ? e : err;
+      run_ranks(run, n, RANK_TIME_MODEL);
+      serial_us = run[0].us;
+      for (int r = 0; r < n; r++)
+        run[r].m->tp_blocks = keep[r];
+    }
+    bool ok = err <= tol;
+    failed |= !ok;
+    char serial[32] = "-";
+    if (blocks > 1)
+      snprintf(serial, sizeof serial, "%.1f", serial_us);
+    printf("%7lld %6d %10.1f %10s %10.1f %7.2fx %13.1f %14.1f  %s (%.1e)\n", (long long)tokens[k], blocks, tp_us, serial,
+           run[n].us, run[n].us / tp_us, run[0].reduce_us, reductions * run[0].reduce_us, ok ? "ok" : "MISMATCH", err);
     fflush(stdout);
     for (int r = 0; r <= n; r++)
       free_call(&run[r]);

@@ -35,6 +35,8 @@ static const char environment[] =
     "  FFNC_INTERP_THREADS=N     threads of the CPU reference interpreter (--device cpu)\n"
     "  FFNC_NCCL_LIBRARY=PATH    the libnccl.so.2 that --tp N on the GPU loads (default: the usual search)\n"
     "  FFNC_TP_WHOLE_WEIGHTS=1   --tp N on the GPU: each rank binds whole weights, not its slices (a check)\n"
+    "  FFNC_TP_OVERLAP=0         --tp N on the GPU: run every call whole, its all-reduces not overlapped\n"
+    "  FFNC_TP_BLOCKS=N          cut every call into N row blocks (1-16; default under --tp: 2-4 from 1024 tokens)\n"
     "  FFNC_LIBRARY=PATH         the libffn.so the Python package loads (not ffnc itself)\n"
     "\n"
     "exit status:\n"
