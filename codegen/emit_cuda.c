@@ -627,7 +627,7 @@ void emit_prelude(Gen *G) {
     buf_puts(&G->src, "#include \"gemm_wqd.cuh\"\n"); /* and gemm_wq.cuh */
   for (int i = 0; i < G->c->ngroups; i++)
     if (G->c->groups[i]->kind == GK_SINGLE) { /* a backward graph's sums over tokens */
-      buf_puts(&G->src, "#include \"grad.cuh\"\n");
+      buf_puts(&G->src, G->c->arch == 90 ? "#include \"grad.cuh\"\n#include \"grad_sm90.cuh\"\n" : "#include \"grad.cuh\"\n");
       break;
     }
   DType mm = G->g->prec.type[PREC_MATMUL];

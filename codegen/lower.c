@@ -507,12 +507,48 @@ static bool static_dims(const Shape *s, int from, int to, int64_t *n) {
   return true;
 }
 
-/* A weight gradient a^T b runs on the tensor cores (grad.cuh: matmul_at_tc) when both operands
- * have one 16-bit type (passes/grad.c rounds the gradient to the forward's type so that they do)
- * and the columns of each are whole 16-byte chunks; else on the FMA units in f32 (matmul_at). */
+/* A weight gradient a^T b runs on the tensor cores when both operands have one 16-bit type
+ * (passes/grad.c rounds the gradient to the forward's type so that they do) and the columns of each
+ * are whole 16-byte chunks (K % 8 == N % 8 == 0; any K, N, token count above that: tails are
+ * zero-filled by 16-byte chunk): on sm_90 on wgmma (grad_sm90.cuh: matmul_at_sm90, with matmul_at_tc
+ * kept as a second variant, wgrad_sm90_kernel), on sm_80 on mma.sync (grad.cuh: matmul_at_tc). Else
+ * on the FMA units in f32 (matmul_at). */
 static bool at_on_tensor_cores(const Node *n, int64_t K, int64_t N) {
   DType t = n->args[0]->dtype;
   return (t == DT_BF16 || t == DT_F16) && n->args[1]->dtype == t && K % 8 == 0 && N % 8 == 0;
+}
+
+/* The kernel of a weight gradient on sm_90: two entry points on the same slots, matmul_at_sm90 on
+ * wgmma (kernels/grad_sm90.cuh, the tiles of ffn_wgrad_config), the variant the runtime launches,
+ * then `mma_call` (matmul_at_tc), kept for comparison (FFNC_WGRAD=mma, runtime/exec.c). */
+static int wgrad_sm90_kernel(Gen *G, const Node *n, const char *mma_call, int64_t K, int64_t N, const char *what) {
+  const ffn_gemm_config *c = ffn_wgrad_config();
+  const char *t = gen_ctype(n->args[0]->dtype), *to = gen_ctype(n->dtype);
+  Buf body = {0};
+  buf_printf(&body,
+             "extern \"C\" __global__ void __launch_bounds__(%d, 1) @_%s(const __grid_constant__ ffn::KArgs args) {\n"
+             "  extern __shared__ __align__(128) char smem[];\n"
+             "  ffn::matmul_at_sm90<%d, %d, %d, %d>((const %s *)args.p[0], (const %s *)args.p[1], (%s *)args.p[2], "
+             "args.m, %lld, %lld, args.splits, args.ws, args.counters, smem);\n}\n",
+             c->threads, c->name, c->bm, c->bn, c->bk, c->stages, t, t, to, (long long)K, (long long)N);
+  buf_printf(&body, "extern \"C\" __global__ void __launch_bounds__(256) @_mma(const __grid_constant__ ffn::KArgs args) {\n"
+             "  %s;\n}\n", mma_call);
+  PlanKernel pk = {.kind = KK_ROWWISE, .nvariants = 2, .n = N, .k = K, .op = OP_MATMUL_AT};
+  pk.variants[0] = (KernelVariant){.threads = c->threads, .smem = (int)ffn_gemm_smem_bytes(c, 2), .cfg = *c};
+  pk.variants[1] = (KernelVariant){.threads = 256};
+  pk.variants[1].cfg.name = "mma";
+  bool is_new;
+  int kernel = add_kernel(G, body.s, &pk, &is_new);
+  if (is_new) {
+    char name[32];
+    snprintf(name, sizeof name, "k%d", kernel);
+    buf_printf(&G->src, "\n// kernel %s: %s\n", name, what);
+    emit_named(&G->src, name, body.s);
+    for (int v = 0; v < pk.nvariants; v++)
+      G->kernels[kernel].variants[v].func = arena_printf(G->g->arena, "%s_%s", name, pk.variants[v].cfg.name);
+  }
+  buf_free(&body);
+  return kernel;
 }
 
 /* An op of a backward graph alone in a kernel: an entry point that calls its template of
@@ -533,6 +569,7 @@ static void lower_single(Gen *G, Group *gr) {
   Shape rows = *xs; /* its leading dims (all but the last) are the launch's rows */
   int64_t C = 0, K = 0, N = 0;
   char call[256], what[160];
+  bool wgmma = false; /* a weight gradient on sm_90: wgrad_sm90_kernel */
   const char *tx = gen_ctype(x->dtype), *to = gen_ctype(n->dtype);
   int threads = 256;
   switch (n->op) {
@@ -547,10 +584,12 @@ static void lower_single(Gen *G, Group *gr) {
       return;
     }
     bool tc = at_on_tensor_cores(n, K, N);
+    wgmma = tc && G->c->arch == 90;
     snprintf(call, sizeof call, "ffn::%s<%s, %s%s%s>((const %s *)args.p[0], (const %s *)args.p[1], (%s *)args.p[2], "
              "args.m, %lld, %lld)", tc ? "matmul_at_tc" : "matmul_at", tx, tc ? "" : gen_ctype(n->args[1]->dtype),
              tc ? "" : ", ", to, tx, gen_ctype(n->args[1]->dtype), to, (long long)K, (long long)N);
-    snprintf(what, sizeof what, "matmul_at%s: [M, %lld]^T [M, %lld] -> [%lld, %lld], summed over M", tc ? " (tensor cores)" : "",
+    snprintf(what, sizeof what, "matmul_at%s: [M, %lld]^T [M, %lld] -> [%lld, %lld], summed over M",
+             wgmma ? " (wgmma; mma.sync as _mma)" : tc ? " (tensor cores)" : "",
              (long long)K, (long long)N, (long long)K, (long long)N);
     break;
   }
@@ -612,6 +651,10 @@ static void lower_single(Gen *G, Group *gr) {
       return;
   if ((k.slot_tensor[k.nslots++] = gen_tensor_for(G, n)) < 0)
     return;
+  if (wgmma) {
+    add_step(G, wgrad_sm90_kernel(G, n, call, K, N, what), &k, &rows);
+    return;
+  }
   Buf body = {0};
   buf_printf(&body, "extern \"C\" __global__ void __launch_bounds__(%d) @(const __grid_constant__ ffn::KArgs args) {\n"
              "  %s;\n}\n", threads, call);

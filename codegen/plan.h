@@ -59,7 +59,8 @@ typedef struct {
   int threads;
   int smem;            /* dynamic shared memory bytes */
   int64_t max_m;       /* use this variant when M <= max_m; 0: any M */
-  ffn_gemm_config cfg; /* GEMM: the tile configuration (cfg.name points into the plan) */
+  ffn_gemm_config cfg; /* GEMM: the tile configuration (cfg.name points into the plan); the wgmma
+                          variant of a weight gradient on sm_90 (op matmul_at): ffn_wgrad_config */
   bool ext_stats;      /* GEMM: A's row statistics come from ffn_row_stats, run just before */
 } KernelVariant;
 
@@ -67,7 +68,8 @@ typedef struct {
   KernelKind kind;
   int nvariants;
   KernelVariant variants[8];
-  /* GEMM: output columns per stream, inner dim, streams */
+  /* GEMM: output columns per stream, inner dim, streams; a weight gradient on sm_90 (op matmul_at):
+   * out [k, n] (rowwise kernels: n the columns) */
   int64_t n, k;
   int streams;
   bool splittable; /* tensor-core GEMMs can split K across CTAs */

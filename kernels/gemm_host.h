@@ -319,4 +319,33 @@ static inline int ffn_gemm_pick_splits(int M, int N, int S, int K, const ffn_gem
   return s < 1 ? 1 : (int)s;
 }
 
+/* ---- weight gradients on sm_90 (kernels/grad_sm90.cuh: matmul_at_sm90) ----
+ *
+ * out [K, N] = a^T b summed over the T tokens of a [T, K] and b [T, N] (both 16-bit, K % 8 == N % 8
+ * == 0): tiles of bm x bn outputs (bm of a's columns, bn of b's), bk tokens per stage of a `stages`-deep
+ * cp.async ring, one producer and two consumer warpgroups (384 threads), at most one CTA per SM, each
+ * looping over the (tile, split) work items. It is described as an FFN_GEMM_SM90 configuration with
+ * M = K, S = 1 and the tokens as the inner dim: its shared memory (ffn_gemm_smem_bytes), tiles, split-K
+ * workspace and counters (ffn_gemm_ws_floats, ffn_gemm_num_tiles) are those formulas. The sm_90 kernel
+ * of a weight gradient (codegen/lower.c) carries it as its first variant's cfg. */
+static inline const ffn_gemm_config *ffn_wgrad_config(void) {
+  /*                                  name                kind          bm   bn  bk  wm  wn  st thr mb cta max_m */
+  static const ffn_gemm_config c = {"wgrad_128x256x64", FFN_GEMM_SM90, 128, 256, 64, 64, 256, 4, 384, 1, 1, 0};
+  return &c;
+}
+
+/* Split-K over the tokens: ffn_gemm_pick_splits' rule (about one CTA per SM when the output has fewer
+ * tiles than SMs, >= 4 stages of tokens per split, <= 16), with the tokens as K. */
+static inline int ffn_wgrad_splits(long long tokens, int K, int N, int num_sms) {
+  const int cap = 1 << 30; /* beyond, ktiles / 4 > 16 anyway; keeps the rule's int arithmetic whole */
+  return ffn_gemm_pick_splits(K, N, 1, tokens < cap ? (int)tokens : cap, ffn_wgrad_config(), num_sms);
+}
+
+/* Its grid (x; y = z = 1): one CTA per work item, at most one per SM; any number >= 1 is correct. */
+static inline unsigned ffn_wgrad_grid(int K, int N, int splits, int num_sms) {
+  long long items = (long long)ffn_gemm_num_tiles(ffn_wgrad_config(), K, N, 1) * (splits > 1 ? splits : 1);
+  if (num_sms > 0 && items > num_sms) items = num_sms;
+  return items < 1 ? 1u : (unsigned)items;
+}
+
 #endif /* FFN_KERNELS_GEMM_HOST_H */

@@ -58,19 +58,20 @@ __device__ __forceinline__ bool mbar_try_wait(u32 bar, u32 parity) {
                : "memory");
   return ok != 0;
 }
-// Waits until the phase of parity `parity` has completed. FFN_SM90_WATCHDOG (the bench defines it)
-// turns a hang into a trap after about 10 s, so that a broken pipeline fails a test instead of
-// wedging the device.
-__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+// Waits until the phase of parity `parity` has completed. With WATCHDOG a hang becomes a trap after
+// about 10 s, so that a broken pipeline fails a test instead of wedging the device: on wherever
+// FFN_SM90_WATCHDOG is defined (the bench), and in kernels that ask for it (grad_sm90.cuh). It costs
+// a clock read only once the first try has failed.
+#ifdef FFN_SM90_WATCHDOG
+constexpr bool kMbarWatchdog = true;
+#else
+constexpr bool kMbarWatchdog = false;
+#endif
+template <bool WATCHDOG = kMbarWatchdog> __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
   if (mbar_try_wait(bar, parity)) return;
-#ifdef FFN_SM90_WATCHDOG
-  const long long t0 = clock64();
-#endif
-  while (!mbar_try_wait(bar, parity)) {
-#ifdef FFN_SM90_WATCHDOG
-    if (clock64() - t0 > 20000000000ll) __trap();
-#endif
-  }
+  const long long t0 = WATCHDOG ? clock64() : 0;
+  while (!mbar_try_wait(bar, parity))
+    if (WATCHDOG && clock64() - t0 > 20000000000ll) __trap();
 }
 __device__ __forceinline__ void mbar_arrive(u32 bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
@@ -138,6 +139,18 @@ __device__ __forceinline__ u64 wgmma_desc_sw128(u32 addr) {
   return (u64)((addr & 0x3FFFF) >> 4) | ((u64)1 << 16) | ((u64)(1024 >> 4) << 32) | ((u64)1 << 62);
 }
 
+// Shared-memory matrix descriptor of an MN-major tile (wgmma's transpose flag set: the M or N elements
+// of one k are contiguous) in the 128B-swizzle layout: each k is a 128-byte row of 64 16-bit MN
+// elements (chunk c of row r at r*128 + ((c ^ (r % 8)) * 16)), 8 k rows make a 1024-byte atom.
+// Leading byte offset (bits 16-29): from one 64-element MN block to the next, `block` bytes; stride
+// byte offset (bits 32-45): from one group of 8 k rows to the next, 1024 (the atoms of a block are
+// consecutive). PTX ISA, "Matrix Descriptor Format" and the MN-major canonical layout
+// ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)). Advancing along K by 16 adds 2048 bytes (two whole atoms).
+__device__ __forceinline__ u64 wgmma_desc_sw128_mn(u32 addr, u32 block) {
+  return (u64)((addr & 0x3FFFF) >> 4) | ((u64)((block & 0x3FFFF) >> 4) << 16) | ((u64)(1024 >> 4) << 32) |
+         ((u64)1 << 62);
+}
+
 // D[64 x N] += A[64 x k] . B[N x k]^T, both from shared memory (descriptors da, db), f32 D: 16 k of
 // bf16/f16 or 32 k of fp8 (the same 32 bytes of each row). The operand lists are spelled out per
 // width by FFN_WGMMA_SS_<N>(instruction suffix, trailing immediates): scale-d is `acc` (1: D +=,
@@ -195,6 +208,18 @@ FFN_WGMMA_SS(256, bf16, "k16.f32.bf16.bf16", "1, 1, 0, 0")
 FFN_WGMMA_SS(256, f16, "k16.f32.f16.f16", "1, 1, 0, 0")
 FFN_WGMMA_SS(256, fp8e4m3, "k32.f32.e4m3.e4m3", "1, 1")
 FFN_WGMMA_SS(256, fp8e5m2, "k32.f32.e5m2.e5m2", "1, 1")
+// The same product with both operands MN-major (16-bit types only: the transpose flags are the last
+// two immediates): A stored k by k as [k][64 m], B as [k][N n] (wgmma_desc_sw128_mn); always D +=.
+template <int N, class T> __device__ __forceinline__ void wgmma_ss_mn(float (&d)[N / 2], u64 da, u64 db);
+#define FFN_WGMMA_SS_MN(N, T, SUFFIX)                                                                   \
+  template <> __device__ __forceinline__ void wgmma_ss_mn<N, T>(float(&d)[N / 2], u64 da, u64 db) { \
+    const int acc = 1;                                                                                  \
+    FFN_WGMMA_SS_##N(SUFFIX, "1, 1, 1, 1");                                                             \
+  }
+FFN_WGMMA_SS_MN(128, bf16, "k16.f32.bf16.bf16")
+FFN_WGMMA_SS_MN(128, f16, "k16.f32.f16.f16")
+FFN_WGMMA_SS_MN(256, bf16, "k16.f32.bf16.bf16")
+FFN_WGMMA_SS_MN(256, f16, "k16.f32.f16.f16")
 // (m64n224: the mid-M tile for wide gate/up products, one wave of 128 x 224 tiles where 128 x 128
 // tiles would need 1.7; kernels/gemm_host.h, ffn_gemm_config_fits.)
 

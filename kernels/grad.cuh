@@ -6,7 +6,8 @@
 //   sum_rows    sum_to over leading dims   x [rows, C] -> out [C]          (bias, gain gradients)
 //   sum_cols    sum_to over the last dim   x [rows, C] -> out [rows, 1]
 //   matmul_at   a^T b                       a [rows, K], b [rows, N] -> out [K, N]  (weight gradients)
-//               (matmul_at_tc: the same on the tensor cores, for two 16-bit operands)
+//               (matmul_at_tc: the same on the tensor cores, for two 16-bit operands; on sm_90,
+//               matmul_at_sm90 in grad_sm90.cuh, on wgmma)
 //   transpose   2-D                         x [R, C] -> out [C, R]
 //
 // Deterministic: no atomics; every output element is summed by one thread (or one block, in a

@@ -506,6 +506,10 @@ ffn_status ffn_model_create(const ffn_program *prog, int device, ffn_model **out
     m->tp_blocks = 0;
   if (overlap && strcmp(overlap, "0") == 0)
     m->tp_blocks = -1;
+  /* FFNC_WGRAD=mma runs the weight gradients of sm_90 plans on mma.sync (grad.cuh: matmul_at_tc)
+   * instead of wgmma (grad_sm90.cuh), for comparison; any other value: the default */
+  const char *wgrad = getenv("FFNC_WGRAD");
+  m->wgrad_mma = wgrad && strcmp(wgrad, "mma") == 0;
   if (!m->tensor || !m->owned || !m->consumed || !m->prequant) {
     ffn_model_destroy(m);
     return rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");

@@ -408,6 +408,12 @@ static void release(ffn_model *m, Workspace *w, CUstream stream, bool recorded) 
   pthread_mutex_unlock(&m->lock);
 }
 
+/* Whether variant v of kernel k is the wgmma weight gradient (kernels/grad_sm90.cuh): its grid,
+ * split-K and workspace follow its tiles (v->cfg, ffn_wgrad_config) and the tokens (rows). */
+static bool wgrad_wgmma(const PlanKernel *k, const KernelVariant *v) {
+  return k->op == OP_MATMUL_AT && v->cfg.kind == FFN_GEMM_SM90;
+}
+
 LaunchChoice exec_heuristic(const PlanKernel *k, int64_t rows, int sms) {
   LaunchChoice c = {&k->variants[k->nvariants - 1], 1, rows};
   for (int i = 0; i < k->nvariants; i++)
@@ -417,13 +423,24 @@ LaunchChoice exec_heuristic(const PlanKernel *k, int64_t rows, int sms) {
     }
   if (k->kind == KK_GEMM && k->splittable)
     c.splits = ffn_gemm_pick_splits((int)rows, (int)k->n, k->streams, (int)k->k, &c.v->cfg, sms);
+  if (wgrad_wgmma(k, c.v))
+    c.splits = ffn_wgrad_splits(rows, (int)k->k, (int)k->n, sms);
   return c;
 }
 
 LaunchChoice exec_choose(const ffn_model *m, const PlanKernel *k, int64_t rows) {
   LaunchChoice c = exec_heuristic(k, rows, m->sms);
-  if (k->kind != KK_GEMM)
+  if (k->kind != KK_GEMM) {
+    /* a weight gradient on sm_90: FFNC_WGRAD=mma takes its mma.sync variant (matmul_at_tc),
+     * FFNC_GEMM_SPLITS forces its split (with tokens: without, nothing is allocated for one) */
+    if (wgrad_wgmma(k, c.v) && m->wgrad_mma) {
+      for (int i = 0; i < k->nvariants; i++)
+        if (!wgrad_wgmma(k, &k->variants[i]))
+          c = (LaunchChoice){&k->variants[i], 1, rows};
+    } else if (wgrad_wgmma(k, c.v) && m->gemm_splits && rows > 0)
+      c.splits = m->gemm_splits;
     return c;
+  }
   const TunedKernel *t = m->tuned ? &m->tuned[k - m->prog->plan->kernels] : NULL;
   int splits = 0; /* 0: the heuristic's for the variant launched */
   /* the bucket at or below; its choice holds up to twice its rows, or as far as its
@@ -497,7 +514,8 @@ static ffn_status check_call(const Plan *p, const DLTensor *inputs, int ninputs,
   return check_call_limits(p, run->dims);
 }
 
-/* What the GEMMs of this call need besides the planned buffers, for their chosen variants. */
+/* What the GEMMs (and wgmma weight gradients) of this call need besides the planned buffers, for
+ * their chosen variants. */
 typedef struct {
   size_t ws_floats; /* split-K partials (the largest of any launch: launches are stream-ordered) */
   size_t tiles;     /* split-K tile counters */
@@ -518,10 +536,13 @@ static GemmNeeds choose_launches(ExecRun *run) {
     const PlanKernel *k = &p->kernels[ps->kernel];
     LaunchChoice *c = &run->choice[s];
     *c = exec_choose(run->m, k, rows);
-    if (k->kind != KK_GEMM || rows <= 0)
+    if (rows <= 0 || (k->kind != KK_GEMM && !wgrad_wgmma(k, c->v)))
       continue;
-    size_t f = ffn_gemm_ws_floats(&c->v->cfg, (int)rows, (int)k->n, k->streams, c->splits);
-    size_t t = (size_t)ffn_gemm_num_tiles(&c->v->cfg, (int)rows, (int)k->n, k->streams);
+    /* a weight gradient's tiles cover its output [k, n], not the rows (ffn_wgrad_config) */
+    bool wg = wgrad_wgmma(k, c->v);
+    int tile_rows = wg ? (int)k->k : (int)rows, streams = wg ? 1 : k->streams;
+    size_t f = ffn_gemm_ws_floats(&c->v->cfg, tile_rows, (int)k->n, streams, c->splits);
+    size_t t = (size_t)ffn_gemm_num_tiles(&c->v->cfg, tile_rows, (int)k->n, streams);
     g.ws_floats = f > g.ws_floats ? f : g.ws_floats;
     g.tiles = t > g.tiles ? t : g.tiles;
     if (c->v->ext_stats && (size_t)rows > g.stat_rows)
@@ -692,6 +713,8 @@ ffn_status exec_step(ExecRun *run, int s) {
   unsigned grid[3] = {1, 1, 1};
   if (k->kind == KK_GEMM)
     ffn_gemm_launch_grid(&c.v->cfg, (int)c.m, (int)k->n, k->streams, c.splits, m->sms, grid);
+  else if (wgrad_wgmma(k, c.v)) /* persistent over its tiles and splits, one CTA per SM (grad_sm90.cuh) */
+    grid[0] = ffn_wgrad_grid((int)k->k, (int)k->n, c.splits, m->sms);
   else if (k->op == OP_MATMUL_AT) /* strides over its [K, N] tiles, not rows: as many as fit (grad.cuh) */
     grid[0] = (unsigned)m->sms * 2;
   else

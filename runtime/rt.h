@@ -301,6 +301,7 @@ struct ffn_model {
   PrequantWeight *prequant;
   char gemm_variant[64]; /* FFNC_GEMM_VARIANT at creation: force this tile configuration ("": none) */
   int gemm_splits;       /* FFNC_GEMM_SPLITS at creation: force split-K on splittable GEMMs (0: none) */
+  bool wgrad_mma;        /* FFNC_WGRAD=mma at creation: weight gradients of sm_90 plans on mma.sync */
   /* A tensor-parallel share's own copy of its program whose plan holds weight windows
    * (tp_weights.c; the images are the caller's program's): prog then points to it. window[t]
    * says what of weight t is bound; NULL: every weight whole. */
@@ -350,7 +351,9 @@ typedef struct TunedKernel {
 /* The row-count heuristic's variant and split-K for `rows` rows of kernel k on sms SMs. */
 LaunchChoice exec_heuristic(const PlanKernel *k, int64_t rows, int sms);
 /* What a run launches: the tuned choice where there is one, else the heuristic's;
- * FFNC_GEMM_VARIANT and FFNC_GEMM_SPLITS (m->gemm_variant, m->gemm_splits) override both. */
+ * FFNC_GEMM_VARIANT and FFNC_GEMM_SPLITS (m->gemm_variant, m->gemm_splits) override both. A weight
+ * gradient on sm_90 (two variants: wgmma, then mma.sync) takes the first unless FFNC_WGRAD=mma
+ * (m->wgrad_mma); FFNC_GEMM_SPLITS forces its split too. */
 LaunchChoice exec_choose(const ffn_model *m, const PlanKernel *k, int64_t rows);
 
 /* tune.c: the tuned choices of the program's GEMM kernels on m's device from the kernel cache

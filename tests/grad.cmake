@@ -20,7 +20,7 @@ set_tests_properties(grad_cli PROPERTIES LABELS grad)
 # NVRTC compiles the backward graphs of the Llama, GPT and Phi-3 examples and of the fused test
 # models (rowsum and concatenated weights) for sm_80 and sm_90, as the JIT does (no GPU needed).
 set(GRAD_MODELS examples/llama3_tiny examples/llama3_8b examples/gpt2_tiny examples/gpt2 examples/phi3_tiny
-    tests/gpu/models/fused_llama tests/gpu/models/fused_gpt)
+    tests/gpu/models/fused_llama tests/gpu/models/fused_gpt tests/gpu/models/wgrad_tails_f16)
 foreach(model ${GRAD_MODELS})
   get_filename_component(base ${model} NAME)
   foreach(arch sm_80 sm_90)
@@ -53,6 +53,24 @@ foreach(spec wide_swiglu_bf16:1,33,3000 swiglu_f16:100,4100)
   set_tests_properties(gpu_grad_${base}_tokens PROPERTIES LABELS "gpu;grad" SKIP_RETURN_CODE 77
     ENVIRONMENT "${FFNC_GPU_ENV};FFNC_TEST_TOKENS=${tokens}")
 endforeach()
+# Weight gradients on sm_90's wgmma (kernels/grad_sm90.cuh; on sm_80 these run matmul_at_tc again):
+# bf16 Llama and f16 with tails in every tile dim, from one token to several stages per split and
+# split-K over the tokens (the rule's 4-16 splits at 1000-4096 tokens, and 3 forced, two of them
+# without tokens at 7); FFNC_WGRAD=mma keeps the mma.sync kernel of sm_90 plans tested.
+foreach(spec llama3_tiny:examples/llama3_tiny tails_f16:tests/gpu/models/wgrad_tails_f16)
+  string(REPLACE ":" ";" spec "${spec}")
+  list(GET spec 0 base)
+  list(GET spec 1 model)
+  add_test(NAME gpu_grad_wgrad_${base} COMMAND gpu_model_test ${model}.ffn --grad)
+  set_tests_properties(gpu_grad_wgrad_${base} PROPERTIES LABELS "gpu;grad" SKIP_RETURN_CODE 77
+    ENVIRONMENT "${FFNC_GPU_ENV};FFNC_TEST_TOKENS=1,7,64,1000,3000,4096")
+  add_test(NAME gpu_grad_wgrad_${base}_splits3 COMMAND gpu_model_test ${model}.ffn --grad)
+  set_tests_properties(gpu_grad_wgrad_${base}_splits3 PROPERTIES LABELS "gpu;grad" SKIP_RETURN_CODE 77
+    ENVIRONMENT "${FFNC_GPU_ENV};FFNC_GEMM_SPLITS=3;FFNC_TEST_TOKENS=7,1000,3000")
+endforeach()
+add_test(NAME gpu_grad_wgrad_llama3_tiny_mma COMMAND gpu_model_test examples/llama3_tiny.ffn --grad)
+set_tests_properties(gpu_grad_wgrad_llama3_tiny_mma PROPERTIES LABELS "gpu;grad" SKIP_RETURN_CODE 77
+  ENVIRONMENT "${FFNC_GPU_ENV};FFNC_WGRAD=mma;FFNC_TEST_TOKENS=1,64,1000,3000")
 add_test(NAME gpu_grad_llama3_tiny_aot COMMAND gpu_model_test examples/llama3_tiny.ffn --grad --aot)
 set_tests_properties(gpu_grad_llama3_tiny_aot PROPERTIES LABELS "gpu;grad" SKIP_RETURN_CODE 77
   ENVIRONMENT "${FFNC_GPU_ENV};FFNC_TEST_TOKENS=1,7,64,1000")

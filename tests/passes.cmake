@@ -13,7 +13,8 @@ endforeach()
 # The backward graphs the GPU tests run (tests/grad.cmake: gpu_grad_*), through the same pipeline.
 foreach(model examples/llama3_tiny examples/gpt2_tiny examples/phi3_tiny tests/gpu/models/fused_llama
         tests/gpu/models/fused_gpt tests/gpu/models/gpt_bf16 tests/gpu/models/layernorm_f32
-        tests/gpu/models/rowwise_ops tests/gpu/models/swiglu_f16 tests/gpu/models/geglu_oddk_bf16)
+        tests/gpu/models/rowwise_ops tests/gpu/models/swiglu_f16 tests/gpu/models/geglu_oddk_bf16
+        tests/gpu/models/wgrad_tails_f16)
   get_filename_component(base ${model} NAME)
   add_test(NAME passes_grad_${base} COMMAND passes_semantics_test ${model}.ffn --grad)
   set_tests_properties(passes_grad_${base} PROPERTIES LABELS "passes;grad" ENVIRONMENT "FFNC_SOURCE_DIR=${PROJECT_SOURCE_DIR}")

@@ -31,6 +31,7 @@ static const char environment[] =
     "  FFNC_DISABLE_NVRTC=1      behave as if NVRTC were missing (AOT packages need none)\n"
     "  FFNC_GEMM_VARIANT=CONFIG  force a GEMM tile configuration (kernels/gemm_host.h; tuning)\n"
     "  FFNC_GEMM_SPLITS=N        force split-K N (1-32) on every GEMM that can split\n"
+    "  FFNC_WGRAD=mma            sm_90: weight gradients on mma.sync instead of wgmma (comparison)\n"
     "  FFNC_NO_TUNE=1            do not load the choices `ffnc tune` saved (the built-in rule decides)\n"
     "  FFNC_INTERP_THREADS=N     threads of the CPU reference interpreter (--device cpu)\n"
     "  FFNC_NCCL_LIBRARY=PATH    the libnccl.so.2 that --tp N on the GPU loads (default: the usual search)\n"

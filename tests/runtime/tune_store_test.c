@@ -310,6 +310,32 @@ static void test_choose(void) {
   EXPECT(c.v == &u.variants[3] && c.splits == 1);
 }
 
+/* A weight gradient on sm_90 as lower.c compiles it (wgrad_sm90_kernel): the wgmma variant, then
+ * mma.sync. Its split follows the output's tiles and the tokens; FFNC_WGRAD=mma and
+ * FFNC_GEMM_SPLITS (the model's copies) override; the grid is one CTA per work item, at most one
+ * per SM. */
+static void test_choose_wgrad(void) {
+  PlanKernel k = {.kind = KK_ROWWISE, .nvariants = 2, .n = 256, .k = 704, .op = OP_MATMUL_AT}; /* 6 tiles */
+  k.variants[0] = (KernelVariant){.func = "k4_wgrad", .threads = 384, .cfg = *ffn_wgrad_config()};
+  k.variants[1] = (KernelVariant){.func = "k4_mma", .threads = 256, .cfg = {.name = "mma"}};
+  Plan plan = {.nkernels = 1, .kernels = &k};
+  ffn_program prog = {.plan = &plan};
+  ffn_model m = {.prog = &prog, .sms = 132};
+  LaunchChoice c = exec_choose(&m, &k, 1000); /* 16 stages of 64 tokens: 4 splits of 4 (>= 4 per split) */
+  EXPECT(c.v == &k.variants[0] && c.splits == 4 && c.m == 1000);
+  EXPECT(ffn_wgrad_grid(704, 256, 4, 132) == 24);
+  EXPECT(exec_choose(&m, &k, 4096).splits == 16); /* 132 / 6 tiles = 22, at most 16 */
+  EXPECT(exec_choose(&m, &k, 64).splits == 1 && exec_choose(&m, &k, 0).splits == 1);
+  PlanKernel big = k; /* 14336 x 4096: 1792 tiles, more than the SMs */
+  big.k = 14336, big.n = 4096;
+  EXPECT(exec_choose(&m, &big, 8192).splits == 1 && ffn_wgrad_grid(14336, 4096, 1, 132) == 132);
+  m.gemm_splits = 3;
+  EXPECT(exec_choose(&m, &k, 7).splits == 3 && exec_choose(&m, &k, 0).splits == 1); /* no tokens: no workspace */
+  m.wgrad_mma = true;
+  c = exec_choose(&m, &k, 1000);
+  EXPECT(c.v == &k.variants[1] && c.splits == 1 && c.m == 1000);
+}
+
 int main(void) {
   char dir[] = "/tmp/ffnc-tune-test-XXXXXX";
   EXPECT(mkdtemp(dir) != NULL);
@@ -318,6 +344,7 @@ int main(void) {
   test_foreign(dir);
   test_lookup();
   test_choose();
+  test_choose_wgrad();
   char cmd[256];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   EXPECT(system(cmd) == 0);

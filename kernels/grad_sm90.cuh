@@ -1,0 +1,249 @@
+// grad_sm90.cuh: the weight gradient of kernels/grad.cuh on Hopper's wgmma (sm_90a only):
+//
+//   matmul_at_sm90   out [K, N] = a^T b, the sum over the rows (tokens) of a [rows, K] and b [rows, N],
+//                    a and b of one 16-bit type (bf16 or f16), K % 8 == N % 8 == 0, 16-byte aligned
+//
+// called from a generated entry point (codegen/lower.c: wgrad_sm90_kernel) with the tiles of
+// kernels/gemm_host.h: ffn_wgrad_config, 384 threads, at most one CTA per SM (ffn_wgrad_grid), and
+// KArgs' split-K factor (ffn_wgrad_splits), workspace and tile counters.
+//
+// The reduction runs over the tokens, the outer (strided) dim of both operands: as wgmma sees the
+// product (D[m, n] += A[m, k] B[k, n], k a token, m a column of a, n a column of b) both operands are
+// MN-major, which wgmma reads from shared memory for 16-bit types through its transpose flags. So the
+// tiles are staged as they lie in memory: a stage holds BT tokens of BM columns of a and BN columns
+// of b as blocks of [BT tokens][64 columns], 128-byte token rows in the 128B-swizzle layout (16-byte
+// chunk c of token row r of a block at r*128 + ((c ^ (r % 8)) * 16), blocks 1024-byte aligned).
+// Consumer warpgroup w multiplies a's block w (its 64 output rows) by b's blocks (BN output columns):
+// wgmma m64nBNk16, BT / 16 of them per stage, descriptors from wgmma_desc_sw128_mn. No transposes and
+// no extra memory; matmul_at_tc (grad.cuh) does the same with ldmatrix .trans and mma.sync.
+//
+// Warp specialization as in gemm_sm90: warpgroup 0 copies the stages with 16-byte cp.async (zero
+// fill past the tokens and the columns), each thread's cp.async.mbarrier.arrive.noinc completing the
+// stage's "full" barrier; warpgroups 1 and 2 consume, one wgmma group in flight, and hand a stage back
+// on its "empty" barrier (one arrival per consumer warp) once the group that read it has completed.
+// Persistent as gemm_sm90p's cooperative kernel: each CTA loops over the work items (output tile,
+// split) blockIdx.x, + gridDim.x, ..., and the producer runs on into the next item's tokens while the
+// consumers store the current tile, so that a tile starts with a full ring.
+//
+// Split-K over the tokens (few output tiles, many tokens): split z of `splits` takes the z-th share of
+// the token stages; every split stores its partial tile to the workspace and the CTA that arrives last
+// for the tile adds them in split order (sm90_splitk, gemm_sm90.cuh). Deterministic: no float atomics;
+// each output is summed in an order fixed by the shapes and the split count (the wgmma order within a
+// split, then the splits in order), whichever CTA runs which item.
+//
+// Every mbarrier wait has the watchdog (gemm_sm90.cuh: mbar_wait<true>): a pipeline that hangs traps
+// after about 10 s and fails the launch instead of wedging the device.
+#pragma once
+#include "gemm_sm90.cuh"
+#include "grad.cuh"
+
+namespace ffn {
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+// One work item of the CTA loop: output tile `tile` (rows m0.., columns n0..) and split z, whose token
+// stages are kt0 .. kt0 + nk - 1 (nk may be 0: no tokens, or more splits than stages).
+struct WgradItem {
+  int tile, z, m0, n0, kt0, nk;
+};
+template <int BM, int BN>
+__device__ __forceinline__ WgradItem wgrad_item(int w, int tiles_m, int tiles_n, int ktiles, int splits) {
+  WgradItem it;
+  const int tiles = tiles_m * tiles_n;
+  it.z = w / tiles;
+  it.tile = w - it.z * tiles;
+  int tm, tn;
+  gemm_tile_coords(it.tile, tiles_m, tiles_n, tm, tn); // groups of 8 tile rows share b's columns in L2
+  it.m0 = tm * BM;
+  it.n0 = tn * BN;
+  it.kt0 = (int)((long long)ktiles * it.z / splits);
+  it.nk = (int)((long long)ktiles * (it.z + 1) / splits) - it.kt0;
+  return it;
+}
+
+// The shared-memory plan of a stage, in bytes from the stage's start.
+template <int BM, int BN, int BT> struct WgradStage {
+  static constexpr int BLOCK = BT * 128;            // one [BT tokens][64 columns] block
+  static constexpr int A_BLOCKS = BM / 64, B_BLOCKS = BN / 64;
+  static constexpr int A_BYTES = A_BLOCKS * BLOCK;  // a's blocks, then b's
+  static constexpr int BYTES = (A_BLOCKS + B_BLOCKS) * BLOCK;
+};
+
+// Producer warpgroup (threads 0-127): thread t copies 16-byte chunk t % 8 of token rows t / 8,
+// t / 8 + 16, ... of every block of every stage, in the CTA's item order.
+template <int BM, int BN, int BT, int STAGES, class T>
+__device__ __forceinline__ void wgrad_produce(const T *__restrict__ a, const T *__restrict__ b, long long rows, int K,
+                                              int N, int splits, u32 sbase, u32 bars) {
+  typedef WgradStage<BM, BN, BT> St;
+  constexpr int RPP = 16; // token rows per pass: 8 threads per 128-byte row
+  static_assert(BT % RPP == 0, "whole producer passes");
+  const int tid = threadIdx.x, ch = tid % 8, r0 = tid / 8;
+  const u32 dst0 = sbase + (u32)(r0 * 128 + ((ch ^ (r0 & 7)) << 4)); // RPP % 8 == 0: one swizzle for all passes
+  const int tiles_m = (K + BM - 1) / BM, tiles_n = (N + BN - 1) / BN, items = tiles_m * tiles_n * splits;
+  const int ktiles = (int)((rows + BT - 1) / BT);
+  int s = 0, loaded = 0; // ring slot; stages filled so far, saturating at STAGES
+  u32 phase = 0;
+  for (int w = blockIdx.x; w < items; w += gridDim.x) {
+    const WgradItem it = wgrad_item<BM, BN>(w, tiles_m, tiles_n, ktiles, splits);
+    u32 a_ok = 0, b_ok = 0; // blocks whose chunk ch lies inside a's / b's columns (K, N % 8 == 0)
+#pragma unroll
+    for (int cb = 0; cb < St::A_BLOCKS; ++cb)
+      if (it.m0 + cb * 64 + ch * 8 < K) a_ok |= 1u << cb;
+#pragma unroll
+    for (int cb = 0; cb < St::B_BLOCKS; ++cb)
+      if (it.n0 + cb * 64 + ch * 8 < N) b_ok |= 1u << cb;
+    for (int j = 0; j < it.nk; ++j) {
+      if (loaded == STAGES) mbar_wait<true>(bars + 8 * (STAGES + s), phase ^ 1u); // the slot's last stage released
+      else ++loaded;
+      const long long t0 = (long long)(it.kt0 + j) * BT + r0;
+      const u32 dst = dst0 + (u32)(s * St::BYTES);
+#pragma unroll
+      for (int i = 0; i < BT / RPP; ++i) {
+        const long long t = t0 + i * RPP;
+        const bool in = t < rows;
+        const T *pa = a + t * K + it.m0 + ch * 8, *pb = b + t * N + it.n0 + ch * 8;
+#pragma unroll
+        for (int cb = 0; cb < St::A_BLOCKS; ++cb) {
+          const bool ok = in && ((a_ok >> cb) & 1);
+          cp_async16(dst + cb * St::BLOCK + i * RPP * 128, ok ? (const void *)(pa + cb * 64) : (const void *)a, ok);
+        }
+#pragma unroll
+        for (int cb = 0; cb < St::B_BLOCKS; ++cb) {
+          const bool ok = in && ((b_ok >> cb) & 1);
+          cp_async16(dst + St::A_BYTES + cb * St::BLOCK + i * RPP * 128, ok ? (const void *)(pb + cb * 64) : (const void *)b,
+                     ok);
+        }
+      }
+      cp_async_mbar_arrive(bars + 8 * s);
+      if (++s == STAGES) s = 0, phase ^= 1u;
+    }
+  }
+  cp_async_wait_all();
+}
+
+// The item's tile (this warpgroup's 64 rows) from the accumulator fragment: thread (warp w, lane l)
+// holds rows 16w + l/4 (+8) and, per 8-column block j, columns 8j + 2(l % 4) + {0, 1} at
+// acc[4j + 2h + {0, 1}] (h: the +8 row).
+template <int BN, class TO>
+__device__ __forceinline__ void wgrad_store(TO *__restrict__ out, const float (&acc)[BN / 2], int row0, int n0, int K,
+                                            int N) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = row0 + 8 * h;
+    if (row >= K) continue;
+    TO *orow = out + (long long)row * N;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j) {
+      const int col = n0 + 8 * j + 2 * (lane & 3);
+      if (col < N) // N % 8 == 0: col + 1 < N too, and the pair is 8-byte aligned
+        store_pair(orow + col, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+    }
+  }
+}
+
+// Consumer warpgroups 1 and 2 (threads 128-383): warpgroup cw owns output rows 64 cw .. 64 cw + 63 of
+// every tile, i.e. a's block cw.
+template <int BM, int BN, int BT, int STAGES, class T, class TO>
+__device__ __forceinline__ void wgrad_consume(TO *__restrict__ out, long long rows, int K, int N, int splits, float *ws,
+                                              unsigned *counters, u32 sbase, u32 bars, u32 *flag) {
+  typedef WgradStage<BM, BN, BT> St;
+  const int tid = threadIdx.x, cw = tid / 128 - 1, tt = tid - 128, lane = tid & 31, warp = (tid & 127) >> 5;
+  const int tiles_m = (K + BM - 1) / BM, tiles_n = (N + BN - 1) / BN, items = tiles_m * tiles_n * splits;
+  const int ktiles = (int)((rows + BT - 1) / BT);
+  const u64 da0 = wgmma_desc_sw128_mn(sbase + cw * St::BLOCK, St::BLOCK);
+  const u64 db0 = wgmma_desc_sw128_mn(sbase + St::A_BYTES, St::BLOCK);
+  GemmArgs g = {}; // what sm90_splitk reads: the tile's rows bound (M = K), the split-K factor and memory
+  g.M = K;
+  g.N = N;
+  g.splits = splits;
+  g.ws = ws;
+  g.counters = counters;
+  int s = 0;
+  u32 phase = 0;
+  for (int w = blockIdx.x; w < items; w += gridDim.x) {
+    const WgradItem it = wgrad_item<BM, BN>(w, tiles_m, tiles_n, ktiles, splits);
+    float acc[1][BN / 2];
+#pragma unroll
+    for (int e = 0; e < BN / 2; ++e) acc[0][e] = 0.f;
+    int prev = 0;
+    for (int j = 0; j < it.nk; ++j) {
+      mbar_wait<true>(bars + 8 * s, phase);
+      fence_proxy_async(); // the producer's cp.async writes, before the async proxy reads them
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < BT / 16; ++kk) { // 16 tokens = two 1024-byte atoms of every block
+        const u64 off = (u64)((s * St::BYTES + kk * 2048) >> 4);
+        wgmma_ss_mn<BN, T>(acc[0], da0 + off, db0 + off);
+      }
+      wgmma_commit();
+      wgmma_wait<1>(); // the group of stage j - 1 has completed: its slot can be refilled
+      if (j > 0) {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+      }
+      prev = s;
+      if (++s == STAGES) s = 0, phase ^= 1u;
+    }
+    wgmma_wait<0>();
+    reg_fence(acc[0]);
+    if (it.nk > 0) { // the last slot goes back too: the ring continues into the next item
+      __syncwarp();
+      if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
+    }
+    if (splits > 1 && !sm90_splitk<BM, BN, 1, 0>(g, acc, nullptr, flag, it.tile, it.z, it.m0, cw * 64, tt, 256, 1))
+      continue;
+    wgrad_store<BN>(out, acc[0], it.m0 + cw * 64 + warp * 16 + (lane >> 2), it.n0, K, N);
+  }
+}
+
+// Shared memory (dynamic, gemm_sm90_smem_bytes<BM, BN, BT, STAGES>() bytes): the ring of STAGES
+// stages, then the mbarriers (full[s] at +8s, empty[s] at +8(STAGES + s)) and the split-K flag; the
+// base is realigned to 1024 bytes (the swizzle atom).
+template <int BM, int BN, int BT, int STAGES, class T, class TO>
+__device__ __forceinline__ void matmul_at_sm90(const T *__restrict__ a, const T *__restrict__ b, TO *__restrict__ out,
+                                               long long rows, int K, int N, int splits, float *ws, unsigned *counters,
+                                               char *smem) {
+  typedef WgradStage<BM, BN, BT> St;
+  static_assert(BM == 128, "two consumer warpgroups of 64 output rows");
+  static_assert(BN == 128 || BN == 256, "BN: 128 or 256 (wgmma_ss_mn)");
+  static_assert(BT % 16 == 0, "whole k16 steps per stage");
+  static_assert(sizeof(T) == 2, "16-bit operands (wgmma's transpose flags)");
+  static_assert(16 * STAGES + 16 + 1024 <= 2048, "barrier area");
+  static_assert(STAGES * St::BYTES + 8 * BM + 2048 == gemm_sm90_smem_bytes<BM, BN, BT, STAGES>(), "shared memory plan");
+  static_assert(gemm_sm90_smem_bytes<BM, BN, BT, STAGES>() <= 232448, "shared memory");
+  const int tid = threadIdx.x;
+  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0); // warp-uniform role
+  const u32 raw = smem_addr(smem);
+  const u32 sbase = (raw + 1023u) & ~1023u;
+  const u32 bars = sbase + STAGES * St::BYTES;
+  u32 *flag = (u32 *)(smem + (sbase - raw) + STAGES * St::BYTES + 16 * STAGES);
+  if (tid == 0) {
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(bars + 8 * s, 128);          // one arrival per producer thread
+      mbar_init(bars + 8 * (STAGES + s), 8); // one per consumer warp
+    }
+    fence_barrier_init();
+  }
+  __syncthreads();
+  if (wg == 0) {
+    setmaxnreg_dec<56>(); // 56 x 128 + 224 x 256 <= 65536: the SM's registers, one CTA
+    wgrad_produce<BM, BN, BT, STAGES>(a, b, rows, K, N, splits, sbase, bars);
+  } else {
+    setmaxnreg_inc<224>(); // the 64 x 256 f32 accumulator alone is 128 per thread
+    wgrad_consume<BM, BN, BT, STAGES, T>(out, rows, K, N, splits, ws, counters, sbase, bars, flag);
+  }
+}
+
+#else // not sm_90a
+
+template <int BM, int BN, int BT, int STAGES, class T, class TO>
+__device__ __forceinline__ void matmul_at_sm90(const T *, const T *, TO *, long long, int, int, int, float *, unsigned *,
+                                               char *) {
+  static_assert(sizeof(T) == 0, "matmul_at_sm90 needs the sm_90a target (--gpu-architecture=sm_90a)");
+}
+
+#endif
+
+} // namespace ffn
