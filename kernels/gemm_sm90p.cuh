@@ -153,15 +153,7 @@ __device__ __forceinline__ void gemm_sm90_persistent(const GemmArgs &g, const Ep
         for (int e = 0; e < BN / 2; ++e) acc[i][e] = 0.f;
       float ssq0 = 0.f, ssq1 = 0.f, ssum0 = 0.f, ssum1 = 0.f;
       if constexpr (is_fp8<T>::value) {
-        // promotion (sm90_fp8_ktile): each stage's products are complete when it returns
-        float tmp[64];
-        for (int j = 0; j < nk; ++j) {
-          mbar_wait(bars + 8 * s, phase);
-          sm90_fp8_ktile<BN, MI, ROW, T>(acc, tmp, da0 + (u64)((s * STAGE) >> 4), db0 + (u64)((s * STAGE) >> 4));
-          __syncwarp();
-          if (lane == 0) mbar_arrive(bars + 8 * (STAGES + s));
-          if (++s == STAGES) s = 0, phase ^= 1u;
-        }
+        sm90_fp8_loop<BN, MI, ROW, STAGES, STAGE, false, true, T>(acc, bars, da0, db0, nk, s, phase);
       } else {
         int prev = 0;
         for (int j = 0; j < nk; ++j) {
