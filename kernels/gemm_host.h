@@ -114,9 +114,6 @@ static inline const ffn_gemm_config *ffn_gemm_configs(int *count) {
        * against 501 / 4023 non-persistent); fp8 products keep tma_128x256x64 */
       {"tmap_pp_128x128x64", FFN_GEMM_SM90P, 128, 128, 64, 128, 128, 6, 384, 1, 1, 0},
       {"tmap_coop_128x256x64", FFN_GEMM_SM90P, 128, 256, 64, 64, 256, 4, 384, 1, 1, 0},
-      /* fp8: a 64 x 128 warpgroup tile has the registers for two promotion tiles (gemm_sm90.cuh:
-       * sm90_fp8_loop), so its tensor cores never wait for the adds */
-      {"tmap_coop_128x128x64", FFN_GEMM_SM90P, 128, 128, 64, 64, 128, 6, 384, 1, 1, 0},
       {"tma_128x256x64", FFN_GEMM_SM90T, 128, 256, 64, 64, 256, 4, 384, 1, 1, 0},
       /* weight-only quantized B (gemm_wq.cuh, mma.sync), every arch: bm tokens per CTA (n8 tiles
        * of the MMA), so that a decode step does not spend MMAs on empty rows; bn = 8 warps x 16

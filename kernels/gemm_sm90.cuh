@@ -280,64 +280,22 @@ __device__ __forceinline__ void sm90_fp8_ktile(float (&acc)[MI][BN / 2], float (
 
 // The fp8 main loop over nk k-tiles of the ring from slot s, phase `phase` (both advanced past
 // them), shared by gemm_sm90 and gemm_sm90p: every stage is released once its products are summed.
-// A 64 x 128 warpgroup tile (BN == 128, MI == 1) keeps two register tiles, so that the group of
-// k-tile j is in flight while the sums of k-tile j - 1 are added (acc 64 + 2 x 64 registers): the
-// tensor cores never wait for the adds. Wider tiles cannot afford the second register tile
-// (64 x 256: 128 + 2 x 64 is above the 224 a consumer has) and wait per 64 x 128 block
-// (sm90_fp8_ktile), hidden only by the other warpgroup's wgmmas. FENCE: the stages were written by
-// cp.async (the generic proxy) rather than TMA. DB: two register tiles (only where a consumer thread
-// has the registers: not with two CTAs per SM).
-template <int BN, int MI, int ROW, int STAGES, int STAGE, bool FENCE, bool DB, class T>
+// FENCE: the stages were written by cp.async (the generic proxy) rather than TMA. (Two register
+// tiles, the group of k-tile j in flight while j - 1 is added, were tried for 64 x 128 warpgroup
+// tiles: ptxas then serializes every wgmma (C7514: non-wgmma instructions read the accumulators of
+// a wgmma in flight), 24% slower; kernels/NOTES.md.)
+template <int BN, int MI, int ROW, int STAGES, int STAGE, bool FENCE, class T>
 __device__ __forceinline__ void sm90_fp8_loop(float (&acc)[MI][BN / 2], u32 bars, u64 da0, u64 db0, int nk, int &s,
                                               u32 &phase) {
   const int lane = threadIdx.x & 31;
-  if constexpr (DB && BN == 128 && MI == 1) {
-    float t0[64], t1[64];
-    auto issue = [&](float(&t)[64], int slot) {
-      mbar_wait(bars + 8 * slot, phase);
-      if (FENCE) fence_proxy_async();
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) // the k-tile's 128 codes
-        wgmma_ss<128, T>(t, da0 + (u64)((slot * STAGE + kk * 32) >> 4), db0 + (u64)((slot * STAGE + kk * 32) >> 4), kk > 0);
-      wgmma_commit();
-    };
-    auto retire = [&](float(&t)[64], int slot) { // its group has completed
-      reg_fence(t);
-#pragma unroll
-      for (int e = 0; e < 64; ++e) acc[0][e] += t[e];
-      __syncwarp();
-      if (lane == 0) mbar_arrive(bars + 8 * (STAGES + slot));
-    };
-    int prev = 0;
-    for (int j = 0; j < nk; ++j) {
-      if (j & 1) {
-        issue(t1, s);
-        wgmma_wait<1>();
-        retire(t0, prev);
-      } else {
-        issue(t0, s);
-        wgmma_wait<1>();
-        if (j > 0) retire(t1, prev);
-      }
-      prev = s;
-      if (++s == STAGES) s = 0, phase ^= 1u;
-    }
-    wgmma_wait<0>();
-    if (nk > 0) {
-      if ((nk - 1) & 1) retire(t1, prev);
-      else retire(t0, prev);
-    }
-  } else {
-    float tmp[64];
-    for (int j = 0; j < nk; ++j) {
-      mbar_wait(bars + 8 * s, phase);
-      if (FENCE) fence_proxy_async();
-      sm90_fp8_ktile<BN, MI, ROW, T>(acc, tmp, da0 + (u64)((s * STAGE) >> 4), db0 + (u64)((s * STAGE) >> 4));
-      __syncwarp();
-      if (lane == 0) mbar_arrive(bars + 8 * (STAGES + s)); // this k-tile's stage is free
-      if (++s == STAGES) s = 0, phase ^= 1u;
-    }
+  float tmp[64];
+  for (int j = 0; j < nk; ++j) {
+    mbar_wait(bars + 8 * s, phase);
+    if (FENCE) fence_proxy_async();
+    sm90_fp8_ktile<BN, MI, ROW, T>(acc, tmp, da0 + (u64)((s * STAGE) >> 4), db0 + (u64)((s * STAGE) >> 4));
+    __syncwarp();
+    if (lane == 0) mbar_arrive(bars + 8 * (STAGES + s)); // this k-tile's stage is free
+    if (++s == STAGES) s = 0, phase ^= 1u;
   }
 }
 
@@ -621,7 +579,7 @@ __device__ __forceinline__ void gemm_sm90(const GemmArgs &g, const Epi &epi, cha
         if (++s == STAGES) s = 0, phase ^= 1u;
       }
     } else {
-      sm90_fp8_loop<BN, MI, ROW, STAGES, STAGE, !TMA, CTAS == 1, T>(acc, bars, da0, db0, nk, s, phase);
+      sm90_fp8_loop<BN, MI, ROW, STAGES, STAGE, !TMA, T>(acc, bars, da0, db0, nk, s, phase);
     }
     wgmma_wait<0>();
 #pragma unroll

@@ -100,13 +100,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) k0_tmap_pp_128x128x64(const
   const Epi_k0 epi{&a};
   ffn::gemm_sm90_persistent<128, 128, 64, 6, 2, 0, ffn::bf16, true>(g, ffn::WithRowStats<Epi_k0, 2>{epi, a.rowstats}, smem);
 }
-extern "C" __global__ void __launch_bounds__(384, 1) k0_tmap_coop_128x128x64(const __grid_constant__ ffn::KArgs a, const __grid_constant__ ffn::TmaMaps t) {
+extern "C" __global__ void __launch_bounds__(384, 1) k0_tmap_coop_128x256x64(const __grid_constant__ ffn::KArgs a, const __grid_constant__ ffn::TmaMaps t) {
   extern __shared__ __align__(128) char smem[];
   ffn::GemmArgs g;
   g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 704; g.K = 256;
   g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = &t;
   const Epi_k0 epi{&a};
-  ffn::gemm_sm90_persistent<128, 128, 64, 6, 2, 0, ffn::bf16, false>(g, ffn::WithRowStats<Epi_k0, 2>{epi, a.rowstats}, smem);
+  ffn::gemm_sm90_persistent<128, 256, 64, 4, 2, 0, ffn::bf16, false>(g, ffn::WithRowStats<Epi_k0, 2>{epi, a.rowstats}, smem);
 }
 extern "C" __global__ void __launch_bounds__(384, 1) k0_tma_128x256x64(const __grid_constant__ ffn::KArgs a, const __grid_constant__ ffn::TmaMaps t) {
   extern __shared__ __align__(128) char smem[];
@@ -189,13 +189,13 @@ extern "C" __global__ void __launch_bounds__(384, 1) k1_tmap_pp_128x128x64(const
   const Epi_k1 epi{&a};
   ffn::gemm_sm90_persistent<128, 128, 64, 6, 1, 0, ffn::bf16, true>(g, epi, smem);
 }
-extern "C" __global__ void __launch_bounds__(384, 1) k1_tmap_coop_128x128x64(const __grid_constant__ ffn::KArgs a, const __grid_constant__ ffn::TmaMaps t) {
+extern "C" __global__ void __launch_bounds__(384, 1) k1_tmap_coop_128x256x64(const __grid_constant__ ffn::KArgs a, const __grid_constant__ ffn::TmaMaps t) {
   extern __shared__ __align__(128) char smem[];
   ffn::GemmArgs g;
   g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 256; g.K = 704;
   g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = &t;
   const Epi_k1 epi{&a};
-  ffn::gemm_sm90_persistent<128, 128, 64, 6, 1, 0, ffn::bf16, false>(g, epi, smem);
+  ffn::gemm_sm90_persistent<128, 256, 64, 4, 1, 0, ffn::bf16, false>(g, epi, smem);
 }
 extern "C" __global__ void __launch_bounds__(384, 1) k1_tma_128x256x64(const __grid_constant__ ffn::KArgs a, const __grid_constant__ ffn::TmaMaps t) {
   extern __shared__ __align__(128) char smem[];
