@@ -115,6 +115,9 @@ static inline const ffn_gemm_config *ffn_gemm_configs(int *count) {
       {"tmap_pp_128x128x64", FFN_GEMM_SM90P, 128, 128, 64, 128, 128, 6, 384, 1, 1, 0},
       {"tmap_coop_128x256x64", FFN_GEMM_SM90P, 128, 256, 64, 64, 256, 4, 384, 1, 1, 0},
       {"tma_128x256x64", FFN_GEMM_SM90T, 128, 256, 64, 64, 256, 4, 384, 1, 1, 0},
+      /* fp8 only: three consumer warpgroups of 64 x 128, so that two keep the tensor cores busy
+       * while the third waits for and adds its promotion block (gemm_sm90.cuh: sm90_fp8_loop) */
+      {"tma_192x128x64", FFN_GEMM_SM90T, 192, 128, 64, 64, 128, 5, 512, 1, 1, 0},
       /* weight-only quantized B (gemm_wq.cuh, mma.sync), every arch: bm tokens per CTA (n8 tiles
        * of the MMA), so that a decode step does not spend MMAs on empty rows; bn = 8 warps x 16
        * rows of B; bk = k per 512-byte tile of codes (32: i8, 64: i4); a ring of `st` stages of
@@ -154,6 +157,8 @@ static inline const ffn_gemm_config *ffn_gemm_configs(int *count) {
  * warpgroup alone on the tensor cores waits for each block (measured 3.28 ms against the
  * cooperative kernel's 2.82 for the 8B sublayer at 8192 tokens, kernels/NOTES.md). */
 static inline int ffn_gemm_config_takes(const ffn_gemm_config *c, int fp8) {
+  if (c->bm / c->wm == 3 && (c->kind == FFN_GEMM_SM90 || c->kind == FFN_GEMM_SM90T))
+    return fp8 && c->kind == FFN_GEMM_SM90T; /* three consumer warpgroups: fp8 through TMA only */
   if (!fp8 || (c->kind != FFN_GEMM_SM90 && c->kind != FFN_GEMM_SM90T && c->kind != FFN_GEMM_SM90P))
     return 1;
   return c->bn % 128 == 0 && c->wm * c->bn <= 64 * 256 && !(c->kind == FFN_GEMM_SM90P && c->wm == c->bm);

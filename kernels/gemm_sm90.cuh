@@ -423,6 +423,8 @@ __device__ __forceinline__ void sm90_epilogue(const GemmArgs &g, const Epi &epi,
 // swizzle, zero fill outside the tensors) instead of 128 threads issuing 16-byte cp.async. With CWG == 2 it must be 1: the CTA then starts with 168 registers per thread and
 // setmaxnreg splits them 48 (producer) / 224 (consumers); at 2 CTAs/SM (80 registers at entry)
 // ptxas cannot compile a wgmma m64n128 at all. With CWG == 1 (256 threads) no setmaxnreg is needed.
+// CWG == 3 (512 threads, 24 / 160 registers) is for fp8 products with 128-wide tiles: each consumer
+// waits for its promotion block (sm90_fp8_loop) while the other two keep the tensor cores busy.
 template <int BM, int BN, int BK, int STAGES, int S, int STATS, class T, int CWG = (BM >= 128 ? 2 : 1), int CTAS = 1,
           bool TMA = false, class Epi>
 __device__ __forceinline__ void gemm_sm90(const GemmArgs &g, const Epi &epi, char *smem) {
@@ -434,7 +436,8 @@ __device__ __forceinline__ void gemm_sm90(const GemmArgs &g, const Epi &epi, cha
   constexpr int A_ITERS = BM / RPP, B_ITERS = BN / RPP;
   constexpr int TPR = 128 / WG_M, CPT = CPR / TPR; // statistics: threads per A row, chunks per thread
   static_assert(BK == 64, "BK must be 64 (one 128-byte swizzle atom of 16-bit elements)");
-  static_assert(CWG == 1 || CWG == 2, "one or two consumer warpgroups");
+  static_assert(CWG >= 1 && CWG <= 3, "one to three consumer warpgroups");
+  static_assert(CWG < 3 || (TMA && is_fp8<T>::value), "three consumer warpgroups: fp8 through TMA (the promotion's waits)");
   static_assert(WG_M % 64 == 0 && MI <= 2, "each consumer warpgroup owns 64 or 128 rows");
   static_assert(BN == 64 || BN == 128 || BN == 224 || BN == 256, "BN: 64, 128, 224 or 256 (the wgmma wrappers)");
   static_assert(BN % (8 * S) == 0, "BN must be a multiple of 8*S");
@@ -481,6 +484,7 @@ __device__ __forceinline__ void gemm_sm90(const GemmArgs &g, const Epi &epi, cha
   if (wg == 0) {
     // ---------------- producer warpgroup ----------------
     if (CWG == 2) setmaxnreg_dec<48>(); // 48 x 128 + 224 x 256 <= 168 x 384: the CTA's registers
+    if (CWG == 3) setmaxnreg_dec<24>(); // 24 x 128 + 160 x 384 <= 128 x 512
     if constexpr (TMA) {
       if (tid != 0) return;
       const TmaMaps *t = (const TmaMaps *)g.tma;
@@ -539,6 +543,7 @@ __device__ __forceinline__ void gemm_sm90(const GemmArgs &g, const Epi &epi, cha
   } else {
     // ---------------- consumer warpgroups ----------------
     if (CWG == 2) setmaxnreg_inc<224>();
+    if (CWG == 3) setmaxnreg_inc<160>();
     const int ctid = tid - 128, cw = wg - 1, wtid = ctid & 127; // consumer thread, warpgroup, thread in it
     const int lane = tid & 31;
     float acc[MI][BN / 2];

@@ -42,9 +42,9 @@ foreach(cfg tmap_pp_128x128x64 tmap_coop_128x256x64)
   endforeach()
 endforeach()
 
-# fp8 on the persistent cooperative kernel (promotion per 64 x 128 block): e4m3 gated and e5m2
-# with f16 and LayerNorm, unsplit and with 3 splits.
-foreach(cfg tmap_coop_128x256x64)
+# fp8 on the persistent cooperative kernel (promotion per 64 x 128 block) and on three consumer
+# warpgroups (192-row tiles): e4m3 gated and e5m2 with f16 and LayerNorm, unsplit and with 3 splits.
+foreach(cfg tmap_coop_128x256x64 tma_192x128x64)
   foreach(model f8_llama_e4m3_bf16 f8_gpt_e5m2_f16)
     add_test(NAME gpu_${cfg}_${model} COMMAND gpu_model_test tests/gpu/models/${model}.ffn)
     set_tests_properties(gpu_${cfg}_${model} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
