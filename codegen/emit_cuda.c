@@ -611,6 +611,44 @@ void emit_rowwise_kernel(Kgen *k, int threads, Buf *body) {
   memo_free(&es.memo);
 }
 
+/* The rowwise kernel of a group whose one stored value n is read only as A of an fp8 product
+ * (lower.c: f8_fused_consumer): instead of n it writes A's codes and row scales, the quantizer's
+ * (kernels/fp8.cuh) rule applied to n as its storage type would hold it, so neither n nor a
+ * quantizer pass goes through memory. The row's values are computed twice: once for the largest
+ * magnitude, once for the codes (the operands are in L1/L2 by then). */
+void emit_rowwise_f8_kernel(Kgen *k, int threads, int codes, int scales, DType f8, Buf *body) {
+  Node *n = k->gr->stores.items[0];
+  Buf rowb = {0}, elb = {0};
+  Scope rs = {.kind = SC_ROW, .out = &rowb, .indent = "    ", .col = "col"};
+  emit_row_part(k, &rs);
+  Scope es = {.kind = SC_ELEM, .parent = &rs, .out = &elb, .indent = "      ", .col = "col"};
+  emit_norms(k, &es);
+  const char *v = value(k, &es, n), *ty = tname(n->dtype);
+  int sc = slot(k, codes), ss = slot(k, scales), e5m2 = f8 == DT_F8E5M2;
+  buf_printf(body, "extern \"C\" __global__ void __launch_bounds__(%d) @(const __grid_constant__ ffn::KArgs args) {\n",
+             threads);
+  buf_printf(body, "  constexpr int THREADS = %d; // the launch's block (the plan's threads)\n", threads);
+  buf_puts(body, "  __shared__ float red[64];\n  (void)red;\n  const ffn::KArgs *a = &args;\n"
+                 "  for (long long row = blockIdx.x; row < a->m; row += gridDim.x) {\n");
+  buf_puts(body, rowb.s ? rowb.s : "");
+  buf_puts(body, "    float amax = 0.f;\n");
+  open_col_loop(body, (long long)k->ncols);
+  buf_puts(body, elb.s ? elb.s : "");
+  buf_printf(body, "      amax = fmaxf(amax, fabsf(ffn::round_%s(%s)));\n    }\n", ty, v);
+  buf_printf(body, "    amax = ffn::block_max(amax, red);\n"
+                   "    const float sc = ffn_f8_scale((double)amax, %d), rc = __frcp_rn(sc);\n"
+                   "    if (threadIdx.x == 0) ffn::st_f32(a->p[%d], row, sc);\n", e5m2, ss);
+  open_col_loop(body, (long long)k->ncols);
+  buf_puts(body, elb.s ? elb.s : "");
+  buf_printf(body, "      ((ffn::u8 *)a->p[%d])[i] = (ffn::u8)ffn::f8_codes2<%d>(ffn::round_%s(%s), 0.f, sc, rc);\n    }\n",
+             sc, e5m2, ty, v);
+  buf_puts(body, "  }\n}\n");
+  buf_free(&rowb);
+  buf_free(&elb);
+  memo_free(&rs.memo);
+  memo_free(&es.memo);
+}
+
 /* ---- the whole program ---- */
 
 void emit_prelude(Gen *G) {

@@ -40,6 +40,9 @@ typedef struct {
   /* pre-quantized weight node id -> its codes (the bound tensor, u8) and its f8_scales tensor
    * (f32 [rows, 1]), -1; tensor_of holds its value (f8_dequant), made only if read */
   int *codes_of, *scales_of;
+  /* an fp8 product's A written as codes and row scales by the rowwise kernel that computes it
+   * (lower.c: f8_fused_consumer): node id -> those tensors, -1 */
+  int *act_codes_of, *act_scales_of;
   PlanTensor *tensors;
   int nt, capt;
   PrepStep *prep;
@@ -119,6 +122,7 @@ void emit_gemm_functor(Kgen *k, Buf *body);
 void emit_gemm_entry(Kgen *k, const ffn_gemm_config *c, bool ext, Buf *body);
 /* The __global__ function of rowwise group k->gr, for blocks of `threads` threads per row. */
 void emit_rowwise_kernel(Kgen *k, int threads, Buf *body);
+void emit_rowwise_f8_kernel(Kgen *k, int threads, int codes, int scales, DType f8, Buf *body);
 /* GEMM kernel text into the program: a heading comment, then body with '@' replaced by name. */
 void emit_gemm_text(Kgen *k, const char *name, bool tc, const char *body);
 

@@ -434,7 +434,11 @@ static void lower_gemm(Gen *G, Group *gr) {
   DType mm = G->g->prec.type[PREC_MATMUL];
   if (mm == DT_F8E4M3 || mm == DT_F8E5M2) {
     k.f8 = mm;
-    if (f8_prep(G, &k) != 0 || f8_quant_a(G, &k) != 0)
+    if (f8_prep(G, &k) != 0)
+      return;
+    if (G->act_codes_of[gr->a->id] >= 0) /* written by A's own kernel (f8_fused_consumer) */
+      k.f8_a = G->act_codes_of[gr->a->id], k.f8_sa = G->act_scales_of[gr->a->id];
+    else if (f8_quant_a(G, &k) != 0)
       return;
   }
   /* weight-only quantization applies where the reference applies it: a constant B */
@@ -474,6 +478,37 @@ static void lower_allreduce(Gen *G, Group *gr) {
 
 /* ---- rowwise groups ---- */
 
+/* Whether rowwise group gr's one stored value n is read by nothing but fp8 product(s) as A, with
+ * no folded norm (whose epilogue would want A's row statistics, which the quantizer pass
+ * computes) and is no program output: then the rowwise kernel writes A's codes and scales
+ * itself (emit_rowwise_f8_kernel), and the product's quantizer pass (f8_quant_a) goes. */
+static bool f8_fused_consumer(Gen *G, const Group *gr) {
+  DType f8 = G->g->prec.type[PREC_MATMUL];
+  if ((f8 != DT_F8E4M3 && f8 != DT_F8E5M2) || gr->stores.len != 1)
+    return false;
+  Node *n = gr->stores.items[0];
+  if (n->shape.rank != gr->shape.rank || (n->dtype != DT_BF16 && n->dtype != DT_F16 && n->dtype != DT_F32))
+    return false;
+  for (int i = 0; i < G->g->noutputs; i++)
+    if (G->g->outputs[i].node == n)
+      return false;
+  int as_a = 0;
+  for (int i = 0; i < G->c->ngroups; i++) {
+    const Group *q = G->c->groups[i];
+    bool gemm_a = q->kind == GK_GEMM && q->a == n;
+    if (gemm_a && q->stats > 0)
+      return false;
+    as_a += gemm_a;
+    for (int j = 0; j < q->nodes.len; j++) { /* any other read: only the product itself may take n */
+      const Node *m = q->nodes.items[j];
+      for (int a = 0; a < m->nargs; a++)
+        if (m->args[a] == n && !(gemm_a && m == q->mm && a == 0))
+          return false;
+    }
+  }
+  return as_a > 0;
+}
+
 static void lower_rowwise(Gen *G, Group *gr) {
   Kgen k = {.G = G, .gr = gr, .full = gr->shape, .f8_stats = -1};
   k.ncols = gr->shape.rank ? gr->shape.d[gr->shape.rank - 1].size : 1;
@@ -485,9 +520,21 @@ static void lower_rowwise(Gen *G, Group *gr) {
   int64_t N = k.ncols;
   int threads = N >= 256 ? 256 : N >= 128 ? 128 : N >= 64 ? 64 : 32;
   Buf body = {0};
-  emit_rowwise_kernel(&k, threads, &body);
-  char what[64];
+  char what[128];
   snprintf(what, sizeof what, "rowwise over [M, %lld]", (long long)N);
+  DType f8 = G->g->prec.type[PREC_MATMUL];
+  if (f8_fused_consumer(G, gr)) { /* the stored value is an fp8 product's A: write its codes */
+    Node *n = gr->stores.items[0];
+    Node codes = {.dtype = DT_U8, .shape = n->shape}, scales = {.dtype = DT_F32, .shape = n->shape};
+    scales.shape.rank--;
+    G->act_codes_of[n->id] = new_tensor(G, PT_SCRATCH, &codes);
+    G->act_scales_of[n->id] = new_tensor(G, PT_SCRATCH, &scales);
+    emit_rowwise_f8_kernel(&k, threads, G->act_codes_of[n->id], G->act_scales_of[n->id], f8, &body);
+    snprintf(what, sizeof what, "rowwise over [M, %lld], stored as %s codes and row scales", (long long)N,
+             dtype_name(f8));
+  } else {
+    emit_rowwise_kernel(&k, threads, &body);
+  }
   Op op = gr->nodes.len == 1 && gr->stores.len == 1 ? ((Node *)gr->nodes.items[0])->op : OP_COUNT;
   int kernel = rowwise_kernel(G, body.s, N, threads, op, what);
   add_step(G, kernel, &k, &gr->shape);
@@ -748,6 +795,8 @@ static void gen_free(Gen *G) {
   free(G->tensor_of);
   free(G->codes_of);
   free(G->scales_of);
+  free(G->act_codes_of);
+  free(G->act_scales_of);
   free(G->tensors);
   free(G->prep);
   free(G->kernels);
@@ -761,8 +810,10 @@ int codegen_cuda(Compile *c, Plan **out) {
   G.tensor_of = ffn_xmalloc(sizeof(int) * (size_t)(g->next_id + 1));
   G.codes_of = ffn_xmalloc(sizeof(int) * (size_t)(g->next_id + 1));
   G.scales_of = ffn_xmalloc(sizeof(int) * (size_t)(g->next_id + 1));
+  G.act_codes_of = ffn_xmalloc(sizeof(int) * (size_t)(g->next_id + 1));
+  G.act_scales_of = ffn_xmalloc(sizeof(int) * (size_t)(g->next_id + 1));
   for (int i = 0; i <= g->next_id; i++)
-    G.tensor_of[i] = G.codes_of[i] = G.scales_of[i] = -1;
+    G.tensor_of[i] = G.codes_of[i] = G.scales_of[i] = G.act_codes_of[i] = G.act_scales_of[i] = -1;
   emit_prelude(&G);
   for (int i = 0; i < g->nodes.len; i++) /* every input, used or not, is part of the interface */
     if (GRAPH_NODE(g, i)->op == OP_INPUT)

@@ -79,7 +79,9 @@ __device__ __forceinline__ void st2_f32(void *p, long long i, float a, float b) 
 __device__ __forceinline__ void st2_bf16(void *p, long long i, float a, float b) { *(u32 *)((u16 *)p + i) = pack_bf16x2(a, b); }
 __device__ __forceinline__ void st2_f16(void *p, long long i, float a, float b) { *(u32 *)((u16 *)p + i) = pack_f16x2(a, b); }
 
-// An explicit cast inside a kernel: round to the type and back.
+// An explicit cast inside a kernel: round to the type and back (also a value as a stored tensor of
+// the type would give it to a later load, for kernels that use it without storing it).
+__device__ __forceinline__ float round_f32(float x) { return x; }
 __device__ __forceinline__ float round_bf16(float x) { return bf16_bits_to_f32(f32_to_bf16_bits(x)); }
 __device__ __forceinline__ float round_f16(float x) { return f16_bits_to_f32(f32_to_f16_bits(x)); }
 
@@ -94,6 +96,19 @@ __device__ __forceinline__ float block_sum(float v, float *red) {
   __syncthreads();
   float t = lane < nwarps ? red[lane] : 0.0f;
   t = warp_sum(t);
+  __syncthreads();
+  return t;
+}
+
+// Block-wide maximum of v (as block_sum; red reusable after it). NaN is skipped, as fmaxf does.
+__device__ __forceinline__ float block_max(float v, float *red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = (blockDim.x + 31) >> 5;
+  v = warp_max(v);
+  if (lane == 0)
+    red[warp] = v;
+  __syncthreads();
+  float t = lane < nwarps ? red[lane] : 0.0f;
+  t = warp_max(t);
   __syncthreads();
   return t;
 }
