@@ -430,7 +430,7 @@ void emit_gemm_entry(Kgen *k, const ffn_gemm_config *c, bool ext, Buf *body) {
                      : c->kind == FFN_GEMM_SM90 || c->kind == FFN_GEMM_SM90T ? "gemm_sm90"
                      : c->kind == FFN_GEMM_SM90P                             ? "gemm_sm90_persistent"
                      : c->kind == FFN_GEMM_WQ   ? "gemm_wq"
-                     : c->kind == FFN_GEMM_WQD  ? "gemm_wqd"
+                     : c->kind == FFN_GEMM_WQD  ? (c->design ? "gemm_wqdl" : "gemm_wqd")
                                                 : "gemm_simt";
   char params[160];
   bool f8_stats = k->f8 && k->f8_stats >= 0; /* the quantizer computed A's statistics */
@@ -662,7 +662,7 @@ void emit_prelude(Gen *G) {
   if (G->c->arch == 90)
     buf_puts(&G->src, "#include \"gemm_sm90.cuh\"\n#include \"gemm_sm90p.cuh\"\n");
   if (G->g->prec.type[PREC_WEIGHTS] != DT_NONE)
-    buf_puts(&G->src, "#include \"gemm_wqd.cuh\"\n"); /* and gemm_wq.cuh */
+    buf_puts(&G->src, "#include \"gemm_wqdl.cuh\"\n"); /* and gemm_wqd.cuh, gemm_wq.cuh */
   for (int i = 0; i < G->c->ngroups; i++)
     if (G->c->groups[i]->kind == GK_SINGLE) { /* a backward graph's sums over tokens */
       buf_puts(&G->src, G->c->arch == 90 ? "#include \"grad.cuh\"\n#include \"grad_sm90.cuh\"\n" : "#include \"grad.cuh\"\n");

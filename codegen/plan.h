@@ -67,7 +67,7 @@ typedef struct {
 typedef struct {
   KernelKind kind;
   int nvariants;
-  KernelVariant variants[8];
+  KernelVariant variants[16]; /* i4 weight-only products compile 12 */
   /* GEMM: output columns per stream, inner dim, streams; a weight gradient on sm_90 (op matmul_at):
    * out [k, n] (rowwise kernels: n the columns) */
   int64_t n, k;

@@ -14,6 +14,8 @@
  *                                                                                            // FFN_GEMM_WQ
  *     ffn::gemm_wqd<BITS, c->bm, c->bn, c->wm, c->stages, S, STATS, T>(g, scales, group, epi, smem);
  *                                                                                            // FFN_GEMM_WQD
+ *     ffn::gemm_wqdl<c->bm, c->bn, c->wm, c->stages, S, STATS, T, c->design>(g, scales, group, epi, smem);
+ *                                                                           // FFN_GEMM_WQD, design > 0
  *   }
  *
  * (FFN_GEMM_SM90 and SM90T kernels must be compiled for sm_90a: NVRTC --gpu-architecture=sm_90a.
@@ -64,7 +66,8 @@ typedef enum {
                     share each tile */
   FFN_GEMM_WQD,  /* FFN_GEMM_WQ's product at decode sizes (gemm_wqd.cuh): codes streamed into
                     registers, wm k tiles ahead per lane; stages: k tiles per chunk of
-                    activations and scales (a multiple of wm) */
+                    activations and scales (a multiple of wm); design > 0: gemm_wqdl.cuh
+                    (i4), wm ring slots of four k tiles, stages = 4 wm */
   FFN_GEMM_SM90T /* FFN_GEMM_SM90 with its operands loaded by the Tensor Memory Accelerator: one
                     producer thread, tensor maps of A and B as the kernel's second argument
                     (kernels/abi.cuh: TmaMaps); same tiles, shared memory and grid as SM90 */
@@ -82,6 +85,9 @@ typedef struct {
   int min_blocks;  /* second __launch_bounds__ argument (2 with 128 threads made ptxas spill: keep 1) */
   int ctas_per_sm; /* resident CTAs per SM (registers and smem, from ptxas), for ffn_gemm_pick_splits */
   int max_m;      /* recommended for M <= max_m; 0: any M */
+  int design;     /* FFN_GEMM_WQD: 0 gemm_wqd; 2, 3, 4 the designs of gemm_wqdl (i4 only: wm ring
+                     slots of four k tiles, stages k tiles per chunk, 4 wm). Code generation only:
+                     plans do not keep it (the runtime treats every FFN_GEMM_WQD alike) */
 } ffn_gemm_config;
 
 /* Recommended configurations, most specific regime first: the fastest measured per regime on an
@@ -89,35 +95,35 @@ typedef struct {
  * calculator reported there. */
 static inline const ffn_gemm_config *ffn_gemm_configs(int *count) {
   static const ffn_gemm_config table[] = {
-      /* name              kind           bm   bn   bk  wm  wn  st thr mb cta max_m */
-      {"sm80_16x128x128", FFN_GEMM_SM80, 16, 128, 128, 16, 32, 3, 128, 1, 2, 16}, /* decode: 111 KB smem, 89 regs */
-      {"sm80_32x128x64", FFN_GEMM_SM80, 32, 128, 64, 32, 32, 4, 128, 1, 2, 32},   /* 80 KB, 106 regs */
-      {"sm80_64x128x64", FFN_GEMM_SM80, 64, 128, 64, 32, 64, 4, 128, 1, 2, 64},   /* 98 KB, 158 regs */
-      {"sm80_128x256x64", FFN_GEMM_SM80, 128, 256, 64, 64, 64, 3, 256, 1, 1, 0},  /* prefill: 147 KB, 216 regs */
-      {"simt_32x64x16", FFN_GEMM_SIMT, 32, 64, 16, 4, 4, 2, 128, 4, 6, 32},       /* f32, small M: 80 regs */
-      {"simt_128x64x8", FFN_GEMM_SIMT, 128, 64, 8, 8, 4, 2, 256, 2, 2, 0},        /* f32: 95 regs */
+      /* name              kind           bm   bn   bk  wm  wn  st thr mb cta max_m design */
+      {"sm80_16x128x128", FFN_GEMM_SM80, 16, 128, 128, 16, 32, 3, 128, 1, 2, 16, 0}, /* decode: 111 KB smem, 89 regs */
+      {"sm80_32x128x64", FFN_GEMM_SM80, 32, 128, 64, 32, 32, 4, 128, 1, 2, 32, 0},   /* 80 KB, 106 regs */
+      {"sm80_64x128x64", FFN_GEMM_SM80, 64, 128, 64, 32, 64, 4, 128, 1, 2, 64, 0},   /* 98 KB, 158 regs */
+      {"sm80_128x256x64", FFN_GEMM_SM80, 128, 256, 64, 64, 64, 3, 256, 1, 1, 0, 0},  /* prefill: 147 KB, 216 regs */
+      {"simt_32x64x16", FFN_GEMM_SIMT, 32, 64, 16, 4, 4, 2, 128, 4, 6, 32, 0},       /* f32, small M: 80 regs */
+      {"simt_128x64x8", FFN_GEMM_SIMT, 128, 64, 8, 8, 4, 2, 256, 2, 2, 0, 0},        /* f32: 95 regs */
       /* sm_90a (wgmma), warp-specialized: one producer warpgroup + bm/wm consumer warpgroups.
        * At M <= 64 the sm80 configurations above are as fast or faster (M=1: up 60.8 vs 63.8 us,
        * down 36.4 vs 42.5 us): prefer FFN_GEMM_SM80 there on sm_90 too. */
-      {"sm90_64x128x64", FFN_GEMM_SM90, 64, 128, 64, 64, 128, 4, 256, 2, 2, 64},    /* 99 KB smem, 120 regs */
-      {"sm90_128x128x64", FFN_GEMM_SM90, 128, 128, 64, 64, 128, 6, 384, 1, 1, 512}, /* down at M 128-512; 199 KB */
-      {"sm90_128x224x64", FFN_GEMM_SM90, 128, 224, 64, 64, 224, 4, 384, 1, 1, 512}, /* wide up at M 128-512; 183 KB */
-      {"sm90_128x256x64", FFN_GEMM_SM90, 128, 256, 64, 64, 256, 4, 384, 1, 1, 0},   /* 476-606 TFLOP/s; 199 KB */
+      {"sm90_64x128x64", FFN_GEMM_SM90, 64, 128, 64, 64, 128, 4, 256, 2, 2, 64, 0},    /* 99 KB smem, 120 regs */
+      {"sm90_128x128x64", FFN_GEMM_SM90, 128, 128, 64, 64, 128, 6, 384, 1, 1, 512, 0}, /* down at M 128-512; 199 KB */
+      {"sm90_128x224x64", FFN_GEMM_SM90, 128, 224, 64, 64, 224, 4, 384, 1, 1, 512, 0}, /* wide up at M 128-512; 183 KB */
+      {"sm90_128x256x64", FFN_GEMM_SM90, 128, 256, 64, 64, 256, 4, 384, 1, 1, 0, 0},   /* 476-606 TFLOP/s; 199 KB */
       /* the same tiles with TMA loads: what the code generator compiles on sm_90 (the cp.async
        * ones above stay for the kernel bench, which has no tensor maps) */
-      {"tma_64x128x64", FFN_GEMM_SM90T, 64, 128, 64, 64, 128, 4, 256, 2, 2, 64},
-      {"tma_128x128x64", FFN_GEMM_SM90T, 128, 128, 64, 64, 128, 6, 384, 1, 1, 512},
-      {"tma_128x224x64", FFN_GEMM_SM90T, 128, 224, 64, 64, 224, 4, 384, 1, 1, 512},
+      {"tma_64x128x64", FFN_GEMM_SM90T, 64, 128, 64, 64, 128, 4, 256, 2, 2, 64, 0},
+      {"tma_128x128x64", FFN_GEMM_SM90T, 128, 128, 64, 64, 128, 6, 384, 1, 1, 512, 0},
+      {"tma_128x224x64", FFN_GEMM_SM90T, 128, 224, 64, 64, 224, 4, 384, 1, 1, 512, 0},
       /* persistent (one CTA per SM looping over tiles), 16-bit operands: ping-pong hides each
        * tile's epilogue behind the other warpgroup's main loop, cooperative only the fill. From
        * 513 rows ping-pong is the rule (H200: 8B sublayer 1024 / 8192 tokens 466 / 3599 us
-       * against 501 / 4023 non-persistent); fp8 products keep tma_128x256x64 */
-      {"tmap_pp_128x128x64", FFN_GEMM_SM90P, 128, 128, 64, 128, 128, 6, 384, 1, 1, 0},
-      {"tmap_coop_128x256x64", FFN_GEMM_SM90P, 128, 256, 64, 64, 256, 4, 384, 1, 1, 0},
-      {"tma_128x256x64", FFN_GEMM_SM90T, 128, 256, 64, 64, 256, 4, 384, 1, 1, 0},
+       * against 501 / 4023 non-persistent); fp8 products take the cooperative kernel (not ping-pong: ffn_gemm_config_takes) */
+      {"tmap_pp_128x128x64", FFN_GEMM_SM90P, 128, 128, 64, 128, 128, 6, 384, 1, 1, 0, 0},
+      {"tmap_coop_128x256x64", FFN_GEMM_SM90P, 128, 256, 64, 64, 256, 4, 384, 1, 1, 0, 0},
+      {"tma_128x256x64", FFN_GEMM_SM90T, 128, 256, 64, 64, 256, 4, 384, 1, 1, 0, 0},
       /* fp8 only: three consumer warpgroups of 64 x 128, so that two keep the tensor cores busy
        * while the third waits for and adds its promotion block (gemm_sm90.cuh: sm90_fp8_loop) */
-      {"tma_192x128x64", FFN_GEMM_SM90T, 192, 128, 64, 64, 128, 5, 512, 1, 1, 0},
+      {"tma_192x128x64", FFN_GEMM_SM90T, 192, 128, 64, 64, 128, 5, 512, 1, 1, 0, 0},
       /* weight-only quantized B (gemm_wq.cuh, mma.sync), every arch: bm tokens per CTA (n8 tiles
        * of the MMA), so that a decode step does not spend MMAs on empty rows; bn = 8 warps x 16
        * rows of B; bk = k per 512-byte tile of codes (32: i8, 64: i4); a ring of `st` stages of
@@ -127,17 +133,27 @@ static inline const ffn_gemm_config *ffn_gemm_configs(int *count) {
        * codes (and i4 scales), activations in chunks of 8 (i4) or 16 (i8) tiles, 512 k; the first config of
        * a kind whose max_m covers M wins, so i8 keeps the ring kernel at <= 8 tokens (224 vs
        * 235 us for the 70B sublayer at one token) and takes gemm_wqd at 9-16 (284 vs 300) */
-      {"wqd4_8", FFN_GEMM_WQD, 8, 128, 64, 4, 16, 8, 256, 3, 3, 8},    /* 56 KB */
-      {"wqd4_16", FFN_GEMM_WQD, 16, 128, 64, 4, 16, 8, 256, 2, 2, 16}, /* 72 KB; 3 CTAs spill */
-      {"wq8_8", FFN_GEMM_WQ, 8, 128, 32, 4, 16, 3, 256, 4, 4, 8},    /* 55 KB */
-      {"wqd8_16", FFN_GEMM_WQD, 16, 128, 32, 4, 16, 16, 256, 3, 3, 16}, /* 64 KB */
-      {"wq8_16", FFN_GEMM_WQ, 16, 128, 32, 2, 16, 7, 256, 3, 3, 16}, /* 71 KB */
-      {"wq8_32", FFN_GEMM_WQ, 32, 128, 32, 2, 16, 5, 256, 3, 3, 32}, /* 62 KB */
-      {"wq8_64", FFN_GEMM_WQ, 64, 128, 32, 2, 16, 6, 256, 2, 2, 0},  /* 101 KB */
-      {"wq4_8", FFN_GEMM_WQ, 8, 128, 64, 3, 16, 3, 256, 4, 4, 8},    /* 55 KB */
-      {"wq4_16", FFN_GEMM_WQ, 16, 128, 64, 2, 16, 5, 256, 3, 3, 16}, /* 71 KB */
-      {"wq4_32", FFN_GEMM_WQ, 32, 128, 64, 2, 16, 5, 256, 2, 2, 32}, /* 92 KB */
-      {"wq4_64", FFN_GEMM_WQ, 64, 128, 64, 2, 16, 6, 256, 1, 1, 0},  /* 157 KB */
+      {"wqd4_8", FFN_GEMM_WQD, 8, 128, 64, 4, 16, 8, 256, 3, 3, 8, 0},    /* 56 KB */
+      {"wqd4_16", FFN_GEMM_WQD, 16, 128, 64, 4, 16, 8, 256, 2, 2, 16, 0}, /* 72 KB; 3 CTAs spill */
+      {"wq8_8", FFN_GEMM_WQ, 8, 128, 32, 4, 16, 3, 256, 4, 4, 8, 0},    /* 55 KB */
+      {"wqd8_16", FFN_GEMM_WQD, 16, 128, 32, 4, 16, 16, 256, 3, 3, 16, 0}, /* 64 KB */
+      {"wq8_16", FFN_GEMM_WQ, 16, 128, 32, 2, 16, 7, 256, 3, 3, 16, 0}, /* 71 KB */
+      {"wq8_32", FFN_GEMM_WQ, 32, 128, 32, 2, 16, 5, 256, 3, 3, 32, 0}, /* 62 KB */
+      {"wq8_64", FFN_GEMM_WQ, 64, 128, 32, 2, 16, 6, 256, 2, 2, 0, 0},  /* 101 KB */
+      {"wq4_8", FFN_GEMM_WQ, 8, 128, 64, 3, 16, 3, 256, 4, 4, 8, 0},    /* 55 KB */
+      {"wq4_16", FFN_GEMM_WQ, 16, 128, 64, 2, 16, 5, 256, 3, 3, 16, 0}, /* 71 KB */
+      {"wq4_32", FFN_GEMM_WQ, 32, 128, 64, 2, 16, 5, 256, 2, 2, 32, 0}, /* 92 KB */
+      {"wq4_64", FFN_GEMM_WQ, 64, 128, 64, 2, 16, 6, 256, 1, 1, 0, 0},  /* 157 KB */
+      /* i4 decode with less bookkeeping per tile (gemm_wqdl.cuh, issue 9; unmeasured): listed
+       * after the rule's choices, so only FFNC_GEMM_VARIANT (or a tuning) runs them. v2: exact
+       * levels; v3: the levels' offset folded into the units' activation sums; v4: ... taken off
+       * by an MMA. Rings of 3 steps of 4 tiles, chunks of 12 tiles; 80 / 105 KB (bf16), 2 CTAs */
+      {"wqd4v2_8", FFN_GEMM_WQD, 8, 128, 64, 3, 16, 12, 256, 2, 2, 8, 2},
+      {"wqd4v2_16", FFN_GEMM_WQD, 16, 128, 64, 3, 16, 12, 256, 2, 2, 16, 2},
+      {"wqd4v3_8", FFN_GEMM_WQD, 8, 128, 64, 3, 16, 12, 256, 2, 2, 8, 3},
+      {"wqd4v3_16", FFN_GEMM_WQD, 16, 128, 64, 3, 16, 12, 256, 2, 2, 16, 3},
+      {"wqd4v4_8", FFN_GEMM_WQD, 8, 128, 64, 3, 16, 12, 256, 2, 2, 8, 4},
+      {"wqd4v4_16", FFN_GEMM_WQD, 16, 128, 64, 3, 16, 12, 256, 2, 2, 16, 4},
   };
   if (count) *count = (int)(sizeof table / sizeof table[0]);
   return table;
@@ -176,7 +192,7 @@ static inline int ffn_gemm_config_fits(const ffn_gemm_config *c, long long cols,
     /* alternatives: the same kind, regime, row tile, k step and warpgroup split, another width the element type
      * can use (ffn_gemm_config_takes) */
     if (&t[i] == c || t[i].kind != c->kind || t[i].max_m != c->max_m || t[i].bm != c->bm || t[i].bk != c->bk || t[i].wm != c->wm ||
-        !ffn_gemm_config_takes(&t[i], fp8))
+        t[i].design != c->design || !ffn_gemm_config_takes(&t[i], fp8))
       continue;
     long long other = ffn_gemm_row_cost(&t[i], cols), mine = ffn_gemm_row_cost(c, cols);
     if (other < mine || (other == mine && &t[i] < c))
@@ -210,6 +226,8 @@ static inline size_t ffn_gemm_smem_bytes(const ffn_gemm_config *c, int elem) {
            2048;
   if (c->kind == FFN_GEMM_WQ) /* gemm_wq.cuh: the ring of codes, scales and activations */
     return (size_t)wq_smem_bytes(c->bm, c->bn, c->bk, c->wm, c->stages, elem);
+  if (c->kind == FFN_GEMM_WQD && c->design) /* gemm_wqdl.cuh */
+    return (size_t)wqdl_smem_bytes(c->bm, c->bn, c->stages, c->wm, elem);
   if (c->kind == FFN_GEMM_WQD) /* gemm_wqd.cuh: chunks of activations and scales */
     return (size_t)wqd_smem_bytes(c->bm, c->bn, c->bk, c->stages, c->wm, elem);
   return ((size_t)2 * c->bk * (size_t)(c->bm + c->bn + 8) + (size_t)2 * c->bm) * 4;
@@ -279,6 +297,8 @@ static inline int ffn_gemm_template_args(const ffn_gemm_config *c, int S, int ST
     return snprintf(buf, len, "%d, %d, %d, %d, %d, %d, %d, %d, %d, %s", c->bk == 32 ? 8 : 4, c->bm, c->bn, c->bk, c->wn,
                     c->wm, c->stages, S, STATS, T);
   case FFN_GEMM_WQD:
+    if (c->design)
+      return snprintf(buf, len, "%d, %d, %d, %d, %d, %d, %s, %d", c->bm, c->bn, c->wm, c->stages, S, STATS, T, c->design);
     return snprintf(buf, len, "%d, %d, %d, %d, %d, %d, %d, %s", c->bk == 32 ? 8 : 4, c->bm, c->bn, c->wm, c->stages, S,
                     STATS, T);
   case FFN_GEMM_SIMT:
@@ -334,8 +354,8 @@ static inline int ffn_gemm_pick_splits(int M, int N, int S, int K, const ffn_gem
  * workspace and counters (ffn_gemm_ws_floats, ffn_gemm_num_tiles) are those formulas. The sm_90 kernel
  * of a weight gradient (codegen/lower.c) carries it as its first variant's cfg. */
 static inline const ffn_gemm_config *ffn_wgrad_config(void) {
-  /*                                  name                kind          bm   bn  bk  wm  wn  st thr mb cta max_m */
-  static const ffn_gemm_config c = {"wgrad_128x256x64", FFN_GEMM_SM90, 128, 256, 64, 64, 256, 4, 384, 1, 1, 0};
+  /*                                  name                kind          bm   bn  bk  wm  wn  st thr mb cta max_m design */
+  static const ffn_gemm_config c = {"wgrad_128x256x64", FFN_GEMM_SM90, 128, 256, 64, 64, 256, 4, 384, 1, 1, 0, 0};
   return &c;
 }
 

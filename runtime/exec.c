@@ -455,11 +455,26 @@ LaunchChoice exec_choose(const ffn_model *m, const PlanKernel *k, int64_t rows) 
       }
       break;
     }
+  /* FFNC_GEMM_VARIANT: a configuration's name, or a family's (the name before its last '_', e.g.
+   * wqd4v3 for wqd4v3_8 and wqd4v3_16): the family's first variant whose max_m covers the rows */
+  bool forced = false;
   for (int i = 0; m->gemm_variant[0] && i < k->nvariants; i++)
     if (strcmp(k->variants[i].cfg.name, m->gemm_variant) == 0) {
       c.v = &k->variants[i];
       splits = 0; /* a tuned split was measured with another configuration */
+      forced = true;
     }
+  size_t family = strlen(m->gemm_variant);
+  for (int i = 0; family && !forced && i < k->nvariants; i++) {
+    const KernelVariant *v = &k->variants[i];
+    const char *last = strrchr(v->cfg.name, '_');
+    if (last && (size_t)(last - v->cfg.name) == family && strncmp(v->cfg.name, m->gemm_variant, family) == 0 &&
+        (v->max_m == 0 || rows <= v->max_m)) {
+      c.v = v;
+      splits = 0;
+      forced = true;
+    }
+  }
   if (k->splittable)
     c.splits = m->gemm_splits ? m->gemm_splits
                : splits       ? splits

@@ -169,6 +169,25 @@ foreach(m ${GPU_TEST_MODELS})
   endif()
 endforeach()
 
+# The lean i4 decode kernels (kernels/gemm_wqdl.cuh), forced by family name (wqd4v2_8 up to 8
+# tokens, wqd4v2_16 up to 16): every i4 model (g32 and f32 activations run gemm_wqd in their
+# place), at 1-16 tokens, with the rule's split-K and with 3 splits (steps of 256 k: splits and
+# chunks that end inside a group, and splits with no step at all for the small K).
+foreach(variant wqd4v2 wqd4v3 wqd4v4)
+  foreach(m ${GPU_TEST_MODELS})
+    get_filename_component(base ${m} NAME_WE)
+    if(base MATCHES "^wq_.*_i4")
+      file(RELATIVE_PATH rel ${PROJECT_SOURCE_DIR} ${m})
+      add_test(NAME gpu_${base}_${variant} COMMAND gpu_model_test ${rel})
+      set_tests_properties(gpu_${base}_${variant} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
+        ENVIRONMENT "${FFNC_GPU_ENV};FFNC_GEMM_VARIANT=${variant};FFNC_TEST_TOKENS=1,2,7,13,16")
+      add_test(NAME gpu_${base}_${variant}_split3 COMMAND gpu_model_test ${rel})
+      set_tests_properties(gpu_${base}_${variant}_split3 PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
+        ENVIRONMENT "${FFNC_GPU_ENV};FFNC_GEMM_VARIANT=${variant};FFNC_GEMM_SPLITS=3;FFNC_TEST_TOKENS=1,2,7,13,16")
+    endif()
+  endforeach()
+endforeach()
+
 # Tensor parallel: each rank's share of Llama-tiny (TP=2) compiles with NVRTC and its plan has
 # one allreduce step per sublayer (4).
 foreach(rank 0 1)

@@ -9,7 +9,8 @@
  *    activation type, and the stage layout adds up;
  *  - gemm_wqd: chunks of whole ring rounds, its shared memory holds the chunk buffers and the
  *    rings, then the CTA's sums and the warps' statistics, and the decode regimes pick it for
- *    i4 (1-16 tokens) and i8 (9-16) before the ring kernel;
+ *    i4 (1-16 tokens) and i8 (9-16) before the ring kernel; gemm_wqdl's configurations (i4,
+ *    forced by name only) likewise, and the rule never picks them;
  *  - split-K of gemm_wq and gemm_wqd: between 1 and 32, at least 8 tiles of codes per split, and for the
  *    Llama-3 decode shapes on an H200 the choices kernels/NOTES.md measured against.
  */
@@ -46,7 +47,29 @@ static void check_wq(const ffn_gemm_config *c) {
   CHECK(c->wn == 16 && c->bn % 16 == 0 && c->bm % 8 == 0 && (c->bk == 32 || c->bk == 64), "%s: tile shape", c->name);
 }
 
+/* gemm_wqdl (design > 0): i4, a chunk is one turn of the rings (4 tiles a slot), a warp's pieces
+ * of a chunk are one token's, and its shared memory holds gemm_wqd's (chunks of 8, rings of 4:
+ * it runs in its place for f32 and other group lengths) */
+static void check_wqdl(const ffn_gemm_config *c) {
+  CHECK(c->bk == 64 && c->stages == 4 * c->wm && c->wm >= 2 && c->stages * 8 % 32 == 0 &&
+            c->bm * c->stages * 8 % c->threads == 0,
+        "%s: chunks of %d tiles, rings of %d", c->name, c->stages, c->wm);
+  CHECK(c->wn == 16 && c->bn % 16 == 0 && c->bm % 8 == 0 && c->max_m > 0 && c->max_m <= c->bm, "%s: tile shape",
+        c->name);
+  for (int elem = 2; elem <= 4; elem += 2) {
+    int smem = wqdl_smem_bytes(c->bm, c->bn, c->stages, c->wm, elem);
+    int loop = 2 * c->stages * 64 * c->bm * elem + c->bn / 16 * c->wm * WQDL_SLOT_BYTES + 16 * c->stages * c->bm;
+    CHECK(smem >= wqd_smem_bytes(c->bm, c->bn, 64, 8, 4, elem) && (elem == 4 || smem >= loop + 8 * c->bm) &&
+              smem >= 4 * c->bm * c->bn + 2 * c->bm * c->stages + 8 * c->bm,
+          "%s: %d bytes of shared memory (%d-byte A)", c->name, smem, elem);
+  }
+}
+
 static void check_wqd(const ffn_gemm_config *c) {
+  if (c->design) {
+    check_wqdl(c);
+    return;
+  }
   CHECK(c->stages % c->wm == 0 && c->wm >= 2, "%s: chunks of %d tiles, rings of %d", c->name, c->stages, c->wm);
   CHECK(c->wn == 16 && c->bn % 16 == 0 && c->bm % 8 == 0 && (c->bk == 32 || c->bk == 64), "%s: tile shape", c->name);
   CHECK(c->max_m > 0 && c->max_m <= 16 && c->max_m <= c->bm, "%s: decode sizes only (max_m %d)", c->name, c->max_m);
