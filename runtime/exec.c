@@ -722,7 +722,7 @@ ffn_status exec_step(ExecRun *run, int s) {
   CUfunction f = m->funcs[m->func_base[ps->kernel] + (int)(c.v - k->variants)];
   TmaMaps maps;
   void *params[] = {&args, &maps};
-  if (c.v->cfg.kind == FFN_GEMM_SM90T || c.v->cfg.kind == FFN_GEMM_SM90P) {
+  if (ffn_gemm_tma(&c.v->cfg)) {
     ffn_status st = tma_map(m, k, &c.v->cfg, 0, run->ptr[ps->args[0]], c.m, &maps.a);
     if (st == FFN_OK)
       st = tma_map(m, k, &c.v->cfg, 1, run->ptr[ps->args[1]], (long long)k->streams * k->n, &maps.b);
