@@ -428,6 +428,20 @@ LaunchChoice exec_heuristic(const PlanKernel *k, int64_t rows, int sms) {
   return c;
 }
 
+/* The variant of k that FFNC_GEMM_VARIANT names: a configuration, or a comma-separated list of
+ * them (the first that k has: "tmac_128x128x64,tmac_128x224x64" forces the clustered kernels of
+ * every width); NULL where k has none of them. */
+static const KernelVariant *forced_variant(const char *names, const PlanKernel *k) {
+  for (const char *p = names; *p;) {
+    size_t len = strcspn(p, ",");
+    for (int i = 0; i < k->nvariants; i++)
+      if (strlen(k->variants[i].cfg.name) == len && strncmp(k->variants[i].cfg.name, p, len) == 0)
+        return &k->variants[i];
+    p += len + (p[len] == ',');
+  }
+  return NULL;
+}
+
 LaunchChoice exec_choose(const ffn_model *m, const PlanKernel *k, int64_t rows) {
   LaunchChoice c = exec_heuristic(k, rows, m->sms);
   if (k->kind != KK_GEMM) {
@@ -455,11 +469,11 @@ LaunchChoice exec_choose(const ffn_model *m, const PlanKernel *k, int64_t rows) 
       }
       break;
     }
-  for (int i = 0; m->gemm_variant[0] && i < k->nvariants; i++)
-    if (strcmp(k->variants[i].cfg.name, m->gemm_variant) == 0) {
-      c.v = &k->variants[i];
-      splits = 0; /* a tuned split was measured with another configuration */
-    }
+  const KernelVariant *forced = forced_variant(m->gemm_variant, k);
+  if (forced) {
+    c.v = forced;
+    splits = 0; /* a tuned split was measured with another configuration */
+  }
   if (k->splittable)
     c.splits = m->gemm_splits ? m->gemm_splits
                : splits       ? splits
