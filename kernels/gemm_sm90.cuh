@@ -45,8 +45,8 @@
 //    before X's expect_tx (the tx-count goes negative), but the phase cannot complete without
 //    X's arrival, and they cannot land in an earlier round: Y writes round n + 1 only after
 //    Y's empty[s] round n, which needs X's consumers, which waited for X's full[s] round n.
-//  - empty[s] (count 2 x the consumer warps): lane 0 of every consumer warp of both CTAs arrives
-//    on it (mapa + mbarrier.arrive.release.cluster) once that warp's wgmmas have read the slot. So
+//  - empty[s] (count 2 x the consumer warps): every consumer warp of both CTAs arrives on it once
+//    (mapa + mbarrier.arrive.release.cluster, lane r on CTA r's) when its wgmmas have read the slot. So
 //    when X's producer sees round n released, neither CTA still reads slot s, and X may write its
 //    half of A into both. Arrivals cannot run into the next round: a consumer's round n + 1
 //    arrival follows its full[s] round n + 1, which needs both producers' round n + 1 copies, which
@@ -463,15 +463,13 @@ __device__ __forceinline__ void sm90_epilogue(const GemmArgs &g, const Epi &epi,
 
 // ---- the GEMM -----------------------------------------------------------------------------------
 
-// Hands a stage back: one arrival on its "empty" barrier at CTA-relative address bar in every CTA of
-// the cluster (lane 0 of a consumer warp, once the warp no longer reads the stage).
-template <int CLUSTER> __device__ __forceinline__ void sm90_release(u32 bar) {
-  if (CLUSTER == 1) {
-    mbar_arrive(bar);
-    return;
-  }
-#pragma unroll
-  for (int r = 0; r < CLUSTER; ++r) mbar_arrive_cluster(mapa_shared(bar, (u32)r));
+// Hands a stage back for a consumer warp (all its lanes, once it no longer reads the stage): one
+// arrival on the stage's "empty" barrier at CTA-relative address bar in every CTA of the cluster,
+// lane r arriving on CTA r's.
+template <int CLUSTER> __device__ __forceinline__ void sm90_release(u32 bar, int lane) {
+  __syncwarp();
+  if (CLUSTER == 1 && lane == 0) mbar_arrive(bar);
+  if (CLUSTER > 1 && lane < CLUSTER) mbar_arrive_cluster(mapa_shared(bar, (u32)lane));
 }
 
 // CWG: consumer warpgroups (BM / CWG rows each). CTAS: the kernel's __launch_bounds__ minimum
@@ -644,8 +642,7 @@ __device__ __forceinline__ void gemm_sm90(const GemmArgs &g, const Epi &epi, cha
     if (CLUSTER > 1 && !has_tile) { // a padded cluster's idle CTA: each stage back once both halves of A landed
       for (int j = 0; j < nk; ++j) {
         mbar_wait<WD>(bars + 8 * s, phase);
-        __syncwarp();
-        if (lane == 0) sm90_release<CLUSTER>(bars + 8 * (STAGES + s));
+        sm90_release<CLUSTER>(bars + 8 * (STAGES + s), lane);
         if (++s == STAGES) s = 0, phase ^= 1u;
       }
       return;
@@ -666,17 +663,13 @@ __device__ __forceinline__ void gemm_sm90(const GemmArgs &g, const Epi &epi, cha
         // overlaps the wgmmas just issued: they only read this stage
         if constexpr (STATS != 0) sm90_stats_step<CPT, STATS, T>(srow_addr + s * STAGE, sch, srow, ssq0, ssq1, ssum0, ssum1);
         wgmma_wait<1>(); // the group of k-tile j - 1 has completed: its stage can be refilled
-        if (j > 0) {
-          __syncwarp();
-          if (lane == 0) sm90_release<CLUSTER>(bars + 8 * (STAGES + prev));
-        }
+        if (j > 0) sm90_release<CLUSTER>(bars + 8 * (STAGES + prev), lane);
         prev = s;
         if (++s == STAGES) s = 0, phase ^= 1u;
       }
       if (CLUSTER > 1 && nk > 0) { // the last stage too: the peer's producer waits for it before it exits
         wgmma_wait<0>();
-        __syncwarp();
-        if (lane == 0) sm90_release<CLUSTER>(bars + 8 * (STAGES + prev));
+        sm90_release<CLUSTER>(bars + 8 * (STAGES + prev), lane);
       }
     } else {
       float tmp[64];
@@ -684,8 +677,7 @@ __device__ __forceinline__ void gemm_sm90(const GemmArgs &g, const Epi &epi, cha
         mbar_wait<WD>(bars + 8 * s, phase);
         if (!TMA) fence_proxy_async();
         sm90_fp8_ktile<BN, MI, ROW, T>(acc, tmp, da0 + (u64)((s * STAGE) >> 4), db0 + (u64)((s * STAGE) >> 4));
-        __syncwarp();
-        if (lane == 0) sm90_release<CLUSTER>(bars + 8 * (STAGES + s)); // this k-tile's stage is free
+        sm90_release<CLUSTER>(bars + 8 * (STAGES + s), lane); // this k-tile's stage is free
         if (++s == STAGES) s = 0, phase ^= 1u;
       }
     }
