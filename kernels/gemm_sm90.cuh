@@ -59,6 +59,8 @@
 //    thread waits for the releases of its last STAGES k-tiles before it exits (CUTLASS's
 //    "producer tail"), which include the peer's arrivals.
 // Every mbarrier wait of a cluster kernel has the watchdog (a protocol bug traps after ~10 s).
+// Rank 1's half of A lies wholly outside the tensor where the row tile has <= BM / 2 rows: TMA
+// fills it with zeros and counts its bytes all the same.
 #pragma once
 #include "abi.cuh"
 #include "common.cuh"
