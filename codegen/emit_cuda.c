@@ -427,7 +427,7 @@ void emit_gemm_entry(Kgen *k, const ffn_gemm_config *c, bool ext, Buf *body) {
   Group *gr = k->gr;
   int64_t K = gr->a->shape.d[gr->a->shape.rank - 1].size;
   const char *tmpl = c->kind == FFN_GEMM_SM80   ? "gemm_sm80"
-                     : c->kind == FFN_GEMM_SM90 || c->kind == FFN_GEMM_SM90T ? "gemm_sm90"
+                     : c->kind == FFN_GEMM_SM90 || c->kind == FFN_GEMM_SM90T || c->kind == FFN_GEMM_SM90C ? "gemm_sm90"
                      : c->kind == FFN_GEMM_SM90P                             ? "gemm_sm90_persistent"
                      : c->kind == FFN_GEMM_WQ   ? "gemm_wq"
                      : c->kind == FFN_GEMM_WQD  ? (c->design ? "gemm_wqdl" : "gemm_wqd")
@@ -444,9 +444,12 @@ void emit_gemm_entry(Kgen *k, const ffn_gemm_config *c, bool ext, Buf *body) {
   char extra[64] = ""; /* gemm_wq, gemm_wqd: the scales (slot 2) and the i4 group length */
   if (c->kind == FFN_GEMM_WQ || c->kind == FFN_GEMM_WQD)
     snprintf(extra, sizeof extra, "(const float *)a.p[2], %d, ", k->wq_group);
-  bool tma = c->kind == FFN_GEMM_SM90T || c->kind == FFN_GEMM_SM90P; /* A's and B's tensor maps: the second argument */
+  bool tma = ffn_gemm_tma(c); /* A's and B's tensor maps: the second argument */
+  char cluster[40] = ""; /* compiled in, so that a plain cuLaunchKernel launches the clusters */
+  if (ffn_gemm_cluster(c) > 1)
+    snprintf(cluster, sizeof cluster, " __cluster_dims__(%d, 1, 1)", ffn_gemm_cluster(c));
   buf_printf(body,
-             "extern \"C\" __global__ void __launch_bounds__(%d, %d) @_%s(const __grid_constant__ ffn::KArgs a%s) {\n"
+             "extern \"C\" __global__ void __launch_bounds__(%d, %d)%s @_%s(const __grid_constant__ ffn::KArgs a%s) {\n"
              "  extern __shared__ __align__(128) char smem[];\n"
              "  ffn::GemmArgs g;\n"
              "  g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = %lld; g.K = %lld;\n"
@@ -454,7 +457,7 @@ void emit_gemm_entry(Kgen *k, const ffn_gemm_config *c, bool ext, Buf *body) {
              "%s"
              "  const Epi_@ epi{&a};\n"
              "  ffn::%s<%s>(g, %s%s, smem);\n}\n",
-             c->threads, c->min_blocks, c->name, tma ? ", const __grid_constant__ ffn::TmaMaps t" : "",
+             c->threads, c->min_blocks, cluster, c->name, tma ? ", const __grid_constant__ ffn::TmaMaps t" : "",
              (long long)k->ncols, (long long)(k->f8 ? K / 2 : K), tma ? "&t" : "nullptr",
              k->f8 ? "  g.sa = (const float *)a.p[2]; g.sb = (const float *)a.p[3];\n" : "", tmpl, params, extra, epi);
 }

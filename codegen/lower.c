@@ -368,16 +368,17 @@ static int f8_quant_a(Gen *G, Kgen *k) {
 /* ---- GEMM groups ---- */
 
 /* Whether tile configuration c is compiled for a GEMM: tensor cores (tc) for 16-bit types with
- * 16-byte rows, f32 (and odd K) on the FMA path. On sm_90 the wgmma kernels (their TMA form,
- * FFN_GEMM_SM90T) take M > 64; at
+ * 16-byte rows, f32 (and odd K) on the FMA path. On sm_90 the wgmma kernels (their TMA forms:
+ * FFN_GEMM_SM90T, the persistent SM90P and the clustered SM90C) take M > 64; at
  * decode sizes the mma.sync ones are as fast or faster (kernels/NOTES.md), so both kinds are
  * compiled and the runtime picks by M. */
 static bool config_used(const ffn_gemm_config *c, bool tc, bool hopper, int wq_bits, bool f8) {
   bool small = c->max_m > 0 && c->max_m <= 64;
+  bool tma = c->kind == FFN_GEMM_SM90T || c->kind == FFN_GEMM_SM90C;
   /* fp8: Hopper runs mma.sync with fp8 operands in software (through f16), so its wgmma
    * kernels serve small M too; the mma.sync ones stay for comparison (FFNC_GEMM_VARIANT) */
   if (f8 && hopper)
-    return c->kind == FFN_GEMM_SM90T || c->kind == FFN_GEMM_SM90P || (c->kind == FFN_GEMM_SM80 && small);
+    return tma || c->kind == FFN_GEMM_SM90P || (c->kind == FFN_GEMM_SM80 && small);
   if (wq_bits) /* quantized B: gemm_wqd / gemm_wq on every arch, the tile depth by the code width
                  (gemm_wqdl: i4) */
     return (c->kind == FFN_GEMM_WQ || c->kind == FFN_GEMM_WQD) && c->bk == (wq_bits == 8 ? 32 : 64) &&
@@ -387,7 +388,7 @@ static bool config_used(const ffn_gemm_config *c, bool tc, bool hopper, int wq_b
   if (!tc)
     return c->kind == FFN_GEMM_SIMT;
   if (hopper)
-    return (c->kind == FFN_GEMM_SM80 && small) || (c->kind == FFN_GEMM_SM90T && !small) || c->kind == FFN_GEMM_SM90P;
+    return (c->kind == FFN_GEMM_SM80 && small) || (tma && !small) || c->kind == FFN_GEMM_SM90P;
   return c->kind == FFN_GEMM_SM80;
 }
 

@@ -350,7 +350,7 @@ static void read_variant(Reader *r, json_t *vo, KernelKind kind, KernelVariant *
   kv->smem = (int)integer(r, vo, "smem", 0, 1 << 20);
   kv->max_m = integer(r, vo, "max_m", 0, (long long)1 << 40);
   kv->cfg.name = string(r, vo, "cfg");
-  kv->cfg.kind = (ffn_gemm_kind)integer(r, vo, "cfg_kind", 0, FFN_GEMM_SM90T);
+  kv->cfg.kind = (ffn_gemm_kind)integer(r, vo, "cfg_kind", 0, FFN_GEMM_SM90C);
   int tv[9] = {0}; /* the order plan_to_json writes */
   if (read_ints(r, vo, "tile", tv, 9, 1 << 20) != 9)
     bad(r, "'tile' needs 9 entries");

@@ -64,10 +64,14 @@ typedef struct {
   bool ext_stats;      /* GEMM: A's row statistics come from ffn_row_stats, run just before */
 } KernelVariant;
 
+/* Variants per kernel: an sm_90 GEMM compiles up to 8 (three mma.sync tiles for small M, the TMA
+ * tiles, the clustered and persistent ones); room for more. */
+enum { PLAN_MAX_VARIANTS = 16 }; /* i4 weight-only products compile 12 */
+
 typedef struct {
   KernelKind kind;
   int nvariants;
-  KernelVariant variants[16]; /* i4 weight-only products compile 12 */
+  KernelVariant variants[PLAN_MAX_VARIANTS];
   /* GEMM: output columns per stream, inner dim, streams; a weight gradient on sm_90 (op matmul_at):
    * out [k, n] (rowwise kernels: n the columns) */
   int64_t n, k;

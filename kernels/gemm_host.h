@@ -10,6 +10,7 @@
  *     ffn::gemm_simt<c->bm, c->bn, c->bk, c->wm, c->wn, S, STATS, T>(g, epi, smem);             // FFN_GEMM_SIMT
  *     ffn::gemm_sm90<c->bm, c->bn, c->bk, c->stages, S, STATS, T, c->bm / c->wm, c->min_blocks, TMA>(g, epi, smem);
  *                                                       // FFN_GEMM_SM90 (TMA false), FFN_GEMM_SM90T (true)
+ *     ffn::gemm_sm90<..., c->min_blocks, true, 2>(g, epi, smem);  // FFN_GEMM_SM90C, with __cluster_dims__(2, 1, 1)
  *     ffn::gemm_wq<BITS, c->bm, c->bn, c->bk, c->wn, c->wm, c->stages, S, STATS, T>(g, scales, group, epi, smem);
  *                                                                                            // FFN_GEMM_WQ
  *     ffn::gemm_wqd<BITS, c->bm, c->bn, c->wm, c->stages, S, STATS, T>(g, scales, group, epi, smem);
@@ -43,6 +44,11 @@
  * does not know the SM count, one CTA per item (correct, but without the persistence).
  *
  * FFN_GEMM_SM90P kernels (gemm_sm90p.cuh) take the tensor maps as SM90T kernels do.
+ *
+ * FFN_GEMM_SM90C kernels run as clusters of ffn_gemm_cluster(c) == 2 CTAs along x (compiled with
+ * __cluster_dims__, launched with plain cuLaunchKernel): the two take adjacent column tiles of one
+ * row tile and multicast half of A each. Grid (2 * tiles_m * ceil(tiles_n / 2), 1, splits); with an
+ * odd tiles_n the last pair's second CTA has no tile (it loads and shares its half of A only).
  */
 #ifndef FFN_KERNELS_GEMM_HOST_H
 #define FFN_KERNELS_GEMM_HOST_H
@@ -68,9 +74,12 @@ typedef enum {
                     registers, wm k tiles ahead per lane; stages: k tiles per chunk of
                     activations and scales (a multiple of wm); design > 0: gemm_wqdl.cuh
                     (i4), wm ring slots of four k tiles, stages = 4 wm */
-  FFN_GEMM_SM90T /* FFN_GEMM_SM90 with its operands loaded by the Tensor Memory Accelerator: one
+  FFN_GEMM_SM90T, /* FFN_GEMM_SM90 with its operands loaded by the Tensor Memory Accelerator: one
                     producer thread, tensor maps of A and B as the kernel's second argument
                     (kernels/abi.cuh: TmaMaps); same tiles, shared memory and grid as SM90 */
+  FFN_GEMM_SM90C /* FFN_GEMM_SM90T in 2-CTA clusters sharing A: each CTA's producer loads half of
+                    the A k-tile and multicasts it to both (gemm_sm90.cuh, "Clusters"); same tiles
+                    and shared memory as SM90T, A's box half as tall, grid padded to pairs */
 } ffn_gemm_kind;
 
 typedef struct {
@@ -114,6 +123,11 @@ static inline const ffn_gemm_config *ffn_gemm_configs(int *count) {
       {"tma_64x128x64", FFN_GEMM_SM90T, 64, 128, 64, 64, 128, 4, 256, 2, 2, 64, 0},
       {"tma_128x128x64", FFN_GEMM_SM90T, 128, 128, 64, 64, 128, 6, 384, 1, 1, 512, 0},
       {"tma_128x224x64", FFN_GEMM_SM90T, 128, 224, 64, 64, 224, 4, 384, 1, 1, 512, 0},
+      /* ... in 2-CTA clusters that multicast A (each CTA loads half): mid M streams the weights,
+       * and each 128-row CTA loads as many bytes of A as of B (kernels/NOTES.md, "Clusters").
+       * Candidates, not the rule: listed after the tma_ ones of the same regime, which win */
+      {"tmac_128x128x64", FFN_GEMM_SM90C, 128, 128, 64, 64, 128, 6, 384, 1, 1, 512, 0},
+      {"tmac_128x224x64", FFN_GEMM_SM90C, 128, 224, 64, 64, 224, 4, 384, 1, 1, 512, 0},
       /* persistent (one CTA per SM looping over tiles), 16-bit operands: ping-pong hides each
        * tile's epilogue behind the other warpgroup's main loop, cooperative only the fill. From
        * 513 rows ping-pong is the rule (H200: 8B sublayer 1024 / 8192 tokens 466 / 3599 us
@@ -175,7 +189,8 @@ static inline const ffn_gemm_config *ffn_gemm_configs(int *count) {
 static inline int ffn_gemm_config_takes(const ffn_gemm_config *c, int fp8) {
   if (c->bm / c->wm == 3 && (c->kind == FFN_GEMM_SM90 || c->kind == FFN_GEMM_SM90T))
     return fp8 && c->kind == FFN_GEMM_SM90T; /* three consumer warpgroups: fp8 through TMA only */
-  if (!fp8 || (c->kind != FFN_GEMM_SM90 && c->kind != FFN_GEMM_SM90T && c->kind != FFN_GEMM_SM90P))
+  if (!fp8 || (c->kind != FFN_GEMM_SM90 && c->kind != FFN_GEMM_SM90T && c->kind != FFN_GEMM_SM90P &&
+               c->kind != FFN_GEMM_SM90C))
     return 1;
   return c->bn % 128 == 0 && c->wm * c->bn <= 64 * 256 && !(c->kind == FFN_GEMM_SM90P && c->wm == c->bm);
 }
@@ -219,7 +234,7 @@ static inline const ffn_gemm_config *ffn_gemm_pick_config(ffn_gemm_kind kind, in
  * and 2048 bytes for the mbarriers, the split-K flag and realigning the base to 1024 bytes. */
 static inline size_t ffn_gemm_smem_bytes(const ffn_gemm_config *c, int elem) {
   if (c->kind == FFN_GEMM_SM80) return (size_t)c->stages * (size_t)(c->bm + c->bn) * (size_t)c->bk * 2;
-  if (c->kind == FFN_GEMM_SM90 || c->kind == FFN_GEMM_SM90T)
+  if (c->kind == FFN_GEMM_SM90 || c->kind == FFN_GEMM_SM90T || c->kind == FFN_GEMM_SM90C)
     return (size_t)c->stages * (size_t)(c->bm + c->bn) * (size_t)c->bk * 2 + (size_t)8 * c->bm + 2048;
   if (c->kind == FFN_GEMM_SM90P) /* gemm_sm90p_smem_bytes: statistics per warpgroup when ping-ponging */
     return (size_t)c->stages * (size_t)(c->bm + c->bn) * (size_t)c->bk * 2 + (size_t)8 * c->bm * (c->wm == c->bm ? 2 : 1) +
@@ -233,12 +248,21 @@ static inline size_t ffn_gemm_smem_bytes(const ffn_gemm_config *c, int elem) {
   return ((size_t)2 * c->bk * (size_t)(c->bm + c->bn + 8) + (size_t)2 * c->bm) * 4;
 }
 
-/* The box (rows x 16-bit units) that one TMA load of operand A (b == 0) or B (b == 1) of an
- * FFN_GEMM_SM90T configuration copies: a k-tile of the CTA's rows, 128 bytes wide (the 128-byte
- * swizzle atom). */
+/* Whether c's kernels load through the Tensor Memory Accelerator: they take A's and B's tensor
+ * maps (kernels/abi.cuh: TmaMaps) after their first argument. */
+static inline int ffn_gemm_tma(const ffn_gemm_config *c) {
+  return c->kind == FFN_GEMM_SM90T || c->kind == FFN_GEMM_SM90P || c->kind == FFN_GEMM_SM90C;
+}
+
+/* CTAs per thread-block cluster (along the grid's x): 2 for FFN_GEMM_SM90C, else 1. */
+static inline int ffn_gemm_cluster(const ffn_gemm_config *c) { return c->kind == FFN_GEMM_SM90C ? 2 : 1; }
+
+/* The box (rows x 16-bit units) that one TMA load of operand A (b == 0) or B (b == 1) of a TMA
+ * configuration copies: a k-tile of the CTA's rows, 128 bytes wide (the 128-byte swizzle atom);
+ * in a cluster each CTA loads 1 / ffn_gemm_cluster(c) of A's rows (and multicasts them). */
 static inline void ffn_gemm_tma_box(const ffn_gemm_config *c, int b, unsigned box[2]) {
   box[0] = (unsigned)c->bk;
-  box[1] = (unsigned)(b ? c->bn : c->bm);
+  box[1] = (unsigned)(b ? c->bn : c->bm / ffn_gemm_cluster(c));
 }
 
 static inline int ffn_gemm_tiles_m(const ffn_gemm_config *c, int M) { return (M + c->bm - 1) / c->bm; }
@@ -262,6 +286,10 @@ static inline void ffn_gemm_grid(const ffn_gemm_config *c, int M, int N, int S, 
     return;
   }
   grid[0] = (unsigned)ffn_gemm_num_tiles(c, M, N, S);
+  if (c->kind == FFN_GEMM_SM90C) { /* pairs of column tiles per row tile, the last one padded */
+    const int cl = ffn_gemm_cluster(c), tiles_n = ffn_gemm_tiles_n(c, N, S);
+    grid[0] = (unsigned)ffn_gemm_tiles_m(c, M) * (unsigned)((tiles_n + cl - 1) / cl * cl);
+  }
   grid[1] = 1;
   grid[2] = (unsigned)splits;
 }
@@ -290,6 +318,9 @@ static inline int ffn_gemm_template_args(const ffn_gemm_config *c, int S, int ST
   case FFN_GEMM_SM90T:
     return snprintf(buf, len, "%d, %d, %d, %d, %d, %d, %s, %d, %d, %s", c->bm, c->bn, c->bk, c->stages, S, STATS, T,
                     c->bm / c->wm, c->min_blocks, c->kind == FFN_GEMM_SM90T ? "true" : "false");
+  case FFN_GEMM_SM90C: /* ... TMA, and the cluster's CTAs */
+    return snprintf(buf, len, "%d, %d, %d, %d, %d, %d, %s, %d, %d, true, %d", c->bm, c->bn, c->bk, c->stages, S, STATS,
+                    T, c->bm / c->wm, c->min_blocks, ffn_gemm_cluster(c));
   case FFN_GEMM_SM90P: /* ping-pong consumers when wm == bm */
     return snprintf(buf, len, "%d, %d, %d, %d, %d, %d, %s, %s", c->bm, c->bn, c->bk, c->stages, S, STATS, T,
                     c->wm == c->bm ? "true" : "false");

@@ -31,6 +31,36 @@
 // 16w + l/4 (+8) and, per 8-column block j, columns 8j + 2(l%4) + {0,1}: adjacent column pairs as
 // with mma.sync, so with S == 2 the gate block (j even) and the up block (j + 1) of one output column
 // pair land in the same thread.
+//
+// Clusters (CLUSTER == 2, TMA only; gemm_host.h: FFN_GEMM_SM90C). At mid M the products stream their
+// weights, and each CTA also loads its whole A tile from L2 (128 x 4096 bf16 = 1 MB, as many bytes
+// as its B). Two CTAs of a cluster (__cluster_dims__(2, 1, 1): blockIdx.x 2c and 2c + 1, ranks 0
+// and 1) take the column tiles 2p and 2p + 1 of one row tile and split A: each producer loads the
+// BM / 2 rows of its rank and multicasts them into the same place of both CTAs' stage; B stays per
+// CTA. With an odd tiles_n the last pair's rank-1 CTA has no tile ("idle"): it loads and shares
+// its half of A, its consumers take part in the barriers, and it computes nothing.
+// The protocol, per stage slot s and round n (k-tile j = n * STAGES + s), in each CTA X (peer Y):
+//  - full[s] (count 1): X's producer arrives once with expect_tx(STAGE; A_BYTES when idle, no B);
+//    the bytes come from X's half of A, Y's half (Y's multicast) and X's B. Y's bytes may land
+//    before X's expect_tx (the tx-count goes negative), but the phase cannot complete without
+//    X's arrival, and they cannot land in an earlier round: Y writes round n + 1 only after
+//    Y's empty[s] round n, which needs X's consumers, which waited for X's full[s] round n.
+//  - empty[s] (count 2 x the consumer warps): every consumer warp of both CTAs arrives on it once
+//    (mapa + mbarrier.arrive.release.cluster, lane r on CTA r's) when its wgmmas have read the slot. So
+//    when X's producer sees round n released, neither CTA still reads slot s, and X may write its
+//    half of A into both. Arrivals cannot run into the next round: a consumer's round n + 1
+//    arrival follows its full[s] round n + 1, which needs both producers' round n + 1 copies, which
+//    followed both empty[s] round n.
+//  - start: the barriers are initialized, fenced (fence.mbarrier_init.release.cluster) and the
+//    cluster synchronized before any copy or arrival can reach the peer.
+//  - end: a CTA must stay resident while the peer may still write into its shared memory or
+//    arrive on its barriers. Writes: its consumers wait for every k-tile's full barrier. Arrivals:
+//    the consumers hand back every stage (the last one too, after the loop), and the producer
+//    thread waits for the releases of its last STAGES k-tiles before it exits (CUTLASS's
+//    "producer tail"), which include the peer's arrivals.
+// Every mbarrier wait of a cluster kernel has the watchdog (a protocol bug traps after ~10 s).
+// Rank 1's half of A lies wholly outside the tensor where the row tile has <= BM / 2 rows: TMA
+// fills it with zeros and counts its bytes all the same.
 #pragma once
 #include "abi.cuh"
 #include "common.cuh"
@@ -50,12 +80,21 @@ template <int BM, int BN, int BK, int STAGES> __host__ __device__ constexpr int 
 __device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
 }
-__device__ __forceinline__ bool mbar_try_wait(u32 bar, u32 parity) {
+// CLUSTER_SCOPE: acquire at cluster scope, for a barrier that the other CTA of a cluster arrives on
+// (gemm_sm90's "empty" barriers with CLUSTER > 1).
+template <bool CLUSTER_SCOPE = false> __device__ __forceinline__ bool mbar_try_wait(u32 bar, u32 parity) {
   u32 ok;
-  asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-               : "=r"(ok)
-               : "r"(bar), "r"(parity)
-               : "memory");
+  if (CLUSTER_SCOPE)
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+                 "selp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(ok)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+  else
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+                 : "=r"(ok)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
   return ok != 0;
 }
 // Waits until the phase of parity `parity` has completed. With WATCHDOG a hang becomes a trap after
@@ -67,10 +106,11 @@ constexpr bool kMbarWatchdog = true;
 #else
 constexpr bool kMbarWatchdog = false;
 #endif
-template <bool WATCHDOG = kMbarWatchdog> __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
-  if (mbar_try_wait(bar, parity)) return;
+template <bool WATCHDOG = kMbarWatchdog, bool CLUSTER_SCOPE = false>
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+  if (mbar_try_wait<CLUSTER_SCOPE>(bar, parity)) return;
   const long long t0 = WATCHDOG ? clock64() : 0;
-  while (!mbar_try_wait(bar, parity))
+  while (!mbar_try_wait<CLUSTER_SCOPE>(bar, parity))
     if (WATCHDOG && clock64() - t0 > 20000000000ll) __trap();
 }
 __device__ __forceinline__ void mbar_arrive(u32 bar) {
@@ -93,8 +133,37 @@ __device__ __forceinline__ void tma_load_2d(u32 dst, const void *map, int c0, in
                "l"(map), "r"(c0), "r"(c1), "r"(bar)
                : "memory");
 }
+// The same copy multicast: the box lands at CTA-relative address dst in every CTA of the cluster
+// whose bit is set in `mask` (bit i: %cluster_ctarank i), and completes bytes on the mbarrier at
+// CTA-relative address bar in each of them.
+__device__ __forceinline__ void tma_load_2d_multicast(u32 dst, const void *map, int c0, int c1, u32 bar, u16 mask) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+               " [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
+               "l"(map), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
+               : "memory");
+}
 __device__ __forceinline__ void tma_prefetch_map(const void *map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
+}
+// ---- thread-block clusters ----
+__device__ __forceinline__ u32 cluster_ctarank() {
+  u32 r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+// Every thread of the cluster that has not exited arrives (release) and waits (acquire).
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive;\nbarrier.cluster.wait;" ::: "memory");
+}
+// The shared::cluster address of CTA-relative shared address `addr` in the cluster's CTA `rank`.
+__device__ __forceinline__ u32 mapa_shared(u32 addr, u32 rank) {
+  u32 r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
+  return r;
+}
+// One arrival on the mbarrier at shared::cluster address `bar` (this CTA's or another's).
+__device__ __forceinline__ void mbar_arrive_cluster(u32 bar) {
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(bar) : "memory");
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 __device__ __forceinline__ void fence_barrier_init() {
@@ -278,23 +347,32 @@ __device__ __forceinline__ void sm90_fp8_ktile(float (&acc)[MI][BN / 2], float (
     }
 }
 
+// Hands a stage back for a consumer warp (all its lanes, once it no longer reads the stage): one
+// arrival on the stage's "empty" barrier at CTA-relative address bar in every CTA of the cluster,
+// lane r arriving on CTA r's.
+template <int CLUSTER> __device__ __forceinline__ void sm90_release(u32 bar, int lane) {
+  __syncwarp();
+  if (CLUSTER == 1 && lane == 0) mbar_arrive(bar);
+  if (CLUSTER > 1 && lane < CLUSTER) mbar_arrive_cluster(mapa_shared(bar, (u32)lane));
+}
+
 // The fp8 main loop over nk k-tiles of the ring from slot s, phase `phase` (both advanced past
 // them), shared by gemm_sm90 and gemm_sm90p: every stage is released once its products are summed.
 // FENCE: the stages were written by cp.async (the generic proxy) rather than TMA. (Two register
 // tiles, the group of k-tile j in flight while j - 1 is added, were tried for 64 x 128 warpgroup
 // tiles: ptxas then serializes every wgmma (C7514: non-wgmma instructions read the accumulators of
 // a wgmma in flight), 24% slower; kernels/NOTES.md.)
-template <int BN, int MI, int ROW, int STAGES, int STAGE, bool FENCE, class T>
+// CLUSTER, WD: sm90_release's cluster and mbar_wait's watchdog.
+template <int BN, int MI, int ROW, int STAGES, int STAGE, bool FENCE, int CLUSTER, bool WD, class T>
 __device__ __forceinline__ void sm90_fp8_loop(float (&acc)[MI][BN / 2], u32 bars, u64 da0, u64 db0, int nk, int &s,
                                               u32 &phase) {
   const int lane = threadIdx.x & 31;
   float tmp[64];
   for (int j = 0; j < nk; ++j) {
-    mbar_wait(bars + 8 * s, phase);
+    mbar_wait<WD>(bars + 8 * s, phase);
     if (FENCE) fence_proxy_async();
     sm90_fp8_ktile<BN, MI, ROW, T>(acc, tmp, da0 + (u64)((s * STAGE) >> 4), db0 + (u64)((s * STAGE) >> 4));
-    __syncwarp();
-    if (lane == 0) mbar_arrive(bars + 8 * (STAGES + s)); // this k-tile's stage is free
+    sm90_release<CLUSTER>(bars + 8 * (STAGES + s), lane); // this k-tile's stage is free
     if (++s == STAGES) s = 0, phase ^= 1u;
   }
 }
@@ -417,6 +495,7 @@ __device__ __forceinline__ void sm90_epilogue(const GemmArgs &g, const Epi &epi,
 
 // ---- the GEMM -----------------------------------------------------------------------------------
 
+
 // CWG: consumer warpgroups (BM / CWG rows each). CTAS: the kernel's __launch_bounds__ minimum
 // blocks per SM. TMA: one producer thread loads each stage with two TMA copies through the tensor
 // maps at g.tma (kernels/abi.cuh: TmaMaps; boxes of BK x BM and BK x BN 16-bit units, 128-byte
@@ -425,8 +504,9 @@ __device__ __forceinline__ void sm90_epilogue(const GemmArgs &g, const Epi &epi,
 // ptxas cannot compile a wgmma m64n128 at all. With CWG == 1 (256 threads) no setmaxnreg is needed.
 // CWG == 3 (512 threads, 24 / 160 registers) is for fp8 products with 128-wide tiles: each consumer
 // waits for its promotion block (sm90_fp8_loop) while the other two keep the tensor cores busy.
+// CLUSTER: 2 for the clustered kernel (header: "Clusters"; the entry point needs __cluster_dims__(2, 1, 1)).
 template <int BM, int BN, int BK, int STAGES, int S, int STATS, class T, int CWG = (BM >= 128 ? 2 : 1), int CTAS = 1,
-          bool TMA = false, class Epi>
+          bool TMA = false, int CLUSTER = 1, class Epi>
 __device__ __forceinline__ void gemm_sm90(const GemmArgs &g, const Epi &epi, char *smem) {
   constexpr int WG_M = BM / CWG, MI = WG_M / 64; // rows per consumer warpgroup, m64 wgmmas per k-step
   constexpr int NC = 128 * CWG;                  // consumer threads
@@ -450,13 +530,28 @@ __device__ __forceinline__ void gemm_sm90(const GemmArgs &g, const Epi &epi, cha
   static_assert(16 * STAGES + 16 + 1024 <= 2048, "barrier area");
   static_assert(gemm_sm90_smem_bytes<BM, BN, BK, STAGES>() * CTAS <= 232448, "shared memory");
   static_assert(CTAS == 1 || (CTAS == 2 && CWG == 1), "CTAS: 1, or 2 with one consumer warpgroup");
+  static_assert(CLUSTER == 1 || (CLUSTER == 2 && TMA && (BM / CLUSTER) % 8 == 0),
+                "clusters: 2 CTAs, TMA, each CTA's part of A whole 1024-byte swizzle atoms");
+  constexpr bool WD = kMbarWatchdog || CLUSTER > 1; // mbar_wait's watchdog
 
   const int tid = threadIdx.x;
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0); // warp-uniform role
   const int M = g.M, N = g.N, K = g.K, splits = g.splits, z = blockIdx.z;
   const int tiles_m = (M + BM - 1) / BM, tiles_n = (S * N + BN - 1) / BN;
-  int tm, tn;
-  gemm_tile_coords(blockIdx.x, tiles_m, tiles_n, tm, tn);
+  // tile: the split-K slab and counter (< tiles_m * tiles_n); a cluster takes column tiles
+  // CLUSTER * pair + rank of one row tile, the last pair padded (has_tile false)
+  const int rank = CLUSTER > 1 ? (int)cluster_ctarank() : 0;
+  int tm, tn, tile;
+  if (CLUSTER == 1) {
+    gemm_tile_coords(blockIdx.x, tiles_m, tiles_n, tm, tn);
+    tile = blockIdx.x;
+  } else {
+    int pair;
+    gemm_tile_coords(blockIdx.x / CLUSTER, tiles_m, (tiles_n + CLUSTER - 1) / CLUSTER, tm, pair);
+    tn = pair * CLUSTER + rank;
+    tile = tm * tiles_n + tn;
+  }
+  const bool has_tile = tn < tiles_n;
   const int m0 = tm * BM, n0 = tn * BN; // n0 in merged columns
   const int ktiles = (K + BK - 1) / BK;
   const int kt0 = (int)((long long)ktiles * z / splits);
@@ -474,12 +569,13 @@ __device__ __forceinline__ void gemm_sm90(const GemmArgs &g, const Epi &epi, cha
   if (tid == 0) {
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
-      mbar_init(bars + 8 * s, TMA ? 1 : 128);          // one arrival per producer thread
-      mbar_init(bars + 8 * (STAGES + s), 4 * CWG);     // one arrival per consumer warp
+      mbar_init(bars + 8 * s, TMA ? 1 : 128);             // one arrival per producer thread
+      mbar_init(bars + 8 * (STAGES + s), 4 * CWG * CLUSTER); // one per consumer warp of the cluster
     }
     fence_barrier_init();
   }
   __syncthreads();
+  if (CLUSTER > 1) cluster_sync(); // the peer's barriers are initialized before any copy or arrival reaches them
 
   if (wg == 0) {
     // ---------------- producer warpgroup ----------------
@@ -490,15 +586,27 @@ __device__ __forceinline__ void gemm_sm90(const GemmArgs &g, const Epi &epi, cha
       const TmaMaps *t = (const TmaMaps *)g.tma;
       tma_prefetch_map(&t->a);
       tma_prefetch_map(&t->b);
+      constexpr int A_PART = A_BYTES / CLUSTER; // the rows of A this CTA loads (all without a cluster)
+      const u32 bytes = has_tile ? STAGE : A_BYTES;
       int s = 0;
       u32 phase = 0;
       for (int j = 0; j < nk; ++j) {
-        if (j >= STAGES) mbar_wait(bars + 8 * (STAGES + s), phase ^ 1u); // consumers released k-tile j - STAGES
+        // consumers (of both CTAs in a cluster) released k-tile j - STAGES
+        if (j >= STAGES) mbar_wait<WD, (CLUSTER > 1)>(bars + 8 * (STAGES + s), phase ^ 1u);
         const u32 full = bars + 8 * s, dst = sbase + s * STAGE;
         const int kc = (kt0 + j) * BK;
-        mbar_expect_tx(full, STAGE);
-        tma_load_2d(dst, &t->a, kc, m0, full);
-        tma_load_2d(dst + A_BYTES, &t->b, kc, n0, full);
+        mbar_expect_tx(full, bytes);
+        if (CLUSTER == 1)
+          tma_load_2d(dst, &t->a, kc, m0, full);
+        else
+          tma_load_2d_multicast(dst + rank * A_PART, &t->a, kc, m0 + rank * (BM / CLUSTER), full, (1u << CLUSTER) - 1);
+        if (has_tile) tma_load_2d(dst + A_BYTES, &t->b, kc, n0, full);
+        if (++s == STAGES) s = 0, phase ^= 1u;
+      }
+      // cluster: stay until the last STAGES k-tiles are released, the peer's arrivals on this
+      // CTA's barriers among them (header: "Clusters", end)
+      for (int j = nk; CLUSTER > 1 && j < nk + STAGES; ++j) {
+        if (j >= STAGES) mbar_wait<WD, true>(bars + 8 * (STAGES + s), phase ^ 1u);
         if (++s == STAGES) s = 0, phase ^= 1u;
       }
       return;
@@ -560,10 +668,18 @@ __device__ __forceinline__ void gemm_sm90(const GemmArgs &g, const Epi &epi, cha
 
     int s = 0;
     u32 phase = 0;
+    if (CLUSTER > 1 && !has_tile) { // a padded cluster's idle CTA: each stage back once both halves of A landed
+      for (int j = 0; j < nk; ++j) {
+        mbar_wait<WD>(bars + 8 * s, phase);
+        sm90_release<CLUSTER>(bars + 8 * (STAGES + s), lane);
+        if (++s == STAGES) s = 0, phase ^= 1u;
+      }
+      return;
+    }
     if constexpr (!is_fp8<T>::value) {
       int prev = 0;
       for (int j = 0; j < nk; ++j) {
-        mbar_wait(bars + 8 * s, phase);
+        mbar_wait<WD>(bars + 8 * s, phase);
         if (!TMA) fence_proxy_async();
         wgmma_fence();
 #pragma unroll
@@ -576,15 +692,16 @@ __device__ __forceinline__ void gemm_sm90(const GemmArgs &g, const Epi &epi, cha
         // overlaps the wgmmas just issued: they only read this stage
         if constexpr (STATS != 0) sm90_stats_step<CPT, STATS, T>(srow_addr + s * STAGE, sch, srow, ssq0, ssq1, ssum0, ssum1);
         wgmma_wait<1>(); // the group of k-tile j - 1 has completed: its stage can be refilled
-        if (j > 0) {
-          __syncwarp();
-          if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
-        }
+        if (j > 0) sm90_release<CLUSTER>(bars + 8 * (STAGES + prev), lane);
         prev = s;
         if (++s == STAGES) s = 0, phase ^= 1u;
       }
+      if (CLUSTER > 1 && nk > 0) { // the last stage too: the peer's producer waits for it before it exits
+        wgmma_wait<0>();
+        sm90_release<CLUSTER>(bars + 8 * (STAGES + prev), lane);
+      }
     } else {
-      sm90_fp8_loop<BN, MI, ROW, STAGES, STAGE, !TMA, T>(acc, bars, da0, db0, nk, s, phase);
+      sm90_fp8_loop<BN, MI, ROW, STAGES, STAGE, !TMA, CLUSTER, WD, T>(acc, bars, da0, db0, nk, s, phase);
     }
     wgmma_wait<0>();
 #pragma unroll
@@ -605,7 +722,7 @@ __device__ __forceinline__ void gemm_sm90(const GemmArgs &g, const Epi &epi, cha
     }
 
     // ---- split-K: every split stores its partials; the last to arrive sums them in split order ----
-    if (splits > 1 && !sm90_splitk<BM, BN, MI, STATS>(g, acc, rowstat, flag, blockIdx.x, z, m0, cw * WG_M, ctid, NC, 1))
+    if (splits > 1 && !sm90_splitk<BM, BN, MI, STATS>(g, acc, rowstat, flag, tile, z, m0, cw * WG_M, ctid, NC, 1))
       return;
     sm90_epilogue<BM, BN, MI, S, STATS, T>(g, epi, acc, rowstat, m0, n0, cw * WG_M);
   }
@@ -614,7 +731,7 @@ __device__ __forceinline__ void gemm_sm90(const GemmArgs &g, const Epi &epi, cha
 #else // not sm_90a
 
 template <int BM, int BN, int BK, int STAGES, int S, int STATS, class T, int CWG = (BM >= 128 ? 2 : 1), int CTAS = 1,
-          bool TMA = false, class Epi>
+          bool TMA = false, int CLUSTER = 1, class Epi>
 __device__ __forceinline__ void gemm_sm90(const GemmArgs &, const Epi &, char *) {
   static_assert(sizeof(T) == 0, "gemm_sm90 needs the sm_90a target (--gpu-architecture=sm_90a)");
 }

@@ -153,7 +153,7 @@ __device__ __forceinline__ void gemm_sm90_persistent(const GemmArgs &g, const Ep
         for (int e = 0; e < BN / 2; ++e) acc[i][e] = 0.f;
       float ssq0 = 0.f, ssq1 = 0.f, ssum0 = 0.f, ssum1 = 0.f;
       if constexpr (is_fp8<T>::value) {
-        sm90_fp8_loop<BN, MI, ROW, STAGES, STAGE, false, T>(acc, bars, da0, db0, nk, s, phase);
+        sm90_fp8_loop<BN, MI, ROW, STAGES, STAGE, false, 1, kMbarWatchdog, T>(acc, bars, da0, db0, nk, s, phase);
       } else {
         int prev = 0;
         for (int j = 0; j < nk; ++j) {

@@ -428,6 +428,30 @@ LaunchChoice exec_heuristic(const PlanKernel *k, int64_t rows, int sms) {
   return c;
 }
 
+/* The variant of k that FFNC_GEMM_VARIANT names: a configuration, or a comma-separated list of
+ * them (the first that k has: "tmac_128x128x64,tmac_128x224x64" forces the clustered kernels of
+ * every width); NULL where k has none of them. */
+/* FFNC_GEMM_VARIANT: a comma-separated list; each GEMM takes the first entry it has, an entry
+ * being a configuration's name or a family's (the name before its last '_', e.g. wqd4v3 for
+ * wqd4v3_8 and wqd4v3_16: the family's first variant whose max_m covers the rows). */
+static const KernelVariant *forced_variant(const char *names, const PlanKernel *k, int64_t rows) {
+  for (const char *p = names; *p;) {
+    size_t len = strcspn(p, ",");
+    for (int i = 0; i < k->nvariants; i++)
+      if (strlen(k->variants[i].cfg.name) == len && strncmp(k->variants[i].cfg.name, p, len) == 0)
+        return &k->variants[i];
+    for (int i = 0; i < k->nvariants; i++) {
+      const KernelVariant *v = &k->variants[i];
+      const char *last = strrchr(v->cfg.name, '_');
+      if (last && (size_t)(last - v->cfg.name) == len && strncmp(v->cfg.name, p, len) == 0 &&
+          (v->max_m == 0 || rows <= v->max_m))
+        return v;
+    }
+    p += len + (p[len] == ',');
+  }
+  return NULL;
+}
+
 LaunchChoice exec_choose(const ffn_model *m, const PlanKernel *k, int64_t rows) {
   LaunchChoice c = exec_heuristic(k, rows, m->sms);
   if (k->kind != KK_GEMM) {
@@ -455,25 +479,10 @@ LaunchChoice exec_choose(const ffn_model *m, const PlanKernel *k, int64_t rows) 
       }
       break;
     }
-  /* FFNC_GEMM_VARIANT: a configuration's name, or a family's (the name before its last '_', e.g.
-   * wqd4v3 for wqd4v3_8 and wqd4v3_16): the family's first variant whose max_m covers the rows */
-  bool forced = false;
-  for (int i = 0; m->gemm_variant[0] && i < k->nvariants; i++)
-    if (strcmp(k->variants[i].cfg.name, m->gemm_variant) == 0) {
-      c.v = &k->variants[i];
-      splits = 0; /* a tuned split was measured with another configuration */
-      forced = true;
-    }
-  size_t family = strlen(m->gemm_variant);
-  for (int i = 0; family && !forced && i < k->nvariants; i++) {
-    const KernelVariant *v = &k->variants[i];
-    const char *last = strrchr(v->cfg.name, '_');
-    if (last && (size_t)(last - v->cfg.name) == family && strncmp(v->cfg.name, m->gemm_variant, family) == 0 &&
-        (v->max_m == 0 || rows <= v->max_m)) {
-      c.v = v;
-      splits = 0;
-      forced = true;
-    }
+  const KernelVariant *forced = forced_variant(m->gemm_variant, k, rows);
+  if (forced) {
+    c.v = forced;
+    splits = 0; /* a tuned split was measured with another configuration */
   }
   if (k->splittable)
     c.splits = m->gemm_splits ? m->gemm_splits
@@ -737,7 +746,7 @@ ffn_status exec_step(ExecRun *run, int s) {
   CUfunction f = m->funcs[m->func_base[ps->kernel] + (int)(c.v - k->variants)];
   TmaMaps maps;
   void *params[] = {&args, &maps};
-  if (c.v->cfg.kind == FFN_GEMM_SM90T || c.v->cfg.kind == FFN_GEMM_SM90P) {
+  if (ffn_gemm_tma(&c.v->cfg)) {
     ffn_status st = tma_map(m, k, &c.v->cfg, 0, run->ptr[ps->args[0]], c.m, &maps.a);
     if (st == FFN_OK)
       st = tma_map(m, k, &c.v->cfg, 1, run->ptr[ps->args[1]], (long long)k->streams * k->n, &maps.b);

@@ -299,7 +299,8 @@ struct ffn_model {
    * closed); prequant[t].scale holds its rows f32 scales on the host (per_tensor: one scale
    * repeated) for exec_prepare to upload or fold. code_type DT_NONE: not bound / not one. */
   PrequantWeight *prequant;
-  char gemm_variant[64]; /* FFNC_GEMM_VARIANT at creation: force this tile configuration ("": none) */
+  char gemm_variant[256]; /* FFNC_GEMM_VARIANT at creation: force these tile configurations (a comma-separated
+                            list: the first a GEMM has; "": none) */
   int gemm_splits;       /* FFNC_GEMM_SPLITS at creation: force split-K on splittable GEMMs (0: none) */
   bool wgrad_mma;        /* FFNC_WGRAD=mma at creation: weight gradients of sm_90 plans on mma.sync */
   /* A tensor-parallel share's own copy of its program whose plan holds weight windows

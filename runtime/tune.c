@@ -22,7 +22,8 @@
 #include <string.h>
 #include <time.h>
 
-enum { WARMUP = 2, SAMPLES = 7, MAX_BATCH = 50, MAX_CANDIDATES = 16 * 9 }; /* variants x (the rule's split and 8 others) */
+/* candidates(): per variant the heuristic's split and up to 8 others */
+enum { WARMUP = 2, SAMPLES = 7, MAX_BATCH = 50, MAX_CANDIDATES = PLAN_MAX_VARIANTS * 9 };
 #define BATCH_US 200.0
 
 static const int64_t default_rows[] = {1, 16, 64, 128, 256, 512, 1024, 4096, 8192};

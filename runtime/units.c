@@ -44,23 +44,29 @@ static int entry_cost(const char *entry, size_t len) {
 }
 enum { RUNTIME_COST = 6 };
 
+static size_t identifier_length(const char *p) {
+  size_t n = 0;
+  while (p[n] == '_' || (p[n] >= '0' && p[n] <= '9') || ((p[n] | 32) >= 'a' && (p[n] | 32) <= 'z'))
+    n++;
+  return n;
+}
+
 /* The name of the __global__ function of the entry point at text (just after ENTRY): the
- * identifier before the parameter list, past `void` and any __launch_bounds__(...). */
+ * identifier before the parameter list, past `void` and the attributes __launch_bounds__(...)
+ * and __cluster_dims__(...) (any `__name__(...)`; generated names start with a letter). */
 static void entry_name(const char *text, char *name, size_t len) {
   const char *p = strstr(text, "void");
   p = p ? p + 4 : text;
-  while (*p == ' ')
-    p++;
-  if (strncmp(p, "__launch_bounds__", 17) == 0) {
-    const char *close = strchr(p, ')');
-    p = close ? close + 1 : p;
+  for (;;) {
     while (*p == ' ')
       p++;
+    const char *close = strchr(p, ')');
+    if (strncmp(p, "__", 2) != 0 || p[identifier_length(p)] != '(' || !close)
+      break;
+    p = close + 1;
   }
-  size_t n = 0;
-  while (n + 1 < len && (p[n] == '_' || (p[n] >= '0' && p[n] <= '9') || ((p[n] | 32) >= 'a' && (p[n] | 32) <= 'z')))
-    n++;
-  snprintf(name, len, "%.*s", (int)n, p);
+  size_t n = identifier_length(p);
+  snprintf(name, len, "%.*s", (int)(n + 1 < len ? n : len - 1), p);
 }
 
 typedef struct {

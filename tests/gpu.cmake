@@ -55,6 +55,24 @@ foreach(cfg tmap_coop_128x256x64 tma_192x128x64)
   endforeach()
 endforeach()
 
+# The clustered TMA kernels (2-CTA clusters multicasting A, kernels/gemm_sm90.cuh "Clusters"),
+# forced at every M in both widths: gated with 11 column tiles (llama3_tiny: the last cluster's
+# second CTA has no tile), LayerNorm with both row statistics in the GEMM (gpt_bf16), one column
+# tile and one k-tile (geglu_oddk_bf16: 3 splits leave two without a k-tile), the 224-wide tile
+# (wide_swiglu_bf16), and fp8 (128 wide, promotion): e4m3 gated, e5m2 with f16 and LayerNorm;
+# unsplit and split-K. (gpt2_tiny is f32: its GEMMs run on the FMA path.)
+foreach(model examples/llama3_tiny tests/gpu/models/gpt_bf16 tests/gpu/models/geglu_oddk_bf16
+        tests/gpu/models/wide_swiglu_bf16 tests/gpu/models/f8_llama_e4m3_bf16 tests/gpu/models/f8_gpt_e5m2_f16)
+  get_filename_component(base ${model} NAME)
+  set(tmac "FFNC_GEMM_VARIANT=tmac_128x128x64,tmac_128x224x64")
+  add_test(NAME gpu_tmac_${base} COMMAND gpu_model_test ${model}.ffn)
+  set_tests_properties(gpu_tmac_${base} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
+    ENVIRONMENT "${FFNC_GPU_ENV};${tmac};FFNC_TEST_TOKENS=1,7,64,130,1000,4096")
+  add_test(NAME gpu_tmac_${base}_split3 COMMAND gpu_model_test ${model}.ffn)
+  set_tests_properties(gpu_tmac_${base}_split3 PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
+    ENVIRONMENT "${FFNC_GPU_ENV};${tmac};FFNC_GEMM_SPLITS=3;FFNC_TEST_TOKENS=7,130,1000")
+endforeach()
+
 file(GLOB GPU_TEST_MODELS CONFIGURE_DEPENDS ${FFNC_TEST_DIR}/gpu/models/*.ffn)
 foreach(m ${GPU_TEST_MODELS})
   get_filename_component(base ${m} NAME_WE)

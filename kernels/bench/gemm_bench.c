@@ -1,5 +1,5 @@
 // gemm_bench.c: kernel-variant bench for kernels/gemm_sm80.cuh, kernels/gemm_sm90.cuh (its
-// cp.async form) and kernels/gemm_simt.cuh (llm.c dev/cuda style). The TMA kinds (SM90T, SM90P)
+// cp.async form) and kernels/gemm_simt.cuh (llm.c dev/cuda style). The TMA kinds (SM90T, SM90P, SM90C)
 // need tensor maps from the runtime: `ffnc bench` times them. Each variant is NVRTC-compiled the way ffnc compiles generated code
 // (the templates passed as headers by file name, no CUDA headers), checked against an f64 CPU
 // reference on fresh random data with the output poisoned with NaN first, then timed with CUDA
@@ -174,7 +174,7 @@ static Kernel *find_kernel(const char *cfg, int S, int stats, dtype t) {
 
 static void add_kernel(const ffn_gemm_config *c, int S, int stats, dtype t, int recommended) {
   if (find_kernel(c->name, S, stats, t)) return;
-  if (c->kind == FFN_GEMM_SM90T || c->kind == FFN_GEMM_SM90P) return; // TMA: timed by ffnc bench
+  if (ffn_gemm_tma(c)) return; // TMA: timed by ffnc bench
   if (c->kind == FFN_GEMM_WQD) return;
   if (c->kind != FFN_GEMM_SIMT && t == DT_F32) return;
   if (is_sm90(c) && opt.arch != 90) return; // wgmma: sm_90a only

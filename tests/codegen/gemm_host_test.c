@@ -12,7 +12,10 @@
  *    i4 (1-16 tokens) and i8 (9-16) before the ring kernel; gemm_wqdl's configurations (i4,
  *    forced by name only) likewise, and the rule never picks them;
  *  - split-K of gemm_wq and gemm_wqd: between 1 and 32, at least 8 tiles of codes per split, and for the
- *    Llama-3 decode shapes on an H200 the choices kernels/NOTES.md measured against.
+ *    Llama-3 decode shapes on an H200 the choices kernels/NOTES.md measured against;
+ *  - the clustered TMA kernels (FFN_GEMM_SM90C): grids of whole pairs of CTAs covering every tile, A's
+ *    box half the row tile, and each listed after the FFN_GEMM_SM90T configuration of its tile and
+ *    regime, so that the runtime's rule (the first compiled variant whose max_m covers M) keeps that one.
  */
 #include <stdio.h>
 #include <stdbool.h>
@@ -26,7 +29,8 @@ enum { SM90_BLOCK = 232448, SM80_BLOCK = 166912, SM_TOTAL = 233472, RESERVED = 1
 static void check_smem(const ffn_gemm_config *c) {
   for (int elem = 2; elem <= 4; elem += 2) {
     size_t smem = ffn_gemm_smem_bytes(c, elem);
-    bool sm80 = c->kind != FFN_GEMM_SM90 && c->kind != FFN_GEMM_SM90P && c->kind != FFN_GEMM_SM90T;
+    bool sm80 = c->kind != FFN_GEMM_SM90 && c->kind != FFN_GEMM_SM90P && c->kind != FFN_GEMM_SM90T &&
+                c->kind != FFN_GEMM_SM90C;
     CHECK(smem <= (size_t)(sm80 ? SM80_BLOCK : SM90_BLOCK), "%s: %zu bytes of shared memory (%d-byte A)", c->name, smem,
           elem);
     if (elem == 2 && c->ctas_per_sm > 0)
@@ -125,6 +129,30 @@ static void check_splits(void) {
   CHECK(wq_splits("wq8_8", 1, 8192, 28672) == 8, "70B i8 down: %d", wq_splits("wq8_8", 1, 8192, 28672));
 }
 
+static void check_cluster(const ffn_gemm_config *t, int i) {
+  const ffn_gemm_config *c = &t[i];
+  unsigned box[2], bbox[2];
+  ffn_gemm_tma_box(c, 0, box);
+  ffn_gemm_tma_box(c, 1, bbox);
+  CHECK(ffn_gemm_cluster(c) == 2 && ffn_gemm_tma(c) && box[0] == 64 && box[1] * 2 == (unsigned)c->bm &&
+            bbox[1] == (unsigned)c->bn, "%s: cluster %d, A box %u x %u", c->name, ffn_gemm_cluster(c), box[0], box[1]);
+  static const int Ms[] = {1, 7, 64, 130, 512, 1000, 4096}, Ns[] = {64, 100, 224, 1000, 4096, 14336};
+  for (size_t m = 0; m < sizeof Ms / sizeof Ms[0]; m++)
+    for (size_t k = 0; k < sizeof Ns / sizeof Ns[0]; k++)
+      for (int S = 1; S <= 2; S++) {
+        unsigned grid[3];
+        ffn_gemm_launch_grid(c, Ms[m], Ns[k], S, 3, H200_SMS, grid);
+        int tiles_n = ffn_gemm_tiles_n(c, Ns[k], S), pairs = (tiles_n + 1) / 2;
+        CHECK(grid[0] % 2 == 0 && grid[0] == 2u * (unsigned)(ffn_gemm_tiles_m(c, Ms[m]) * pairs) &&
+                  grid[0] >= (unsigned)ffn_gemm_num_tiles(c, Ms[m], Ns[k], S) && grid[1] == 1 && grid[2] == 3,
+              "%s M=%d N=%d S=%d: grid %u,%u,%u", c->name, Ms[m], Ns[k], S, grid[0], grid[1], grid[2]);
+      }
+  bool after_tma = false;
+  for (int j = 0; j < i; j++)
+    after_tma |= t[j].kind == FFN_GEMM_SM90T && t[j].bm == c->bm && t[j].bn == c->bn && t[j].max_m == c->max_m;
+  CHECK(after_tma, "%s: not after the TMA configuration of its tile and regime", c->name);
+}
+
 int main(void) {
   int n;
   const ffn_gemm_config *t = ffn_gemm_configs(&n);
@@ -134,6 +162,8 @@ int main(void) {
       check_wq(&t[i]);
     if (t[i].kind == FFN_GEMM_WQD)
       check_wqd(&t[i]);
+    if (t[i].kind == FFN_GEMM_SM90C)
+      check_cluster(t, i);
   }
   check_splits();
   static const struct {

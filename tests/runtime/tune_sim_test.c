@@ -6,7 +6,8 @@
  * The simulated driver backs device memory with host memory and refuses any copy or memset
  * outside an allocation; each kernel launch advances a virtual clock by a synthetic time and
  * events read that clock. Every GEMM launch is checked as the kernels would need it: its grid
- * (tiles x 1 x splits), its operands allocated, split-K partials and tile counters at least as
+ * (tiles x 1 x splits; whole 2-CTA clusters covering every tile for FFN_GEMM_SM90C), the tensor
+ * maps of the TMA kinds (A's box half the row tile in a cluster), its operands allocated, split-K partials and tile counters at least as
  * large as the launch needs, rows set. The synthetic times make one candidate the fastest
  * where the tuner can reach it (sm80_32x128x64 with split-K 6: 40 us; the rule's choice 100 us;
  * anything else 130 us): the tuner must pick exactly it where it is a candidate, keep the
@@ -40,7 +41,7 @@ static double clock_us;
 static double event_at[64];
 static int nevents;
 static const Plan *sim_plan; /* the program whose kernels are launched */
-static int launches, bad_launches, tma_launches;
+static int launches, bad_launches, tma_launches, cluster_launches, all_cluster_launches;
 
 static const Block *find_block(CUdeviceptr p, size_t n) {
   for (int i = 0; i < nblocks; i++)
@@ -158,10 +159,17 @@ static CUresult sim_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, 
   ok &= ws == 0 || find_block((CUdeviceptr)(uintptr_t)a->ws, ws) != NULL;
   ok &= find_block((CUdeviceptr)(uintptr_t)a->counters, tiles) != NULL;
   ok &= !kv->ext_stats || find_block((CUdeviceptr)(uintptr_t)a->rowstats, (size_t)M * 8) != NULL;
-  if (kv->cfg.kind == FFN_GEMM_SM90T || kv->cfg.kind == FFN_GEMM_SM90P) { /* A's and B's tensor maps, as the kernel will read them */
+  bool cluster = kv->cfg.kind == FFN_GEMM_SM90C; /* 2-CTA clusters, each CTA loading half of A's rows */
+  if (kv->cfg.kind == FFN_GEMM_SM90T || kv->cfg.kind == FFN_GEMM_SM90P || cluster) { /* A's and B's tensor maps, as the kernel will read them */
     const TmaMaps *t = params[1];
-    ok &= tmap_ok(&t->a, a->p[0], pk->k, M, kv->cfg.bm) && tmap_ok(&t->b, a->p[1], pk->k, (int64_t)S * N, kv->cfg.bn);
+    ok &= tmap_ok(&t->a, a->p[0], pk->k, M, cluster ? kv->cfg.bm / 2 : kv->cfg.bm) &&
+          tmap_ok(&t->b, a->p[1], pk->k, (int64_t)S * N, kv->cfg.bn);
     tma_launches++;
+  }
+  if (cluster) { /* pairs of CTAs, one per column tile and the last pair padded */
+    long tiles_n = ffn_gemm_tiles_n(&kv->cfg, N, S);
+    ok &= gx % 2 == 0 && gx == 2 * ((tiles_n + 1) / 2) * ffn_gemm_tiles_m(&kv->cfg, M);
+    cluster_launches++;
   }
   if (!ok && bad_launches++ < 5)
     fprintf(stderr, "bad launch of k%d %s: M %d splits %d grid %u,%u,%u\n", k, kv->cfg.name, M, a->splits, gx, gy, gz);
@@ -328,7 +336,7 @@ static void check_model(const char *path, const char *dir) {
   CuApi cu = sim_api();
   ffn_model *m = sim_model(&prog, &cu);
   int files_before = tune_files(dir), blocks_before = live_blocks;
-  progress_calls = progress_bad = launches = bad_launches = tma_launches = nevents = 0;
+  progress_calls = progress_bad = launches = bad_launches = tma_launches = cluster_launches = nevents = 0;
   static const int64_t rows[] = {1, 16, 64, 128, 1000, 2048}; /* host memory backs the operands */
   /* refused before anything runs: bad row counts, too many, a model not prepared */
   static const int64_t zero[] = {16, 0}, huge[] = {1, 2147483648LL};
@@ -347,12 +355,17 @@ static void check_model(const char *path, const char *dir) {
   CHECK(progress_calls == gemms && progress_bad == 0, "%s: %d progress calls, %d wrong choices", path, progress_calls,
         progress_bad);
   CHECK(launches > 0 && bad_launches == 0, "%s: %d of %d launches wrong", path, bad_launches, launches);
-  int tma_variants = 0;
+  int tma_variants = 0, cluster_variants = 0;
   for (int k = 0; k < plan->nkernels; k++)
-    for (int v = 0; v < plan->kernels[k].nvariants; v++)
+    for (int v = 0; v < plan->kernels[k].nvariants; v++) {
       tma_variants += plan->kernels[k].variants[v].cfg.kind == FFN_GEMM_SM90T;
+      cluster_variants += plan->kernels[k].variants[v].cfg.kind == FFN_GEMM_SM90C;
+    }
   CHECK((tma_variants > 0) == (tma_launches > 0), "%s: %d TMA kernels, %d launches of them", path, tma_variants,
         tma_launches);
+  CHECK((cluster_variants > 0) == (cluster_launches > 0), "%s: %d clustered kernels, %d launches of them", path,
+        cluster_variants, cluster_launches);
+  all_cluster_launches += cluster_launches;
   CHECK(live_blocks == blocks_before, "%s: %d device allocations left", path, live_blocks - blocks_before);
   /* a file per GEMM kernel (two models may share a kernel, and then its file: without images
    * here, llama3_8b_layer and llama3_8b_4layers do) */
@@ -473,6 +486,7 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/%s", root ? root : ".", argv[i]);
     check_model(path, dir);
   }
+  CHECK(argc < 2 || all_cluster_launches > 0, "no clustered GEMM was launched");
   char cmd[256];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
   CHECK(system(cmd) == 0, "rm");

@@ -296,6 +296,12 @@ static void test_choose(void) {
   snprintf(m.gemm_variant, sizeof m.gemm_variant, "sm90_128x256x64");
   c = exec_choose(&m, &k, 100);
   EXPECT(c.v == &k.variants[4] && c.splits == ffn_gemm_pick_splits(100, 14336, 2, 4096, &k.variants[4].cfg, 132));
+  /* a list: the first name the kernel has */
+  snprintf(m.gemm_variant, sizeof m.gemm_variant, "tmac_128x128x64,sm90_128x256x64,sm80_16x128x128");
+  EXPECT(exec_choose(&m, &k, 100).v == &k.variants[4]);
+  snprintf(m.gemm_variant, sizeof m.gemm_variant, "sm90_128x256,sm90_128x256x64x");
+  EXPECT(exec_choose(&m, &k, 100).v == &k.variants[3]); /* none (prefixes are not names): the tuned one */
+  snprintf(m.gemm_variant, sizeof m.gemm_variant, "sm90_128x256x64");
   m.gemm_splits = 5; /* FFNC_GEMM_SPLITS over everything */
   EXPECT(exec_choose(&m, &k, 100).splits == 5 && exec_choose(&m, &k, 1).splits == 5);
   m.gemm_variant[0] = 0;

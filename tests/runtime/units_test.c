@@ -24,7 +24,7 @@ static int entries(const char *src, char names[][128], int max) {
   int n = 0;
   for (const char *p = strstr(src, ENTRY); p; p = strstr(p + 1, ENTRY)) {
     const char *q = p + strlen(ENTRY);
-    if (strncmp(q, "__launch_bounds__", 17) == 0)
+    while (strncmp(q, "__launch_bounds__", 17) == 0 || strncmp(q, "__cluster_dims__", 16) == 0)
       q = strchr(q, ')') + 2;
     size_t l = strcspn(q, "(");
     if (n < max)
