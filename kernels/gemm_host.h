@@ -147,6 +147,12 @@ static inline const ffn_gemm_config *ffn_gemm_configs(int *count) {
        * codes (and i4 scales), activations in chunks of 8 (i4) or 16 (i8) tiles, 512 k; the first config of
        * a kind whose max_m covers M wins, so i8 keeps the ring kernel at <= 8 tokens (224 vs
        * 235 us for the 70B sublayer at one token) and takes gemm_wqd at 9-16 (284 vs 300) */
+      /* i4 decode with less bookkeeping per tile (gemm_wqdl.cuh, design 2: exact levels, steps of
+       * four tiles, groups on whole steps, statistics out of the main loop): the rule at 1-16
+       * tokens (H200: 70B sublayer 220.8 -> 132.6 us at one token, 283 -> 193 at 16; 8B 75.1 ->
+       * 43.4 / 82.0 -> 60.8). Rings of 3 steps of 4 tiles, chunks of 12 tiles; 80 / 105 KB (bf16) */
+      {"wqd4v2_8", FFN_GEMM_WQD, 8, 128, 64, 3, 16, 12, 256, 2, 2, 8, 2},
+      {"wqd4v2_16", FFN_GEMM_WQD, 16, 128, 64, 3, 16, 12, 256, 2, 2, 16, 2},
       {"wqd4_8", FFN_GEMM_WQD, 8, 128, 64, 4, 16, 8, 256, 3, 3, 8, 0},    /* 56 KB */
       {"wqd4_16", FFN_GEMM_WQD, 16, 128, 64, 4, 16, 8, 256, 2, 2, 16, 0}, /* 72 KB; 3 CTAs spill */
       {"wq8_8", FFN_GEMM_WQ, 8, 128, 32, 4, 16, 3, 256, 4, 4, 8, 0},    /* 55 KB */
@@ -158,12 +164,9 @@ static inline const ffn_gemm_config *ffn_gemm_configs(int *count) {
       {"wq4_16", FFN_GEMM_WQ, 16, 128, 64, 2, 16, 5, 256, 3, 3, 16, 0}, /* 71 KB */
       {"wq4_32", FFN_GEMM_WQ, 32, 128, 64, 2, 16, 5, 256, 2, 2, 32, 0}, /* 92 KB */
       {"wq4_64", FFN_GEMM_WQ, 64, 128, 64, 2, 16, 6, 256, 1, 1, 0, 0},  /* 157 KB */
-      /* i4 decode with less bookkeeping per tile (gemm_wqdl.cuh, issue 9; unmeasured): listed
-       * after the rule's choices, so only FFNC_GEMM_VARIANT (or a tuning) runs them. v2: exact
-       * levels; v3: the levels' offset folded into the units' activation sums; v4: ... taken off
-       * by an MMA. Rings of 3 steps of 4 tiles, chunks of 12 tiles; 80 / 105 KB (bf16), 2 CTAs */
-      {"wqd4v2_8", FFN_GEMM_WQD, 8, 128, 64, 3, 16, 12, 256, 2, 2, 8, 2},
-      {"wqd4v2_16", FFN_GEMM_WQD, 16, 128, 64, 3, 16, 12, 256, 2, 2, 16, 2},
+      /* gemm_wqdl's designs 3 (the levels' offset folded into the units' activation sums) and 4
+       * (... taken off by an MMA): tuning candidates, measured no faster than design 2 at one
+       * token and slower at 16 (70B: 134.4 / 138.4 us at one token, 223 / 216 at 16) */
       {"wqd4v3_8", FFN_GEMM_WQD, 8, 128, 64, 3, 16, 12, 256, 2, 2, 8, 3},
       {"wqd4v3_16", FFN_GEMM_WQD, 16, 128, 64, 3, 16, 12, 256, 2, 2, 16, 3},
       {"wqd4v4_8", FFN_GEMM_WQD, 8, 128, 64, 3, 16, 12, 256, 2, 2, 8, 4},

@@ -9,8 +9,8 @@
  *    activation type, and the stage layout adds up;
  *  - gemm_wqd: chunks of whole ring rounds, its shared memory holds the chunk buffers and the
  *    rings, then the CTA's sums and the warps' statistics, and the decode regimes pick it for
- *    i4 (1-16 tokens) and i8 (9-16) before the ring kernel; gemm_wqdl's configurations (i4,
- *    forced by name only) likewise, and the rule never picks them;
+ *    i4 (1-16 tokens) and i8 (9-16) before the ring kernel; for i4 gemm_wqdl's design 2 first
+ *    (the rule), its other designs and gemm_wqd after it (forced by name or tuning);
  *  - split-K of gemm_wq and gemm_wqd: between 1 and 32, at least 8 tiles of codes per split, and for the
  *    Llama-3 decode shapes on an H200 the choices kernels/NOTES.md measured against;
  *  - the clustered TMA kernels (FFN_GEMM_SM90C): grids of whole pairs of CTAs covering every tile, A's
@@ -169,7 +169,7 @@ int main(void) {
   static const struct {
     int bits, M;
     const char *cfg;
-  } pick[] = {{4, 1, "wqd4_8"}, {4, 8, "wqd4_8"}, {4, 9, "wqd4_16"}, {4, 16, "wqd4_16"}, {4, 17, "wq4_32"},
+  } pick[] = {{4, 1, "wqd4v2_8"}, {4, 8, "wqd4v2_8"}, {4, 9, "wqd4v2_16"}, {4, 16, "wqd4v2_16"}, {4, 17, "wq4_32"},
               {4, 64, "wq4_64"}, {4, 4096, "wq4_64"}, {8, 1, "wq8_8"}, {8, 12, "wqd8_16"}, {8, 33, "wq8_64"}};
   for (size_t i = 0; i < sizeof pick / sizeof pick[0]; i++)
     CHECK(strcmp(wq_pick(pick[i].bits, pick[i].M), pick[i].cfg) == 0, "i%d at M = %d: %s, not %s", pick[i].bits,
