@@ -590,6 +590,17 @@ static void emit_norms(Kgen *k, Scope *es) {
   }
 }
 
+/* A rowwise kernel's opening: its entry point, the block's THREADS constant, the reduction buffer
+ * and the loop over its rows (a block per row, grid-strided), then the per-row code rowb. */
+static void open_rowwise_kernel(Buf *body, int threads, const char *rowb) {
+  buf_printf(body, "extern \"C\" __global__ void __launch_bounds__(%d) @(const __grid_constant__ ffn::KArgs args) {\n",
+             threads);
+  buf_printf(body, "  constexpr int THREADS = %d; // the launch's block (the plan's threads)\n", threads);
+  buf_puts(body, "  __shared__ float red[64];\n  (void)red;\n  const ffn::KArgs *a = &args;\n"
+                 "  for (long long row = blockIdx.x; row < a->m; row += gridDim.x) {\n");
+  buf_puts(body, rowb ? rowb : "");
+}
+
 void emit_rowwise_kernel(Kgen *k, int threads, Buf *body) {
   Buf rowb = {0}, elb = {0}, stores = {0};
   Scope rs = {.kind = SC_ROW, .out = &rowb, .indent = "    ", .col = "col"};
@@ -597,12 +608,7 @@ void emit_rowwise_kernel(Kgen *k, int threads, Buf *body) {
   Scope es = {.kind = SC_ELEM, .parent = &rs, .out = &elb, .indent = "      ", .col = "col"};
   emit_norms(k, &es);
   emit_stores_rowwise(k, &es, &rs, &stores, "      ");
-  buf_printf(body, "extern \"C\" __global__ void __launch_bounds__(%d) @(const __grid_constant__ ffn::KArgs args) {\n",
-             threads);
-  buf_printf(body, "  constexpr int THREADS = %d; // the launch's block (the plan's threads)\n", threads);
-  buf_puts(body, "  __shared__ float red[64];\n  (void)red;\n  const ffn::KArgs *a = &args;\n"
-                 "  for (long long row = blockIdx.x; row < a->m; row += gridDim.x) {\n");
-  buf_puts(body, rowb.s ? rowb.s : "");
+  open_rowwise_kernel(body, threads, rowb.s);
   open_col_loop(body, (long long)k->ncols);
   buf_puts(body, elb.s ? elb.s : "");
   buf_puts(body, stores.s ? stores.s : "");
@@ -628,12 +634,7 @@ void emit_rowwise_f8_kernel(Kgen *k, int threads, int codes, int scales, DType f
   emit_norms(k, &es);
   const char *v = value(k, &es, n), *ty = tname(n->dtype);
   int sc = slot(k, codes), ss = slot(k, scales), e5m2 = f8 == DT_F8E5M2;
-  buf_printf(body, "extern \"C\" __global__ void __launch_bounds__(%d) @(const __grid_constant__ ffn::KArgs args) {\n",
-             threads);
-  buf_printf(body, "  constexpr int THREADS = %d; // the launch's block (the plan's threads)\n", threads);
-  buf_puts(body, "  __shared__ float red[64];\n  (void)red;\n  const ffn::KArgs *a = &args;\n"
-                 "  for (long long row = blockIdx.x; row < a->m; row += gridDim.x) {\n");
-  buf_puts(body, rowb.s ? rowb.s : "");
+  open_rowwise_kernel(body, threads, rowb.s);
   buf_puts(body, "    float amax = 0.f;\n");
   open_col_loop(body, (long long)k->ncols);
   buf_puts(body, elb.s ? elb.s : "");
