@@ -10,6 +10,7 @@
 #include "gen.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/gemm_host.h"
@@ -451,6 +452,7 @@ void emit_gemm_entry(Kgen *k, const ffn_gemm_config *c, bool ext, Buf *body) {
   buf_printf(body,
              "extern \"C\" __global__ void __launch_bounds__(%d, %d)%s @_%s(const __grid_constant__ ffn::KArgs a%s) {\n"
              "  extern __shared__ __align__(128) char smem[];\n"
+             "  ffn::pdl_entry();\n"
              "  ffn::GemmArgs g;\n"
              "  g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = %lld; g.K = %lld;\n"
              "  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = %s;\n"
@@ -596,7 +598,7 @@ static void open_rowwise_kernel(Buf *body, int threads, const char *rowb) {
   buf_printf(body, "extern \"C\" __global__ void __launch_bounds__(%d) @(const __grid_constant__ ffn::KArgs args) {\n",
              threads);
   buf_printf(body, "  constexpr int THREADS = %d; // the launch's block (the plan's threads)\n", threads);
-  buf_puts(body, "  __shared__ float red[64];\n  (void)red;\n  const ffn::KArgs *a = &args;\n"
+  buf_puts(body, "  ffn::pdl_entry();\n  __shared__ float red[64];\n  (void)red;\n  const ffn::KArgs *a = &args;\n"
                  "  for (long long row = blockIdx.x; row < a->m; row += gridDim.x) {\n");
   buf_puts(body, rowb ? rowb : "");
 }
@@ -662,6 +664,12 @@ void emit_prelude(Gen *G) {
 #define X(e, n, b, st, f) buf_printf(&G->src, "#define DT_%s %d\n", #e, DT_##e);
   FFN_DTYPES(X)
 #undef X
+  const char *promote = getenv("FFNC_FP8_PROMOTE"); /* codes per fp8 promotion: an experiment (kernels/NOTES.md) */
+  if (promote && strcmp(promote, "256") == 0)
+    buf_puts(&G->src, "#define FFN_FP8_PROMOTE_KTILES 2\n");
+  const char *krot = getenv("FFNC_KROT"); /* rotated k order per CTA: an experiment (kernels/NOTES.md) */
+  if (krot && strcmp(krot, "1") == 0)
+    buf_puts(&G->src, "#define FFN_GEMM_KROT 1\n");
   buf_puts(&G->src, "#include \"ewise.cuh\"\n#include \"gemm_sm80.cuh\"\n#include \"gemm_simt.cuh\"\n#include \"runtime.cuh\"\n");
   if (G->c->arch == 90)
     buf_puts(&G->src, "#include \"gemm_sm90.cuh\"\n#include \"gemm_sm90p.cuh\"\n");
@@ -675,5 +683,6 @@ void emit_prelude(Gen *G) {
   DType mm = G->g->prec.type[PREC_MATMUL];
   if (mm == DT_F8E4M3 || mm == DT_F8E5M2)
     buf_puts(&G->src, "#include \"fp8.cuh\"\n");
+
 }
 

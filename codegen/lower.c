@@ -351,6 +351,7 @@ static int f8_quant_a(Gen *G, Kgen *k) {
   Buf body = {0};
   buf_printf(&body,
              "extern \"C\" __global__ void __launch_bounds__(%d) @(const __grid_constant__ ffn::KArgs a) {\n"
+             "  ffn::pdl_entry();\n"
              "  ffn::quant_rows_f8<%s, %d, %d>((const %s *)a.p[0], (ffn::u8 *)a.p[1], (float *)a.p[2], %s, a.m, "
              "%lldLL);\n}\n",
              THREADS, gen_ctype(a->dtype), k->f8 == DT_F8E5M2, THREADS, gen_ctype(a->dtype),
@@ -578,11 +579,12 @@ static int wgrad_sm90_kernel(Gen *G, const Node *n, const char *mma_call, int64_
   buf_printf(&body,
              "extern \"C\" __global__ void __launch_bounds__(%d, 1) @_%s(const __grid_constant__ ffn::KArgs args) {\n"
              "  extern __shared__ __align__(128) char smem[];\n"
+             "  ffn::pdl_entry();\n"
              "  ffn::matmul_at_sm90<%d, %d, %d, %d>((const %s *)args.p[0], (const %s *)args.p[1], (%s *)args.p[2], "
              "args.m, %lld, %lld, args.splits, args.ws, args.counters, smem);\n}\n",
              c->threads, c->name, c->bm, c->bn, c->bk, c->stages, t, t, to, (long long)K, (long long)N);
   buf_printf(&body, "extern \"C\" __global__ void __launch_bounds__(256) @_mma(const __grid_constant__ ffn::KArgs args) {\n"
-             "  %s;\n}\n", mma_call);
+             "  ffn::pdl_entry();\n  %s;\n}\n", mma_call);
   PlanKernel pk = {.kind = KK_ROWWISE, .nvariants = 2, .n = N, .k = K, .op = OP_MATMUL_AT};
   pk.variants[0] = (KernelVariant){.threads = c->threads, .smem = (int)ffn_gemm_smem_bytes(c, 2), .cfg = *c};
   pk.variants[1] = (KernelVariant){.threads = 256};
@@ -707,7 +709,7 @@ static void lower_single(Gen *G, Group *gr) {
   }
   Buf body = {0};
   buf_printf(&body, "extern \"C\" __global__ void __launch_bounds__(%d) @(const __grid_constant__ ffn::KArgs args) {\n"
-             "  %s;\n}\n", threads, call);
+             "  ffn::pdl_entry();\n  %s;\n}\n", threads, call);
   int kernel = rowwise_kernel(G, body.s, C ? C : N, threads, n->op, what);
   add_step(G, kernel, &k, &rows);
   buf_free(&body);

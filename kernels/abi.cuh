@@ -25,6 +25,15 @@
  * count it divides. */
 #define FFN_GATEUP_GROUP 8
 
+/* Programmatic dependent launch: from this arch on, every generated kernel of a plan starts with
+ * ffn::pdl_entry(): it lets the next launch on the stream be
+ * scheduled, then waits until the kernels before it on the stream have finished and their writes
+ * are visible, before it reads or writes any tensor. So the runtime may launch a plan's kernel
+ * that follows another of its kernels with CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION:
+ * its start (launch, shared memory, barriers, tensor maps) overlaps the tail of the one before.
+ * Plans for older archs launch plainly. */
+#define FFN_PDL_MIN_ARCH 90
+
 /* Dims of a load-time elementwise step's broadcast index (FfnPrepIndex). */
 #define FFN_PREP_MAX_RANK 6
 

@@ -24,6 +24,16 @@ struct f16 { u16 bits; };
 struct fp8e4m3 { u8 bits; };
 struct fp8e5m2 { u8 bits; };
 
+// The first statement of every kernel of a plan (abi.cuh: FFN_PDL_MIN_ARCH): the next kernel on
+// the stream may start (it waits in its own pdl_entry), then this one waits for the kernels before
+// it. Both are no-ops for a plain launch.
+__device__ __forceinline__ void pdl_entry() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 __device__ __forceinline__ int imin(int a, int b) { return a < b ? a : b; }
 __device__ __forceinline__ int imax(int a, int b) { return a > b ? a : b; }
 

@@ -128,6 +128,8 @@ static inline const ffn_gemm_config *ffn_gemm_configs(int *count) {
        * Candidates, not the rule: listed after the tma_ ones of the same regime, which win */
       {"tmac_128x128x64", FFN_GEMM_SM90C, 128, 128, 64, 64, 128, 6, 384, 1, 1, 512, 0},
       {"tmac_128x224x64", FFN_GEMM_SM90C, 128, 224, 64, 64, 224, 4, 384, 1, 1, 512, 0},
+      /* a deeper ring at mid M (7 stages: all 227 KB): a candidate */
+      {"tma7_128x128x64", FFN_GEMM_SM90T, 128, 128, 64, 64, 128, 7, 384, 1, 1, 512, 0},
       /* persistent (one CTA per SM looping over tiles), 16-bit operands: ping-pong hides each
        * tile's epilogue behind the other warpgroup's main loop, cooperative only the fill. From
        * 513 rows ping-pong is the rule (H200: 8B sublayer 1024 / 8192 tokens 466 / 3599 us
@@ -210,7 +212,7 @@ static inline int ffn_gemm_config_fits(const ffn_gemm_config *c, long long cols,
     /* alternatives: the same kind, regime, row tile, k step and warpgroup split, another width the element type
      * can use (ffn_gemm_config_takes) */
     if (&t[i] == c || t[i].kind != c->kind || t[i].max_m != c->max_m || t[i].bm != c->bm || t[i].bk != c->bk || t[i].wm != c->wm ||
-        t[i].design != c->design || !ffn_gemm_config_takes(&t[i], fp8))
+        t[i].stages != c->stages || t[i].design != c->design || !ffn_gemm_config_takes(&t[i], fp8))
       continue;
     long long other = ffn_gemm_row_cost(&t[i], cols), mine = ffn_gemm_row_cost(c, cols);
     if (other < mine || (other == mine && &t[i] < c))

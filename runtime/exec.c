@@ -700,8 +700,24 @@ static ffn_status tma_map(const ffn_model *m, const PlanKernel *k, const ffn_gem
                   name ? name : "?", b ? 'B' : 'A', rows, (long long)k->k, (unsigned long long)ptr, c->name);
 }
 
+/* cuLaunchKernel, or with programmatic stream serialization when `chain` (the kernel's start
+ * overlaps the tail of the plan kernel before it: abi.cuh, FFN_PDL_MIN_ARCH) */
+static CUresult launch(const ffn_model *m, CUfunction f, const unsigned grid[3], unsigned threads, unsigned smem,
+                       CUstream stream, void **params, bool chain) {
+  if (!chain)
+    return m->cu->cuLaunchKernel(f, grid[0], grid[1], grid[2], threads, 1, 1, smem, stream, params, NULL);
+  CUlaunchAttribute attr = {.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION};
+  attr.value.programmaticStreamSerializationAllowed = 1;
+  CUlaunchConfig cfg = {.gridDimX = grid[0], .gridDimY = grid[1], .gridDimZ = grid[2], .blockDimX = threads,
+                        .blockDimY = 1, .blockDimZ = 1, .sharedMemBytes = smem, .hStream = stream,
+                        .attrs = &attr, .numAttrs = 1};
+  return m->cu->cuLaunchKernelEx(&cfg, f, params, NULL);
+}
+
 ffn_status exec_step(ExecRun *run, int s) {
   ffn_model *m = run->m;
+  bool chain = run->chain && m->pdl;
+  run->chain = false;
   const Plan *p = m->prog->plan;
   const PlanStep *ps = &p->steps[s];
   CUresult r;
@@ -733,6 +749,7 @@ ffn_status exec_step(ExecRun *run, int s) {
                            sp, NULL);
     if (r != CUDA_SUCCESS)
       return cu_fail(m->cu, r, "cu->cuLaunchKernel()");
+    chain = m->pdl; /* after ffn_row_stats, a plain kernel that waited for everything before it */
   }
   unsigned grid[3] = {1, 1, 1};
   if (k->kind == KK_GEMM)
@@ -753,9 +770,11 @@ ffn_status exec_step(ExecRun *run, int s) {
     if (st != FFN_OK)
       return st;
   }
-  r = m->cu->cuLaunchKernel(f, grid[0], grid[1], grid[2], (unsigned)c.v->threads, 1, 1, (unsigned)c.v->smem, run->stream,
-                         params, NULL);
-  return r == CUDA_SUCCESS ? FFN_OK : cu_fail(m->cu, r, "cu->cuLaunchKernel()");
+  r = launch(m, f, grid, (unsigned)c.v->threads, (unsigned)c.v->smem, run->stream, params, chain);
+  if (r != CUDA_SUCCESS)
+    return cu_fail(m->cu, r, chain ? "cu->cuLaunchKernelEx(programmatic stream serialization)" : "cu->cuLaunchKernel()");
+  run->chain = true;
+  return FFN_OK;
 }
 
 ffn_status exec_end(ExecRun *run, ffn_status st) {

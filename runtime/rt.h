@@ -25,7 +25,7 @@ ffn_status rt_error(ffn_status s, const char *fmt, ...) __attribute__((format(pr
   X(cuInit) X(cuDriverGetVersion) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetAttribute)          \
   X(cuDeviceGetName) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxPushCurrent)     \
   X(cuCtxPopCurrent) X(cuModuleLoadDataEx) X(cuModuleUnload)                      \
-  X(cuModuleGetFunction) X(cuFuncSetAttribute) X(cuFuncGetAttribute) X(cuLaunchKernel) X(cuMemAlloc) \
+  X(cuModuleGetFunction) X(cuFuncSetAttribute) X(cuFuncGetAttribute) X(cuLaunchKernel) X(cuLaunchKernelEx) X(cuMemAlloc) \
   X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)              \
   X(cuMemcpyDtoDAsync) X(cuMemcpy2DAsync) X(cuMemsetD8Async) X(cuMemsetD32Async) X(cuMemGetInfo)     \
   X(cuStreamCreate) X(cuStreamCreateWithPriority) X(cuCtxGetStreamPriorityRange) X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamBeginCapture)                 \
@@ -279,6 +279,9 @@ struct ffn_model {
   CUdevice dev;
   CUcontext ctx;
   int sms;
+  /* a plan kernel that follows another on the stream overlaps its tail (abi.cuh: FFN_PDL_MIN_ARCH;
+   * the plan's arch and the device's from it; FFNC_PDL=0 turns it off) */
+  bool pdl;
   CUmodule *modules;  /* one per program image */
   int nmodules;
   CUfunction *funcs;   /* [kernel][variant] flattened, see func_index */
@@ -382,6 +385,7 @@ typedef struct {
   CUdeviceptr extra; /* exec_begin_extra's bytes for the caller, 256-byte aligned */
   Workspace *w;
   bool pushed;
+  bool chain; /* the last thing exec_step enqueued on stream is a plan kernel (m->pdl: the next may overlap it) */
 } ExecRun;
 
 ffn_status exec_begin(ffn_model *m, CUstream stream, const DLTensor *inputs, int ninputs, const DLTensor *outputs,

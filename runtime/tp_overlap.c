@@ -200,6 +200,7 @@ static ffn_status pipe_op(Blocks *bl, const PipeOp *op, CUstream stream, Workspa
   const CuApi *cu = run->m->cu;
   switch (op->kind) {
   case PIPE_COMPUTE:
+    run->chain = false; /* events and other blocks' kernels came between */
     for (int s = op->first; s < op->last; s++) {
       ffn_status st = exec_step(run, s);
       if (st != FFN_OK)

@@ -285,6 +285,7 @@ static ffn_status fill_random(Tuner *t, CUdeviceptr d, size_t bytes, DType dt) {
 
 static ffn_status launch(Tuner *t, int step, LaunchChoice c) {
   t->run.choice[step] = c;
+  t->run.chain = false; /* timed alone, from a plain launch */
   return exec_step(&t->run, step);
 }
 

@@ -381,6 +381,7 @@ static void run_variant(void *p, int rot, CUstream s) {
       else if (a->kind == A_GEMM) {
         const PlanKernel *k = &plan->kernels[plan->steps[i].kernel];
         int64_t m = run.choice[i].m;
+        run.chain = false; /* cuBLASLt's kernel comes between */
         if (m > 0 && lt_matmul(lt, s, plan->tensors[a->a].dtype, (int)m, (int)k->n, (int)k->k, run.ptr[a->a],
                                run.ptr[a->b], run.ptr[a->out], a->resid >= 0 ? run.ptr[a->resid] : 0, a->epi,
                                a->bias >= 0 ? run.ptr[a->bias] : 0, errbuf, sizeof errbuf) != 0)

@@ -69,6 +69,7 @@ struct Epi_k0 {
 };
 extern "C" __global__ void __launch_bounds__(128, 4) k0_simt_32x64x16(const __grid_constant__ ffn::KArgs a) {
   extern __shared__ __align__(128) char smem[];
+  ffn::pdl_entry();
   ffn::GemmArgs g;
   g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 512; g.K = 128;
   g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = nullptr;
@@ -77,6 +78,7 @@ extern "C" __global__ void __launch_bounds__(128, 4) k0_simt_32x64x16(const __gr
 }
 extern "C" __global__ void __launch_bounds__(256, 2) k0_simt_128x64x8(const __grid_constant__ ffn::KArgs a) {
   extern __shared__ __align__(128) char smem[];
+  ffn::pdl_entry();
   ffn::GemmArgs g;
   g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 512; g.K = 128;
   g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = nullptr;
@@ -120,6 +122,7 @@ struct Epi_k1 {
 };
 extern "C" __global__ void __launch_bounds__(128, 4) k1_simt_32x64x16(const __grid_constant__ ffn::KArgs a) {
   extern __shared__ __align__(128) char smem[];
+  ffn::pdl_entry();
   ffn::GemmArgs g;
   g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 128; g.K = 512;
   g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = nullptr;
@@ -128,6 +131,7 @@ extern "C" __global__ void __launch_bounds__(128, 4) k1_simt_32x64x16(const __gr
 }
 extern "C" __global__ void __launch_bounds__(256, 2) k1_simt_128x64x8(const __grid_constant__ ffn::KArgs a) {
   extern __shared__ __align__(128) char smem[];
+  ffn::pdl_entry();
   ffn::GemmArgs g;
   g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 128; g.K = 512;
   g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = nullptr;

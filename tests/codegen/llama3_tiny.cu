@@ -62,6 +62,7 @@ struct Epi_k0 {
 };
 extern "C" __global__ void __launch_bounds__(128, 1) k0_sm80_16x128x128(const __grid_constant__ ffn::KArgs a) {
   extern __shared__ __align__(128) char smem[];
+  ffn::pdl_entry();
   ffn::GemmArgs g;
   g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 704; g.K = 256;
   g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = nullptr;
@@ -70,6 +71,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) k0_sm80_16x128x128(const __
 }
 extern "C" __global__ void __launch_bounds__(128, 1) k0_sm80_32x128x64(const __grid_constant__ ffn::KArgs a) {
   extern __shared__ __align__(128) char smem[];
+  ffn::pdl_entry();
   ffn::GemmArgs g;
   g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 704; g.K = 256;
   g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = nullptr;
@@ -78,6 +80,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) k0_sm80_32x128x64(const __g
 }
 extern "C" __global__ void __launch_bounds__(128, 1) k0_sm80_64x128x64(const __grid_constant__ ffn::KArgs a) {
   extern __shared__ __align__(128) char smem[];
+  ffn::pdl_entry();
   ffn::GemmArgs g;
   g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 704; g.K = 256;
   g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = nullptr;
@@ -86,6 +89,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) k0_sm80_64x128x64(const __g
 }
 extern "C" __global__ void __launch_bounds__(384, 1) k0_tma_128x128x64(const __grid_constant__ ffn::KArgs a, const __grid_constant__ ffn::TmaMaps t) {
   extern __shared__ __align__(128) char smem[];
+  ffn::pdl_entry();
   ffn::GemmArgs g;
   g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 704; g.K = 256;
   g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = &t;
@@ -94,6 +98,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) k0_tma_128x128x64(const __g
 }
 extern "C" __global__ void __launch_bounds__(384, 1) __cluster_dims__(2, 1, 1) k0_tmac_128x128x64(const __grid_constant__ ffn::KArgs a, const __grid_constant__ ffn::TmaMaps t) {
   extern __shared__ __align__(128) char smem[];
+  ffn::pdl_entry();
   ffn::GemmArgs g;
   g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 704; g.K = 256;
   g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = &t;
@@ -102,6 +107,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) __cluster_dims__(2, 1, 1) k
 }
 extern "C" __global__ void __launch_bounds__(384, 1) k0_tmap_pp_128x128x64(const __grid_constant__ ffn::KArgs a, const __grid_constant__ ffn::TmaMaps t) {
   extern __shared__ __align__(128) char smem[];
+  ffn::pdl_entry();
   ffn::GemmArgs g;
   g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 704; g.K = 256;
   g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = &t;
@@ -110,6 +116,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) k0_tmap_pp_128x128x64(const
 }
 extern "C" __global__ void __launch_bounds__(384, 1) k0_tmap_coop_128x256x64(const __grid_constant__ ffn::KArgs a, const __grid_constant__ ffn::TmaMaps t) {
   extern __shared__ __align__(128) char smem[];
+  ffn::pdl_entry();
   ffn::GemmArgs g;
   g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 704; g.K = 256;
   g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = &t;
@@ -118,6 +125,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) k0_tmap_coop_128x256x64(con
 }
 extern "C" __global__ void __launch_bounds__(384, 1) k0_tma_128x256x64(const __grid_constant__ ffn::KArgs a, const __grid_constant__ ffn::TmaMaps t) {
   extern __shared__ __align__(128) char smem[];
+  ffn::pdl_entry();
   ffn::GemmArgs g;
   g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 704; g.K = 256;
   g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = &t;
@@ -159,6 +167,7 @@ struct Epi_k1 {
 };
 extern "C" __global__ void __launch_bounds__(128, 1) k1_sm80_16x128x128(const __grid_constant__ ffn::KArgs a) {
   extern __shared__ __align__(128) char smem[];
+  ffn::pdl_entry();
   ffn::GemmArgs g;
   g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 256; g.K = 704;
   g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = nullptr;
@@ -167,6 +176,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) k1_sm80_16x128x128(const __
 }
 extern "C" __global__ void __launch_bounds__(128, 1) k1_sm80_32x128x64(const __grid_constant__ ffn::KArgs a) {
   extern __shared__ __align__(128) char smem[];
+  ffn::pdl_entry();
   ffn::GemmArgs g;
   g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 256; g.K = 704;
   g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = nullptr;
@@ -175,6 +185,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) k1_sm80_32x128x64(const __g
 }
 extern "C" __global__ void __launch_bounds__(128, 1) k1_sm80_64x128x64(const __grid_constant__ ffn::KArgs a) {
   extern __shared__ __align__(128) char smem[];
+  ffn::pdl_entry();
   ffn::GemmArgs g;
   g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 256; g.K = 704;
   g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = nullptr;
@@ -183,6 +194,7 @@ extern "C" __global__ void __launch_bounds__(128, 1) k1_sm80_64x128x64(const __g
 }
 extern "C" __global__ void __launch_bounds__(384, 1) k1_tma_128x128x64(const __grid_constant__ ffn::KArgs a, const __grid_constant__ ffn::TmaMaps t) {
   extern __shared__ __align__(128) char smem[];
+  ffn::pdl_entry();
   ffn::GemmArgs g;
   g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 256; g.K = 704;
   g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = &t;
@@ -191,6 +203,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) k1_tma_128x128x64(const __g
 }
 extern "C" __global__ void __launch_bounds__(384, 1) __cluster_dims__(2, 1, 1) k1_tmac_128x128x64(const __grid_constant__ ffn::KArgs a, const __grid_constant__ ffn::TmaMaps t) {
   extern __shared__ __align__(128) char smem[];
+  ffn::pdl_entry();
   ffn::GemmArgs g;
   g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 256; g.K = 704;
   g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = &t;
@@ -199,6 +212,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) __cluster_dims__(2, 1, 1) k
 }
 extern "C" __global__ void __launch_bounds__(384, 1) k1_tmap_pp_128x128x64(const __grid_constant__ ffn::KArgs a, const __grid_constant__ ffn::TmaMaps t) {
   extern __shared__ __align__(128) char smem[];
+  ffn::pdl_entry();
   ffn::GemmArgs g;
   g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 256; g.K = 704;
   g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = &t;
@@ -207,6 +221,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) k1_tmap_pp_128x128x64(const
 }
 extern "C" __global__ void __launch_bounds__(384, 1) k1_tmap_coop_128x256x64(const __grid_constant__ ffn::KArgs a, const __grid_constant__ ffn::TmaMaps t) {
   extern __shared__ __align__(128) char smem[];
+  ffn::pdl_entry();
   ffn::GemmArgs g;
   g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 256; g.K = 704;
   g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = &t;
@@ -215,6 +230,7 @@ extern "C" __global__ void __launch_bounds__(384, 1) k1_tmap_coop_128x256x64(con
 }
 extern "C" __global__ void __launch_bounds__(384, 1) k1_tma_128x256x64(const __grid_constant__ ffn::KArgs a, const __grid_constant__ ffn::TmaMaps t) {
   extern __shared__ __align__(128) char smem[];
+  ffn::pdl_entry();
   ffn::GemmArgs g;
   g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 256; g.K = 704;
   g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = &t;

@@ -26,6 +26,7 @@
 // kernel k0: rowwise over [M, 300]
 extern "C" __global__ void __launch_bounds__(256) k0(const __grid_constant__ ffn::KArgs args) {
   constexpr int THREADS = 256; // the launch's block (the plan's threads)
+  ffn::pdl_entry();
   __shared__ float red[64];
   (void)red;
   const ffn::KArgs *a = &args;
