@@ -90,3 +90,7 @@ foreach(model examples/llama3_tiny tests/gpu/models/layernorm_f32)
   set_tests_properties(gpu_grad_api_${base} PROPERTIES LABELS "gpu;grad" SKIP_RETURN_CODE 77
     ENVIRONMENT "${FFNC_GPU_ENV}")
 endforeach()
+# The keep policy on the CPU reference: the backward graph reading the training forward's saved
+# tensors gives the recompute gradients bit for bit (Llama, GPT, Phi-3, two FFN Fusion groups, a
+# layernorm model; T = 1, 7, 64); the saved-tensor interface and the refusals of bad ones.
+ffn_c_test(grad_keep_test SOURCES ${FFNC_TEST_DIR}/grad/grad_keep_test.c LABELS grad)
