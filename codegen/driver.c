@@ -41,12 +41,21 @@ int parse_arch(const char *s, int *sm, char *err, size_t errlen) {
   return 0;
 }
 
-/* inputs keep their declaration order through the passes */
+/* inputs keep their declaration order through the passes; the saved tensors a backward graph
+ * of the keep policy reads come last (they sit where the forward computed them) */
 static void number_inputs(Graph *g) {
   int idx = 0;
-  for (int i = 0; i < g->nodes.len; i++)
-    if (GRAPH_NODE(g, i)->op == OP_INPUT)
-      GRAPH_NODE(g, i)->ival[0] = idx++;
+  for (int saved = 0; saved < 2; saved++)
+    for (int i = 0; i < g->nodes.len; i++) {
+      Node *n = GRAPH_NODE(g, i);
+      if (n->op == OP_INPUT && (strncmp(n->name, "saved.", 6) == 0) == saved)
+        n->ival[0] = idx++;
+    }
+}
+
+/* The graph pass_grad makes for these options */
+static GradGraph grad_graph(const DriverOptions *o) {
+  return !o->keep ? GRAD_RECOMPUTE : o->grad ? GRAD_KEEP : GRAD_FORWARD;
 }
 
 Graph *driver_model_graph(const char *text, size_t len, const char *name, const DriverOptions *o, Diags *d) {
@@ -59,7 +68,7 @@ Graph *driver_model_graph(const char *text, size_t len, const char *name, const 
   Compile c = {.g = g, .src = &src, .diags = d, .arch = o->sm, .opt_level = o->opt_level, .tp = o->tp,
                .tp_rank = o->tp_rank};
   if (pass_ffn_fusion(&c) != 0 || c.broken || pass_tp(&c) != 0 || c.broken ||
-      (o->grad && (pass_grad(&c) != 0 || c.broken))) {
+      ((o->grad || o->keep) && (pass_grad(&c, grad_graph(o)) != 0 || c.broken))) {
     graph_destroy(g);
     return NULL;
   }
@@ -79,10 +88,11 @@ int driver_compile_graph(Graph *g, const SourceFile *src, const DriverOptions *o
 int driver_compile(const char *text, size_t len, const char *name, const DriverOptions *o, Diags *d, Plan **plan,
                    Graph **graph_out) {
   FrontendOptions fo = {o->prec, o->nprec, o->fuse, o->nfuse};
-  Graph *g = o->grad ? driver_model_graph(text, len, name, o, d) : frontend_compile_string(text, len, name, &fo, d);
+  bool training = o->grad || o->keep;
+  Graph *g = training ? driver_model_graph(text, len, name, o, d) : frontend_compile_string(text, len, name, &fo, d);
   if (!g)
     return -1;
-  if (o->grad) /* driver_model_graph applied the requested FFN Fusion: the passes must not look again */
+  if (training) /* driver_model_graph applied the requested FFN Fusion: the passes must not look again */
     g->nfuse = 0;
   number_inputs(g);
   SourceFile src = {name, text, len};

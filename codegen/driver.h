@@ -15,6 +15,8 @@ typedef struct {
   const char *dump_after; /* --dump-ir-after */
   FILE *dump;
   bool grad;     /* the backward graph (passes/grad.c) instead of the program */
+  bool keep;     /* the keep policy: with grad, the backward graph that reads the saved tensors
+                  * (inputs saved.NAME); without, the training forward that writes them */
 } DriverOptions;
 
 /* Parses, checks, optimizes and generates code. plan and graph_out (the optimized graph)
@@ -30,7 +32,8 @@ int driver_compile_graph(Graph *g, const SourceFile *src, const DriverOptions *o
  * applied (it changes the function), before any optimization; with o->tp > 1, rank
  * o->tp_rank's share of it (passes/tp.c; run the ranks together with interp_run_tp). This is what
  * the CPU reference runs and what compiled programs are compared against. With o->grad, the
- * backward graph of that function. NULL with diagnostics in d on error. */
+ * backward graph of that function; with o->keep, the keep policy's training forward or backward
+ * graph (passes/grad.c). NULL with diagnostics in d on error. */
 Graph *driver_model_graph(const char *text, size_t len, const char *name, const DriverOptions *o, Diags *d);
 
 /* "sm_90" -> 90; sm_80 and newer only. */

@@ -25,7 +25,9 @@
  *   ffn_program_destroy(prog);
  *
  * Training: compile the program's backward graph (ffn_options_set_grad) and let
- * ffn_model_run_grad write or accumulate the gradients into your f32/bf16 tensors (below).
+ * ffn_model_run_grad write or accumulate the gradients into your f32/bf16 tensors (below);
+ * with ffn_options_set_grad_policy(o, FFN_GRAD_KEEP), a training forward keeps what the
+ * backward needs instead of the backward recomputing it.
  *
  * Every function returns an ffn_status; on failure ffn_last_error() describes what went
  * wrong (which CUDA/NVRTC call failed and why, which tensor is missing...). The CUDA driver
@@ -96,6 +98,18 @@ FFN_API ffn_status ffn_options_set_tensor_parallel(ffn_options *o, int ranks, in
  * outputs "grad.NAME" (f32, NAME's shape) for every input and weight, in declaration order.
  * Not with tensor parallel (an all-reduce has no backward rule yet). */
 FFN_API ffn_status ffn_options_set_grad(ffn_options *o, int on);
+/* What the forward keeps for the backward (training), for the compiles of this options object:
+ *   FFN_GRAD_RECOMPUTE (the default): nothing; the backward graph recomputes the forward values
+ *     it reads from the inputs (the least memory).
+ *   FFN_GRAD_KEEP: the forward keeps the outputs of its matrix products that the backward reads
+ *     ("saved tensors": for a SwiGLU sublayer the gate and up products, [T, F] each, in the
+ *     products' type), so the backward runs no forward product again. A compile with
+ *     ffn_options_set_grad(o, 1) gives the backward graph that reads them: its inputs are the
+ *     program's, "grad.OUT" per output, then "saved.NAME" per saved tensor; a compile without it
+ *     gives the training forward: the program with outputs "saved.NAME" after its own, the same
+ *     names, shapes and types in the same order (see "training" below). */
+typedef enum { FFN_GRAD_RECOMPUTE = 0, FFN_GRAD_KEEP = 1 } ffn_grad_policy;
+FFN_API ffn_status ffn_options_set_grad_policy(ffn_options *o, ffn_grad_policy policy);
 /* 0: no fusion (one kernel per op, for debugging); 1..3: full (default 3). */
 FFN_API ffn_status ffn_options_set_opt_level(ffn_options *o, int level);
 
@@ -269,7 +283,26 @@ FFN_API const char *ffn_model_tuning(const ffn_model *m);
  *
  * Like ffn_model_run it enqueues on `stream` and returns: no host synchronization, and no
  * allocation once a call of as many tokens has run on that stream (the workspace is reused),
- * so it can be captured in a CUDA graph after a warm-up call on the capturing stream. */
+ * so it can be captured in a CUDA graph after a warm-up call on the capturing stream.
+ *
+ * The keep policy (ffn_options_set_grad_policy(o, FFN_GRAD_KEEP) for both compiles): the
+ * training forward is run with ffn_model_run like any program; its outputs are the program's,
+ * then the saved tensors, in tensors you own (allocated like outputs: ffn_program_output_info
+ * gives their names, shapes and types). Pass them, unchanged, after the output gradients:
+ *
+ *   ffn_options_set_grad_policy(opt, FFN_GRAD_KEEP);
+ *   ffn_program_compile_file("llama.ffn", opt, &fwd);            // outputs y, saved.* (2 per SwiGLU)
+ *   ffn_options_set_grad(opt, 1);
+ *   ffn_program_compile_file("llama.ffn", opt, &bwd);            // inputs x, grad.y, saved.*
+ *   DLTensor outs[] = {y, s0, s1};      ffn_model_run(fwd_model, stream, &x, 1, outs, 3);
+ *   DLTensor in[]   = {x, dy, s0, s1};  ffn_model_run_grad(bwd_model, stream, in, 4, grads, 5, 0);
+ *
+ * The saved tensors must hold what the training forward wrote for these inputs and these weights
+ * (nothing checks that); they are read, never written, by the backward, and may be freed or
+ * reused once it has run. Missing saved tensors, or ones of the wrong shape or type, are refused
+ * naming the tensor. Extra memory: the saved tensors, e.g. 2 F x 2 bytes per token and bf16
+ * SwiGLU sublayer (56 KiB for Llama-3-8B), while the backward's workspace no longer holds the
+ * recomputed products. */
 enum { FFN_GRAD_ACCUMULATE = 1 };
 FFN_API ffn_status ffn_model_run_grad(ffn_model *m, struct CUstream_st *stream, const DLTensor *inputs, int ninputs,
                                       const DLTensor *grads, int ngrads, unsigned flags);

@@ -335,13 +335,46 @@ static int rowwise_group(Fuser *f, Node *n) {
   return 0;
 }
 
+/* Whether g's member m (or n, about to join) may be written to memory: it has a user outside g,
+ * as far as is known while the groups are being made, or is an output. */
+static bool may_store(Fuser *f, const Group *g, const Node *m) {
+  PtrVec *us = &f->users.by_id[m->id];
+  bool out = f->users.is_output[m->id];
+  for (int j = 0; j < us->len && !out; j++)
+    out = ((Node *)us->items[j])->group != g->id;
+  return out;
+}
+
+/* Whether rowwise group g, with n joined, stays within a kernel's FFN_KARGS_SLOTS tensors: the
+ * distinct values it reads from memory and the members it may store. Independent work (the
+ * keep policy's backward graph: each layer's silu(gate) * up from saved tensors) would otherwise
+ * pile up in one kernel. */
+static bool fits_slots(Fuser *f, Group *g, Node *n) {
+  const Node *seen[FFN_KARGS_SLOTS + 1];
+  int nseen = 0, nstores = 0;
+  for (int i = 0; i <= g->nodes.len && nseen + nstores <= FFN_KARGS_SLOTS; i++) {
+    const Node *m = i < g->nodes.len ? g->nodes.items[i] : n;
+    nstores += may_store(f, g, m);
+    for (int j = 0; j < m->nargs && nseen + nstores <= FFN_KARGS_SLOTS; j++) {
+      const Node *a = m->args[j];
+      bool known = a->group == g->id || a->op == OP_SCALAR || a == n;
+      for (int q = 0; q < nseen && !known; q++)
+        known = seen[q] == a;
+      if (!known)
+        seen[nseen++] = a;
+    }
+  }
+  return nseen + nstores <= FFN_KARGS_SLOTS;
+}
+
 /* The newest group that takes n: one of its operands' or, for independent work over the same
- * rows, the newest rowwise group (kept to a modest size). */
+ * rows, the newest rowwise group (kept to a modest size, and within a kernel's tensors). */
 static Group *best_group(Fuser *f, Node *n) {
   Group *best = NULL;
   for (int j = 0; j < n->nargs; j++) {
     int gid = n->args[j]->group;
-    if (gid >= 0 && (!best || gid > best->id) && can_join(f, f->groups[gid], n))
+    if (gid >= 0 && (!best || gid > best->id) && can_join(f, f->groups[gid], n) &&
+        (f->groups[gid]->kind != GK_ROWWISE || fits_slots(f, f->groups[gid], n)))
       best = f->groups[gid];
   }
   if (best)
@@ -350,7 +383,7 @@ static Group *best_group(Fuser *f, Node *n) {
     Group *g = f->groups[k];
     if (g->kind != GK_ROWWISE)
       continue;
-    return g->nodes.len < 64 && can_join(f, g, n) ? g : NULL;
+    return g->nodes.len < 64 && can_join(f, g, n) && fits_slots(f, g, n) ? g : NULL;
   }
   return NULL;
 }

@@ -17,6 +17,27 @@
  * (the reference: in double, rounded to f32). So the GPU runs them on the tensor cores with the
  * weights as stored (codegen: B^T transposed once at load time, 16-bit; matmul_at_tc), and the
  * reference computes exactly what the rule says. f32 products are unchanged.
+ *
+ * What the forward keeps for the backward is a policy (GradGraph):
+ *
+ *   GRAD_RECOMPUTE  the backward graph above: it recomputes every forward value it reads from
+ *                   the inputs (the default: nothing lives between the two calls)
+ *   GRAD_KEEP       the backward graph reads the saved tensors as inputs `saved.NAME` (after
+ *                   the grad.OUT inputs) instead of recomputing them
+ *   GRAD_FORWARD    the training forward of GRAD_KEEP: the program with the saved tensors as
+ *                   extra outputs `saved.NAME` (after its own outputs, in the same order)
+ *
+ * The rule (keep_walk): save the outputs of the matrix products that the backward graph reads,
+ * directly or through values it recomputes; recompute everything else (elementwise ops, norms,
+ * their statistics, residual sums) from the inputs and the saved tensors. So the backward runs
+ * no forward product again, and keeps no [T, F] value it can get from one pass over saved ones
+ * (silu(gate) * up). A product read only through column slices (Phi-3's chunked gate_up, or
+ * the gate/up merge later) is saved as the slices the backward reads. Saved tensors keep the
+ * type of the value (bf16 for a bf16 product): the backward reads exactly what it would have
+ * recomputed, so both policies give bit-identical gradients on the CPU reference.
+ * Names (saved_name): `saved.` and the product's weight without ".weight"
+ * ("saved.model.layers.0.mlp.gate_proj"), ".K" for chunk K of it, "fused." before the first
+ * weight of an FFN Fusion product, ".2", ".3" for a name taken twice.
  */
 #include "passes.h"
 
@@ -289,15 +310,169 @@ static int backward(Grad *G) {
   return 0;
 }
 
-int pass_grad(Compile *c) {
+/* ---- the keep policy ---- */
+
+/* The weight a product's B operand is read from (through transposes and casts; for the
+ * concatenated weights of FFN Fusion, the first one: *direct false), or NULL. */
+static const Node *b_weight(const Node *b, bool *direct) {
+  *direct = true;
+  for (; b && b->op != OP_WEIGHT; b = b->nargs ? b->args[0] : NULL)
+    *direct &= b->op == OP_TRANSPOSE || b->op == OP_CAST;
+  return b;
+}
+
+/* saved.NAME for saved value n (a product, or a slice of one): the rule at the top */
+static const char *saved_name(Graph *g, const Node *n, int ordinal, const char **taken, int ntaken) {
+  const Node *mm = n->op == OP_SLICE ? n->args[0] : n;
+  bool direct;
+  const Node *w = b_weight(mm->args[1], &direct);
+  char base[600];
+  if (w) {
+    size_t len = strlen(w->name);
+    len -= len > 7 && strcmp(w->name + len - 7, ".weight") == 0 ? 7 : 0;
+    snprintf(base, sizeof base, "saved.%s%.*s", direct ? "" : "fused.", (int)len, w->name);
+  } else {
+    snprintf(base, sizeof base, "saved.product%d", ordinal);
+  }
+  if (n->op == OP_SLICE && n->ival[0] % n->ival[1] == 0)
+    snprintf(base + strlen(base), sizeof base - strlen(base), ".%lld", (long long)(n->ival[0] / n->ival[1]));
+  else if (n->op == OP_SLICE)
+    snprintf(base + strlen(base), sizeof base - strlen(base), ".at%lld", (long long)n->ival[0]);
+  for (int k = 1;; k++) {
+    const char *name = k == 1 ? arena_strdup(g->arena, base) : arena_printf(g->arena, "%s.%d", base, k);
+    bool free_name = true;
+    for (int i = 0; i < ntaken && free_name; i++)
+      free_name = strcmp(taken[i], name) != 0;
+    if (free_name)
+      return name;
+  }
+}
+
+/* Whether forward value n is saved when the backward reaches it: a product computed at run
+ * time, or a slice of one that is read only through slices (sliced[id]: so read). */
+static bool saveable(const Node *n, const bool *sliced) {
+  if (ir_is_const(n))
+    return false;
+  if (n->op == OP_MATMUL)
+    return true;
+  return n->op == OP_SLICE && n->args[0]->op == OP_MATMUL && !ir_is_const(n->args[0]) && sliced[n->args[0]->id];
+}
+
+/* The forward values the backward graph saves, in forward order: walked from the gradient
+ * outputs, saved values are leaves (what they are computed from is not needed for them). */
+static int keep_walk(Graph *g, int first_grad_id, const bool *sliced, Node **saved) {
+  bool *seen = ffn_xcalloc((size_t)g->next_id + 1, sizeof(bool)), *keep = ffn_xcalloc((size_t)g->next_id + 1, 1);
+  size_t edges = (size_t)g->noutputs + 1;
+  for (int i = 0; i < g->nodes.len; i++)
+    edges += (size_t)GRAPH_NODE(g, i)->nargs;
+  Node **stack = ffn_xmalloc(sizeof(Node *) * edges);
+  int sp = 0, n = 0;
+  for (int i = 0; i < g->noutputs; i++)
+    stack[sp++] = g->outputs[i].node;
+  while (sp) {
+    Node *v = stack[--sp];
+    if (seen[v->id])
+      continue;
+    seen[v->id] = true;
+    if (v->id < first_grad_id && saveable(v, sliced)) {
+      keep[v->id] = true;
+      continue;
+    }
+    for (int j = 0; j < v->nargs; j++)
+      if (!seen[v->args[j]->id])
+        stack[sp++] = v->args[j];
+  }
+  for (int i = 0; i < g->nodes.len; i++)
+    if (keep[GRAPH_NODE(g, i)->id])
+      saved[n++] = GRAPH_NODE(g, i);
+  free(seen);
+  free(keep);
+  free(stack);
+  return n;
+}
+
+/* GRAD_FORWARD: the program's outputs again, then the saved values; the gradient nodes go. */
+static void keep_forward(Graph *g, int first_grad_id, const Output *outs, int nouts, Node **saved,
+                         const char **names, int nsaved) {
+  g->noutputs = 0;
+  for (int i = 0; i < nouts; i++)
+    graph_add_output(g, outs[i].name, outs[i].node);
+  for (int i = 0; i < nsaved; i++)
+    graph_add_output(g, names[i], saved[i]);
+  for (int i = 0; i < g->nodes.len; i++)
+    GRAPH_NODE(g, i)->dead |= GRAPH_NODE(g, i)->id >= first_grad_id; /* the grad.OUT inputs too */
+}
+
+/* GRAD_KEEP: each saved value becomes the input saved.NAME, in its place (and with its id, so
+ * the order stays topological); what only the saved values needed goes (ir_compact). */
+static void keep_backward(Graph *g, Node **saved, const char **names, int nsaved) {
+  Node **inputs = ffn_xmalloc(sizeof(Node *) * (size_t)(nsaved + 1));
+  for (int i = 0; i < nsaved; i++) {
+    inputs[i] = ir_input(g, names[i], saved[i]->shape, saved[i]->dtype, saved[i]->loc);
+    inputs[i]->var = saved[i]->var;
+  }
+  ir_replace_uses_batch(g, saved, inputs, nsaved);
+  g->nodes.len -= nsaved; /* the inputs, appended above, move to the places of the values */
+  for (int i = 0, k = 0; i < g->nodes.len && k < nsaved; i++)
+    if (GRAPH_NODE(g, i) == saved[k]) {
+      g->nodes.items[i] = inputs[k];
+      inputs[k]->id = saved[k]->id;
+      saved[k++]->dead = true;
+    }
+  free(inputs);
+}
+
+/* Forward values read only through slices (chunks), by id. */
+static bool *sliced_only(const Graph *g) {
+  bool *sliced = ffn_xcalloc((size_t)g->next_id + 1, sizeof(bool)), *other = ffn_xcalloc((size_t)g->next_id + 1, 1);
+  for (int i = 0; i < g->nodes.len; i++) {
+    Node *n = GRAPH_NODE(g, i);
+    for (int j = 0; j < n->nargs; j++)
+      (n->op == OP_SLICE ? sliced : other)[n->args[j]->id] = true;
+  }
+  for (int i = 0; i < g->noutputs; i++)
+    other[g->outputs[i].node->id] = true;
+  for (int i = 0; i <= g->next_id; i++)
+    sliced[i] &= !other[i];
+  free(other);
+  return sliced;
+}
+
+static int keep_policy(Compile *c, GradGraph which, int first_grad_id, const bool *sliced, const Output *outs,
+                       int nouts) {
+  Graph *g = c->g;
+  Node **saved = ffn_xmalloc(sizeof(Node *) * (size_t)(g->nodes.len + 1));
+  int nsaved = keep_walk(g, first_grad_id, sliced, saved);
+  const char **names = ffn_xmalloc(sizeof(char *) * (size_t)(nsaved + 1));
+  for (int i = 0; i < nsaved; i++)
+    names[i] = saved_name(g, saved[i], i, names, i);
+  if (which == GRAD_FORWARD)
+    keep_forward(g, first_grad_id, outs, nouts, saved, names, nsaved);
+  else
+    keep_backward(g, saved, names, nsaved);
+  free(saved);
+  free(names);
+  return 0;
+}
+
+int pass_grad(Compile *c, GradGraph which) {
   Graph *g = c->g;
   /* the gradient nodes get ids from next_id on; the arrays cover them too (seed inputs) */
+  int first_grad_id = g->next_id;
   size_t ids = (size_t)g->next_id + (size_t)g->noutputs + 1;
   Grad G = {c, ffn_xcalloc(ids, sizeof(Node *)), ffn_xcalloc(ids, sizeof(bool)), ffn_xcalloc(ids, sizeof(PtrVec))};
+  bool *sliced = which == GRAD_RECOMPUTE ? NULL : sliced_only(g);
+  int nouts = g->noutputs;
+  Output *outs = ffn_xmalloc(sizeof(Output) * (size_t)(nouts + 1));
+  memcpy(outs, g->outputs, sizeof(Output) * (size_t)nouts);
   int rc = backward(&G);
+  if (rc == 0 && which != GRAD_RECOMPUTE)
+    rc = keep_policy(c, which, first_grad_id, sliced, outs, nouts);
   free(G.grad);
   free(G.need);
   free(G.slices);
+  free(sliced);
+  free(outs);
   if (rc == 0)
     ir_compact(g);
   return rc;

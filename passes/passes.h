@@ -70,9 +70,15 @@ int pass_gateup(Compile *c);
 int pass_normfold(Compile *c);
 int pass_fuse(Compile *c);
 int pass_precision(Compile *c);
-/* grad.c: the program becomes its backward graph (not in the pipeline: driver_model_graph
- * applies it for --grad, after ffn_fusion; the forward nodes stay, gradients are appended). */
-int pass_grad(Compile *c);
+/* grad.c: the program becomes its backward graph, or the training forward of the keep policy
+ * (not in the pipeline: driver_model_graph applies it for --grad / --keep, after ffn_fusion;
+ * the forward nodes stay, gradients are appended). */
+typedef enum {
+  GRAD_RECOMPUTE, /* the backward graph, recomputing the forward values it reads */
+  GRAD_KEEP,      /* the backward graph, reading the saved values as inputs saved.NAME */
+  GRAD_FORWARD,   /* the program, writing the saved values as outputs saved.NAME (GRAD_KEEP's forward) */
+} GradGraph;
+int pass_grad(Compile *c, GradGraph which);
 
 /* normfold.c: x normalized by the row statistics of `norm` (an rmsnorm or layernorm node of
  * x, giving the kind and eps), times w_nk^T, where w_nk [N, K] already holds the gain; the

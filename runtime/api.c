@@ -58,6 +58,7 @@ struct ffn_options {
   int nfuse;
   int tp, tp_rank;
   bool grad; /* the backward graph */
+  ffn_grad_policy policy;
   ffn_progress_fn progress;
   void *progress_user;
 };
@@ -122,6 +123,14 @@ ffn_status ffn_options_set_grad(ffn_options *o, int on) {
   return FFN_OK;
 }
 
+ffn_status ffn_options_set_grad_policy(ffn_options *o, ffn_grad_policy policy) {
+  ARG(o, "NULL argument");
+  ARG(policy == FFN_GRAD_RECOMPUTE || policy == FFN_GRAD_KEEP,
+      "policy must be FFN_GRAD_RECOMPUTE (0) or FFN_GRAD_KEEP (1)");
+  o->policy = policy;
+  return FFN_OK;
+}
+
 ffn_status ffn_options_set_opt_level(ffn_options *o, int level) {
   ARG(o && level >= 0 && level <= 3, "level must be 0..3");
   o->opt_level = level;
@@ -153,6 +162,7 @@ ffn_status ffn_program_compile(const char *source, size_t len, const char *filen
     o.fuse = opt->fuse, o.nfuse = opt->nfuse;
     o.tp = opt->tp, o.tp_rank = opt->tp_rank;
     o.grad = opt->grad;
+    o.keep = opt->policy == FFN_GRAD_KEEP;
   }
   Diags d;
   diags_init(&d);

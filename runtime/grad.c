@@ -27,6 +27,14 @@ static bool is_backward_graph(const Plan *p) {
   return false;
 }
 
+/* The keep policy's backward graph reads the training forward's saved tensors, "saved.NAME". */
+static int saved_inputs(const Plan *p) {
+  int n = 0;
+  for (int t = 0; t < p->ntensors; t++)
+    n += p->tensors[t].kind == PT_INPUT && strncmp(p->tensors[t].name, "saved.", 6) == 0;
+  return n;
+}
+
 static int output_tensor(const Plan *p, int i) {
   for (int t = 0; t < p->ntensors; t++)
     if (p->tensors[t].kind == PT_OUTPUT && p->tensors[t].index == i)
@@ -74,10 +82,15 @@ ffn_status grad_check_call(const Plan *p, const DLTensor *inputs, int ninputs, c
   if (flags & ~(unsigned)FFN_GRAD_ACCUMULATE)
     return rt_error(FFN_ERR_INVALID_ARGUMENT, "ffn_model_run_grad: unknown flags 0x%x (FFN_GRAD_ACCUMULATE is 0x%x)",
                     flags, (unsigned)FFN_GRAD_ACCUMULATE);
+  int nsaved = saved_inputs(p);
+  if (nsaved && ninputs == p->ninputs - nsaved)
+    return rt_error(FFN_ERR_INVALID_ARGUMENT, "ffn_model_run_grad: the backward graph keeps (FFN_GRAD_KEEP): pass "
+                    "the %d saved tensors the training forward wrote (saved.NAME, its outputs after the program's) "
+                    "after the output gradients", nsaved);
   if (ninputs != p->ninputs || ngrads != p->noutputs)
     return rt_error(FFN_ERR_INVALID_ARGUMENT, "ffn_model_run_grad: the backward graph has %d inputs (the program's, "
-                    "then grad.OUT per output) and %d gradients, got %d and %d", p->ninputs, p->noutputs, ninputs,
-                    ngrads);
+                    "then grad.OUT per output%s) and %d gradients, got %d and %d", p->ninputs,
+                    nsaved ? ", then saved.NAME per saved tensor" : "", p->noutputs, ninputs, ngrads);
   if (p->ndims > 64)
     return rt_error(FFN_ERR_INVALID_ARGUMENT, "too many dynamic dims");
   /* the dims as the inputs bind them (exec_begin checks the inputs themselves again) */

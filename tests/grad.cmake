@@ -90,3 +90,31 @@ foreach(model examples/llama3_tiny tests/gpu/models/layernorm_f32)
   set_tests_properties(gpu_grad_api_${base} PROPERTIES LABELS "gpu;grad" SKIP_RETURN_CODE 77
     ENVIRONMENT "${FFNC_GPU_ENV}")
 endforeach()
+# The keep policy on the CPU reference: the backward graph reading the training forward's saved
+# tensors gives the recompute gradients bit for bit (Llama, GPT, Phi-3, two FFN Fusion groups, a
+# layernorm model; T = 1, 7, 64); the saved-tensor interface and the refusals of bad ones.
+ffn_c_test(grad_keep_test SOURCES ${FFNC_TEST_DIR}/grad/grad_keep_test.c LABELS grad)
+# The keep policy on the GPU: the training forward's outputs and saved tensors, then the backward
+# graph reading them through ffn_model_run_grad, against the CPU reference at 1, 64 and 1000 tokens
+# (outputs poisoned first, seed printed), and the refusals of missing or misshapen saved tensors.
+add_executable(grad_keep_gpu_test gpu/grad_keep_test.c)
+target_include_directories(grad_keep_gpu_test PRIVATE ${PROJECT_SOURCE_DIR} ${FFNC_TEST_DIR})
+target_link_libraries(grad_keep_gpu_test PRIVATE ffn)
+foreach(model examples/llama3_tiny examples/gpt2_tiny examples/phi3_tiny tests/gpu/models/fused_llama
+        tests/gpu/models/layernorm_f32)
+  get_filename_component(base ${model} NAME)
+  add_test(NAME gpu_grad_keep_${base} COMMAND grad_keep_gpu_test ${model}.ffn)
+  set_tests_properties(gpu_grad_keep_${base} PROPERTIES LABELS "gpu;grad" SKIP_RETURN_CODE 77
+    ENVIRONMENT "${FFNC_GPU_ENV};FFNC_TEST_TOKENS=1,64,1000")
+endforeach()
+# NVRTC compiles the keep policy's training forward and backward graph (no GPU needed).
+foreach(model examples/llama3_tiny examples/llama3_8b examples/gpt2_tiny examples/phi3_tiny tests/gpu/models/fused_llama)
+  get_filename_component(base ${model} NAME)
+  foreach(grad "" "--grad")
+    string(REPLACE "--" "_" suffix "keep${grad}")
+    add_test(NAME nvrtc_${suffix}_${base} COMMAND ffnc build ${PROJECT_SOURCE_DIR}/${model}.ffn --keep ${grad}
+             --arch sm_90 -o ${CMAKE_CURRENT_BINARY_DIR}/${base}_${suffix}.ffnx)
+    set_tests_properties(nvrtc_${suffix}_${base} PROPERTIES LABELS "nvrtc;grad"
+      ENVIRONMENT "FFNC_CACHE_DIR=${PROJECT_BINARY_DIR}/test-kernel-cache")
+  endforeach()
+endforeach()

@@ -8,6 +8,9 @@
  *            reads from x (the memory-saving policy), every gradient written into a tensor of its
  *            weight's or input's own type where that is bf16 (as torch's param.grad), else f32;
  *   fwd+bwd  both, one after the other: what a training step runs.
+ * With --keep (the keep policy, ffn_options_set_grad_policy): fwd is the training forward, which
+ * also writes the saved tensors, and bwd the backward graph that reads them instead of
+ * recomputing; the saved tensors count in the step's extra memory (and alone as saved_MiB).
  * Each is timed (median of --reps, CUDA events, after warm-up). The gradients are poisoned with
  * NaN first and checked to be written and finite (their values are the tests' work: gpu_grad_*).
  * TFLOP/s counts the step's model FLOPs, 3x the forward products' (forward, input and weight
@@ -48,11 +51,11 @@ typedef struct {
  * (x, then dy per output) and its gradients. */
 typedef struct {
   GradModel *md;
-  int nin, nout, ngrads;
+  int nin, nout, ngrads, nbin; /* nbin: the backward graph's inputs (x, dy, the saved tensors) */
   DLTensor x[MAX_IO], y[MAX_IO], gin[2 * MAX_IO], grads[MAX_IO];
   int64_t x_shape[MAX_IO][FFN_MAX_RANK], y_shape[MAX_IO][FFN_MAX_RANK], dy_shape[MAX_IO][FFN_MAX_RANK],
       g_shape[MAX_IO][FFN_MAX_RANK];
-  size_t grad_bytes[MAX_IO], io_bytes, all_grad_bytes;
+  size_t grad_bytes[MAX_IO], io_bytes, all_grad_bytes, saved_bytes;
   CUdeviceptr bufs[4 * MAX_IO];
   int nbufs;
 } Step;
@@ -60,7 +63,7 @@ typedef struct {
 typedef struct {
   int64_t tokens;
   double fwd_us, bwd_us, step_us, tflops, floor_us;
-  size_t ws_bytes, derived_bytes, io_bytes, grad_bytes;
+  size_t ws_bytes, derived_bytes, io_bytes, grad_bytes, saved_bytes;
   bool check_ok;
 } GradResult;
 
@@ -83,7 +86,7 @@ static void run_fwd(void *p, int rot, CUstream s) {
 static void run_bwd(void *p, int rot, CUstream s) {
   Step *st = p;
   (void)rot;
-  ffn_status r = ffn_model_run_grad(st->md->model[1], s, st->gin, st->nin + st->nout, st->grads, st->ngrads, 0);
+  ffn_status r = ffn_model_run_grad(st->md->model[1], s, st->gin, st->nbin, st->grads, st->ngrads, 0);
   if (r != FFN_OK)
     die(st->md->file, r);
 }
@@ -130,6 +133,13 @@ static void compile_grad_model(GradModel *md, const CompileArgs *base) {
   }
 }
 
+static bool reads_weight(const ffn_program *p, const char *name) {
+  for (int i = 0; i < ffn_program_num_weights(p); i++)
+    if (strcmp(ffn_program_weight_name(p, i), name) == 0)
+      return true;
+  return false;
+}
+
 /* Random weights of the right scale on the device, bound in place to both models, prepared. */
 static void setup_grad_model(GradModel *md) {
   for (int i = 0; i < 2; i++) {
@@ -160,6 +170,8 @@ static void setup_grad_model(GradModel *md) {
     }
     DLTensor t = {(void *)d, {kDLCUDA, 0}, n->shape.rank, dl, shape, NULL, 0};
     for (int m = 0; m < 2; m++) {
+      if (!reads_weight(md->prog[m], n->name))
+        continue; /* the keep policy's backward may need fewer weights than the forward */
       ffn_status s = ffn_model_bind_weight(md->model[m], n->name, &t);
       if (s != FFN_OK)
         die(md->file, s);
@@ -192,8 +204,27 @@ static int setup_step(GradModel *md, int64_t tokens, Step *st) {
     return -1;
   }
   ffn_tensor_info info;
-  for (int i = 0; i < st->nin + st->nout; i++) { /* the backward graph's inputs: x, then dy */
+  for (int i = 0; i < st->nout; i++) { /* y, then the training forward's saved tensors */
+    ffn_program_output_info(fwd, i, &info);
+    size_t bytes;
+    st->y[i] = tensor_of(&info, tokens, st->y_shape[i], 0, &bytes);
+    st->y[i].data = (void *)device_buffer(st, bytes);
+    st->io_bytes += bytes;
+    st->saved_bytes += strncmp(info.name, "saved.", 6) == 0 ? bytes : 0;
+  }
+  st->nbin = ffn_program_num_inputs(bwd);
+  if (st->nbin > 2 * MAX_IO) {
+    cli_error("bench: --grad: at most %d inputs of the backward graph", 2 * MAX_IO);
+    return -1;
+  }
+  for (int i = 0; i < st->nbin; i++) { /* the backward graph's inputs: x, dy, the saved tensors */
     ffn_program_input_info(bwd, i, &info);
+    if (strncmp(info.name, "saved.", 6) == 0) { /* what the training forward writes */
+      for (int o = 0; o < st->nout; o++)
+        if (strcmp(ffn_program_output_name(fwd, o), info.name) == 0)
+          st->gin[i] = st->y[o];
+      continue;
+    }
     size_t bytes;
     int64_t *shape = i < st->nin ? st->x_shape[i] : st->dy_shape[i - st->nin];
     st->gin[i] = tensor_of(&info, tokens, shape, 0, &bytes);
@@ -206,13 +237,6 @@ static int setup_step(GradModel *md, int64_t tokens, Step *st) {
     st->io_bytes += bytes;
     if (i < st->nin)
       st->x[i] = st->gin[i];
-  }
-  for (int i = 0; i < st->nout; i++) {
-    ffn_program_output_info(fwd, i, &info);
-    size_t bytes;
-    st->y[i] = tensor_of(&info, tokens, st->y_shape[i], 0, &bytes);
-    st->y[i].data = (void *)device_buffer(st, bytes);
-    st->io_bytes += bytes;
   }
   for (int i = 0; i < st->ngrads; i++) {
     ffn_program_output_info(bwd, i, &info);
@@ -291,6 +315,7 @@ static GradResult bench_one(GradModel *md, int64_t tokens, int reps, double bf16
   r.derived_bytes = model_weight_bytes(md->model[0]) + model_weight_bytes(md->model[1]);
   r.io_bytes = st->io_bytes;
   r.grad_bytes = st->all_grad_bytes;
+  r.saved_bytes = st->saved_bytes;
   for (int i = 0; i < st->nbufs; i++)
     cu->cuMemFree(st->bufs[i]);
   free(st);
@@ -299,26 +324,29 @@ static GradResult bench_one(GradModel *md, int64_t tokens, int reps, double bf16
 
 static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
 
-static void print_grad_results(const GradModel *md, const GradResult *r, int n) {
-  printf("\n%s: training step (fwd: the program; bwd: its backward graph, recomputing the forward)\n", md->file);
+static void print_grad_results(const GradModel *md, const GradResult *r, int n, bool keep) {
+  printf("\n%s: training step (%s)\n", md->file,
+         keep ? "keep: fwd, the training forward writing the saved tensors; bwd, the backward graph reading them"
+              : "fwd: the program; bwd: its backward graph, recomputing the forward");
   printf("parameters %.1f MiB\n", mib(md->param_bytes));
-  printf("%7s %10s %10s %11s %8s %10s %6s %10s %9s %9s %7s %9s  %s\n", "tokens", "fwd_us", "bwd_us", "fwd+bwd_us",
-         "TFLOP/s", "floor_us", "%floor", "extra_MiB", "ws_MiB", "copy_MiB", "io_MiB", "grads_MiB", "check");
+  printf("%7s %10s %10s %11s %8s %10s %6s %10s %9s %9s %7s %9s %9s  %s\n", "tokens", "fwd_us", "bwd_us", "fwd+bwd_us",
+         "TFLOP/s", "floor_us", "%floor", "extra_MiB", "ws_MiB", "copy_MiB", "io_MiB", "saved_MiB", "grads_MiB", "check");
   for (int i = 0; i < n; i++)
-    printf("%7lld %10.1f %10.1f %11.1f %8.1f %10.1f %5.0f%% %10.1f %9.1f %9.1f %7.1f %9.1f  %s\n",
+    printf("%7lld %10.1f %10.1f %11.1f %8.1f %10.1f %5.0f%% %10.1f %9.1f %9.1f %7.1f %9.1f %9.1f  %s\n",
            (long long)r[i].tokens, r[i].fwd_us, r[i].bwd_us, r[i].step_us, r[i].tflops, r[i].floor_us,
            100 * r[i].floor_us / r[i].step_us, mib(r[i].ws_bytes + r[i].derived_bytes + r[i].io_bytes),
-           mib(r[i].ws_bytes), mib(r[i].derived_bytes), mib(r[i].io_bytes), mib(r[i].grad_bytes),
+           mib(r[i].ws_bytes), mib(r[i].derived_bytes), mib(r[i].io_bytes), mib(r[i].saved_bytes), mib(r[i].grad_bytes),
            r[i].check_ok ? "ok" : "NOT FINITE");
 }
 
 static void write_grad_json(const char *path, const char *card, double bf16_tflops, GradModel *models,
-                            GradResult **res, int nmodels, int ntokens) {
+                            GradResult **res, int nmodels, int ntokens, bool keep) {
   time_t now = time(NULL);
   char date[64];
   strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
   json_t *root = json_pack("{s:s, s:s, s:s, s:s, s:s, s:f}", "ffnc", FFNC_VERSION, "commit", FFNC_GIT_COMMIT, "date",
                            date, "card", card, "mode", "grad", "bf16_tflops", bf16_tflops);
+  json_object_set_new(root, "policy", json_string(keep ? "keep" : "recompute"));
   json_t *ms = json_array();
   for (int m = 0; m < nmodels; m++) {
     json_t *rs = json_array();
@@ -327,6 +355,7 @@ static void write_grad_json(const char *path, const char *card, double bf16_tflo
       json_t *o = json_pack("{s:I, s:f, s:f, s:f, s:f, s:f, s:b}", "tokens", (json_int_t)r->tokens, "fwd_us",
                             r->fwd_us, "bwd_us", r->bwd_us, "fwd_bwd_us", r->step_us, "tflops", r->tflops, "floor_us",
                             r->floor_us, "check_ok", r->check_ok);
+      json_object_set_new(o, "saved_bytes", json_integer((json_int_t)r->saved_bytes));
       json_object_set_new(o, "peak_extra_bytes", json_integer((json_int_t)(r->ws_bytes + r->derived_bytes + r->io_bytes)));
       json_object_set_new(o, "workspace_bytes", json_integer((json_int_t)r->ws_bytes));
       json_object_set_new(o, "weight_copy_bytes", json_integer((json_int_t)r->derived_bytes));
@@ -371,7 +400,7 @@ int bench_grad(const CompileArgs *ca, const char *const *files, int nfiles, cons
     res[m] = calloc((size_t)ntokens, sizeof(GradResult));
     for (int k = 0; k < ntokens; k++)
       res[m][k] = bench_one(md, tokens[k], reps, bf16_tflops, s, &failed);
-    print_grad_results(md, res[m], ntokens);
+    print_grad_results(md, res[m], ntokens, ca->keep);
     fflush(stdout);
     for (int i = 0; i < 2; i++) {
       ffn_model_destroy(md->model[i]);
@@ -382,7 +411,7 @@ int bench_grad(const CompileArgs *ca, const char *const *files, int nfiles, cons
     free(md->wdev);
   }
   if (json)
-    write_grad_json(json, card, bf16_tflops, models, res, nfiles, ntokens);
+    write_grad_json(json, card, bf16_tflops, models, res, nfiles, ntokens, ca->keep);
   for (int m = 0; m < nfiles; m++) {
     free(res[m]);
     graph_destroy(models[m].g);

@@ -246,7 +246,8 @@ Graph *cli_frontend(const CompileArgs *ca, int *status) {
   Diags d;
   diags_init(&d);
   DriverOptions o = {.prec = ca->prec, .nprec = ca->nprec, .fuse = ca->fuse, .nfuse = ca->nfuse,
-                     .opt_level = ca->opt_level, .tp = ca->tp, .tp_rank = ca->tp_rank, .grad = ca->grad};
+                     .opt_level = ca->opt_level, .tp = ca->tp, .tp_rank = ca->tp_rank, .grad = ca->grad,
+                     .keep = ca->keep};
   Graph *g = driver_model_graph(text, len, ca->file, &o, &d);
   if (d.len)
     fputs(d.text, stderr);

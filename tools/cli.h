@@ -77,6 +77,8 @@ typedef struct {
   const char *dump_after;
   bool verbose;     /* -v: what the NVRTC step did, on stderr */
   bool grad;        /* --grad (build): the backward graph */
+  bool keep;        /* --keep: the keep policy (build: with --grad the backward graph reading the
+                     * saved tensors, without it the training forward writing them) */
   int tp, tp_rank;  /* --tp N --tp-rank R: rank R's share over N ranks (tp 0 or 1: none) */
   bool tp_rank_given;
 } CompileArgs;

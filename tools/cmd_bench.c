@@ -832,7 +832,7 @@ typedef struct {
 static const char usage[] =
     "usage: ffnc bench FILE.ffn... --tokens N[,N...] [--json OUT.json] [--plot PREFIX] [--reps N]\n"
     "                  [--no-graphs] [--no-ceilings] [--compile-only] [--arch sm_XX] [-O0..-O3]\n"
-    "                  [--precision KEY=TYPE]... [--ffn-fusion A..B]... [--tp N] [--grad] [-v]\n"
+    "                  [--precision KEY=TYPE]... [--ffn-fusion A..B]... [--tp N] [--grad [--keep]] [-v]\n"
     "Times each model (up to 32) against an eager cuBLASLt baseline and cuBLASLt with its fused epilogues,\n"
     "after measuring the card's copy bandwidth and cuBLASLt bf16/fp8 GEMM rate; prints a table, writes JSON\n"
     "(--json) and PREFIX.dat/.gp for gnuplot (--plot; PREFIX.png too where gnuplot is installed).\n"
@@ -844,9 +844,11 @@ static const char usage[] =
     "--grad: training instead: the forward alone, the backward graph (which recomputes the forward) alone and\n"
     "both, gradients into tensors of each weight's type, with the peak extra memory of a step beyond the\n"
     "parameters and gradients (workspaces, load-time weight copies, x, y and dy); --json writes them;\n"
-    "with --compile-only, the programs and backward graphs into the kernel cache.\n";
+    "with --compile-only, the programs and backward graphs into the kernel cache. --keep: the keep policy\n"
+    "(default: recompute): the training forward writes the saved tensors (the products the backward reads) and\n"
+    "the backward graph reads them instead of recomputing; they count in the extra memory (saved_MiB).\n";
 
-enum { O_TOKENS, O_JSON, O_PLOT, O_REPS, O_NO_GRAPHS, O_NO_CEILINGS, O_COMPILE_ONLY, O_GRAD };
+enum { O_TOKENS, O_JSON, O_PLOT, O_REPS, O_NO_GRAPHS, O_NO_CEILINGS, O_COMPILE_ONLY, O_GRAD, O_KEEP };
 
 static const CliOpt bench_opts[] = {CLI_OPT("--tokens", "N[,N...]", O_TOKENS),
                                     CLI_OPT("--json", "OUT.json", O_JSON),
@@ -857,6 +859,7 @@ static const CliOpt bench_opts[] = {CLI_OPT("--tokens", "N[,N...]", O_TOKENS),
                                     CLI_OPT("--no-ceilings", NULL, O_NO_CEILINGS),
                                     CLI_OPT("--compile-only", NULL, O_COMPILE_ONLY),
                                     CLI_OPT("--grad", NULL, O_GRAD),
+                                    CLI_OPT("--keep", NULL, O_KEEP),
                                     CLI_PASS_OPTIONS,
                                     CLI_TARGET_OPTIONS,
                                     {0}};
@@ -877,6 +880,7 @@ static int bench_option(int id, const char *v, BenchArgs *b) {
   case O_NO_CEILINGS: b->ceilings = false; return 0;
   case O_COMPILE_ONLY: b->compile_only = true; return 0;
   case O_GRAD: b->grad = true; return 0;
+  case O_KEEP: b->ca.keep = true; return 0;
   default: return cli_compile_option("bench", id, v, &b->ca) < 0 ? -1 : 0;
   }
 }
@@ -1005,6 +1009,8 @@ int cmd_bench(int argc, char **argv) {
     return EXIT_USAGE;
   if (b.ca.tp_rank_given)
     return cli_error("bench: --tp-rank: ffnc bench --tp N runs all the ranks together"), EXIT_USAGE;
+  if (b.ca.keep && !b.grad)
+    return cli_error("bench: --keep is a policy of training: it needs --grad"), EXIT_USAGE;
   if (b.grad && (b.ca.tp > 1 || b.plot))
     return cli_error("bench: --grad with --tp or --plot: not yet"), EXIT_USAGE;
   if (b.grad && b.compile_only)

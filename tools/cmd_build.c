@@ -70,6 +70,8 @@ ffn_status cli_options(const CompileArgs *ca, ffn_options **out) {
     s = ffn_options_set_tensor_parallel(o, ca->tp, ca->tp_rank);
   if (s == FFN_OK && ca->grad)
     s = ffn_options_set_grad(o, 1);
+  if (s == FFN_OK && ca->keep)
+    s = ffn_options_set_grad_policy(o, FFN_GRAD_KEEP);
   static Report verbose = {.verbose = true}, terminal = {.terminal = true}, both = {true, true};
   bool tty = isatty(STDERR_FILENO);
   if (s == FFN_OK && (ca->verbose || tty))
@@ -159,13 +161,43 @@ static int emit_image(const CompileArgs *ca, const Plan *plan, bool ptx, const c
   return rc;
 }
 
-/* --grad --emit ir: the backward graph (passes/grad.c), before any optimization. */
+/* --keep: the saved tensors, as the training forward writes them and the backward graph reads
+ * them, in comment lines before the graph (whichever of the two g is) */
+static void print_saved(const Graph *g, FILE *m) {
+  fprintf(m, "# keep policy: the training forward (ffnc build --keep) writes these outputs after its own,\n"
+             "# the backward graph (ffnc build --grad --keep) reads them as inputs after grad.OUT:\n");
+  int n = 0;
+  for (int i = 0; i < g->nodes.len; i++) {
+    const Node *v = GRAPH_NODE(g, i);
+    if (v->op == OP_INPUT && strncmp(v->name, "saved.", 6) == 0 && ++n)
+      fprintf(m, "#   %s : %s %s\n", v->name, shape_str(g, &v->shape, (char[256]){0}, 256), dtype_name(v->dtype));
+  }
+  for (int i = 0; i < g->noutputs; i++) {
+    const Node *v = g->outputs[i].node;
+    if (strncmp(g->outputs[i].name, "saved.", 6) == 0 && ++n)
+      fprintf(m, "#   %s : %s %s\n", g->outputs[i].name, shape_str(g, &v->shape, (char[256]){0}, 256),
+              dtype_name(v->dtype));
+  }
+  if (!n)
+    fprintf(m, "#   (none: the backward reads no product of the forward)\n");
+}
+
+/* --grad or --keep --emit ir: the backward graph or the training forward (passes/grad.c), before
+ * any optimization. */
 static int emit_grad_ir(const DriverOptions *o, const char *text, size_t len, const char *file, const char *out,
                         Diags *d) {
   Graph *g = driver_model_graph(text, len, file, o, d);
   if (!g)
     return EXIT_USER;
-  int rc = write_printed(out, g, NULL);
+  char *buf;
+  size_t blen;
+  FILE *m = open_memstream(&buf, &blen);
+  if (o->keep)
+    print_saved(g, m);
+  ir_print(g, m);
+  fclose(m);
+  int rc = write_out(out, buf, blen);
+  free(buf);
   graph_destroy(g);
   return rc;
 }
@@ -173,12 +205,12 @@ static int emit_grad_ir(const DriverOptions *o, const char *text, size_t len, co
 /* One stage of the compiler (--emit) for arch sm, through the internal driver. */
 static int emit_stage(const CompileArgs *ca, const char *emit, int sm, const char *text, size_t len, const char *out,
                       Diags *d) {
-  if (strcmp(emit, "ir") == 0 && ca->opt_level == 0 && !ca->dump_after && !ca->grad)
+  if (strcmp(emit, "ir") == 0 && ca->opt_level == 0 && !ca->dump_after && !ca->grad && !ca->keep)
     return emit_frontend_ir(ca, text, len, out, d);
   DriverOptions o = {.sm = sm, .opt_level = ca->opt_level, .prec = ca->prec, .nprec = ca->nprec, .fuse = ca->fuse,
                      .nfuse = ca->nfuse, .tp = ca->tp, .tp_rank = ca->tp_rank, .dump_after = ca->dump_after,
-                     .dump = stdout, .grad = ca->grad};
-  if (ca->grad && strcmp(emit, "ir") == 0)
+                     .dump = stdout, .grad = ca->grad, .keep = ca->keep};
+  if ((ca->grad || ca->keep) && strcmp(emit, "ir") == 0)
     return emit_grad_ir(&o, text, len, ca->file, out, d);
   Graph *g = NULL;
   Plan *plan = NULL;
@@ -200,6 +232,7 @@ static int emit_stage(const CompileArgs *ca, const char *emit, int sm, const cha
 static const char usage[] =
     "usage: ffnc build FILE.ffn -o OUT [--arch sm_XX] [--emit ir|cuda|plan|ptx|cubin] [-O0..-O3]\n"
     "                  [--precision KEY=TYPE]... [--ffn-fusion A..B]... [--dump-ir-after=PASS] [-v] [--grad]\n"
+    "                  [--keep]\n"
     "                  [--tp N --tp-rank R]\n"
     "Compiles FILE ahead of time. Without --emit, OUT is what a host program needs to run the model with\n"
     "no compiler at run time (the launch plan and a cubin for the arch), loaded by\n"
@@ -213,14 +246,19 @@ static const char usage[] =
     "PASS is one of frontend ffn_fusion tp canon normfold gateup fuse precision all.\n"
     "--grad: the backward graph instead (inputs: the program's and grad.OUTPUT; outputs: grad.INPUT and\n"
     "grad.WEIGHT, f32), compiled like a program; --emit ir prints it before any optimization (the passes'\n"
-    "output with --dump-ir-after=PASS).\n";
+    "output with --dump-ir-after=PASS).\n"
+    "--keep: the keep policy of training (default: recompute). The training forward keeps the outputs of the\n"
+    "matrix products the backward reads (saved tensors, e.g. a SwiGLU's gate and up products, [T, F] each):\n"
+    "without --grad, the program with outputs saved.NAME after its own; with --grad, the backward graph that\n"
+    "reads them as inputs saved.NAME after grad.OUTPUT instead of recomputing them. --emit ir lists the saved\n"
+    "tensors (both graphs' interface) in comments before the graph.\n";
 
-enum { O_OUT, O_EMIT, O_GRAD };
+enum { O_OUT, O_EMIT, O_GRAD, O_KEEP };
 
 /* Parses the command line; returns -1 to go on, else the exit status. */
 static int parse_build_args(int argc, char **argv, CompileArgs *ca, const char **out, const char **emit) {
   static const CliOpt opts[] = {CLI_OPT("-o", "OUT", O_OUT), CLI_OPT("--emit", "STAGE", O_EMIT),
-                                CLI_OPT("--grad", NULL, O_GRAD), CLI_PASS_OPTIONS,
+                                CLI_OPT("--grad", NULL, O_GRAD), CLI_OPT("--keep", NULL, O_KEEP), CLI_PASS_OPTIONS,
                                 CLI_TARGET_OPTIONS, CLI_DUMP_OPTION, {0}};
   const char *v;
   CliParser p;
@@ -236,6 +274,8 @@ static int parse_build_args(int argc, char **argv, CompileArgs *ca, const char *
       *emit = v;
     else if (id == O_GRAD)
       ca->grad = true;
+    else if (id == O_KEEP)
+      ca->keep = true;
     else if (id == CLI_ARG && ca->file)
       return cli_error("build: unexpected argument '%s' (one FILE.ffn)", v), EXIT_USAGE;
     else if (id == CLI_ARG)
