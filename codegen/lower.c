@@ -380,10 +380,9 @@ static bool config_used(const ffn_gemm_config *c, bool tc, bool hopper, int wq_b
    * kernels serve small M too; the mma.sync ones stay for comparison (FFNC_GEMM_VARIANT) */
   if (f8 && hopper)
     return tma || c->kind == FFN_GEMM_SM90P || (c->kind == FFN_GEMM_SM80 && small);
-  if (wq_bits) /* quantized B: gemm_wqd / gemm_wq on every arch, the tile depth by the code width
-                 (gemm_wqdl: i4) */
-    return (c->kind == FFN_GEMM_WQ || c->kind == FFN_GEMM_WQD) && c->bk == (wq_bits == 8 ? 32 : 64) &&
-           (!c->design || wq_bits == 4);
+  if (wq_bits) /* quantized B: gemm_wqdl / gemm_wqd / gemm_wq on every arch, the tile depth by the
+                 code width */
+    return (c->kind == FFN_GEMM_WQ || c->kind == FFN_GEMM_WQD) && c->bk == (wq_bits == 8 ? 32 : 64);
   if (c->kind == FFN_GEMM_WQ || c->kind == FFN_GEMM_WQD)
     return false;
   if (!tc)

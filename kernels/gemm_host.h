@@ -15,7 +15,7 @@
  *                                                                                            // FFN_GEMM_WQ
  *     ffn::gemm_wqd<BITS, c->bm, c->bn, c->wm, c->stages, S, STATS, T>(g, scales, group, epi, smem);
  *                                                                                            // FFN_GEMM_WQD
- *     ffn::gemm_wqdl<c->bm, c->bn, c->wm, c->stages, S, STATS, T, c->design>(g, scales, group, epi, smem);
+ *     ffn::gemm_wqdl<BITS, c->bm, c->bn, c->wm, c->stages, S, STATS, T, c->design>(g, scales, group, epi, smem);
  *                                                                           // FFN_GEMM_WQD, design > 0
  *   }
  *
@@ -73,7 +73,7 @@ typedef enum {
   FFN_GEMM_WQD,  /* FFN_GEMM_WQ's product at decode sizes (gemm_wqd.cuh): codes streamed into
                     registers, wm k tiles ahead per lane; stages: k tiles per chunk of
                     activations and scales (a multiple of wm); design > 0: gemm_wqdl.cuh
-                    (i4), wm ring slots of four k tiles, stages = 4 wm */
+                    (i4 and i8), wm ring slots of four k tiles, stages = 4 wm */
   FFN_GEMM_SM90T, /* FFN_GEMM_SM90 with its operands loaded by the Tensor Memory Accelerator: one
                     producer thread, tensor maps of A and B as the kernel's second argument
                     (kernels/abi.cuh: TmaMaps); same tiles, shared memory and grid as SM90 */
@@ -94,9 +94,9 @@ typedef struct {
   int min_blocks;  /* second __launch_bounds__ argument (2 with 128 threads made ptxas spill: keep 1) */
   int ctas_per_sm; /* resident CTAs per SM (registers and smem, from ptxas), for ffn_gemm_pick_splits */
   int max_m;      /* recommended for M <= max_m; 0: any M */
-  int design;     /* FFN_GEMM_WQD: 0 gemm_wqd; 2, 3, 4 the designs of gemm_wqdl (i4 only: wm ring
-                     slots of four k tiles, stages k tiles per chunk, 4 wm). Code generation only:
-                     plans do not keep it (the runtime treats every FFN_GEMM_WQD alike) */
+  int design;     /* FFN_GEMM_WQD: 0 gemm_wqd; 2, 3, 4 the designs of gemm_wqdl (wm ring slots of
+                     four k tiles, stages k tiles per chunk, 4 wm; i8: 2 only). Code generation
+                     only: plans do not keep it (the runtime treats every FFN_GEMM_WQD alike) */
 } ffn_gemm_config;
 
 /* Recommended configurations, most specific regime first: the fastest measured per regime on an
@@ -173,6 +173,16 @@ static inline const ffn_gemm_config *ffn_gemm_configs(int *count) {
       {"wqd4v3_16", FFN_GEMM_WQD, 16, 128, 64, 3, 16, 12, 256, 2, 2, 16, 3},
       {"wqd4v4_8", FFN_GEMM_WQD, 8, 128, 64, 3, 16, 12, 256, 2, 2, 8, 4},
       {"wqd4v4_16", FFN_GEMM_WQD, 16, 128, 64, 3, 16, 12, 256, 2, 2, 16, 4},
+      /* i8 on gemm_wqdl (design 2: exact levels, steps of four 512-byte tiles = 128 k, the row
+       * scales after the loop): tuning candidates until measured, listed after the rule's wq8_8
+       * and wqd8_16 (kernels/NOTES.md, "int8 decode on gemm_wqdl"). wqd8v2: 8 warps, rings of 4
+       * steps, chunks of 16 tiles, 2 CTAs per SM (80 / 96 KB, 96 KB of codes in flight per SM);
+       * wqd8v2n: 4 warps, rings of 6, chunks of 24, 3 CTAs per SM at 8 tokens (72 KB, 120 KB in
+       * flight), 2 at 16 (96 KB, 80 KB in flight) */
+      {"wqd8v2_8", FFN_GEMM_WQD, 8, 128, 32, 4, 16, 16, 256, 2, 2, 8, 2},
+      {"wqd8v2_16", FFN_GEMM_WQD, 16, 128, 32, 4, 16, 16, 256, 2, 2, 16, 2},
+      {"wqd8v2n_8", FFN_GEMM_WQD, 8, 64, 32, 6, 16, 24, 128, 3, 3, 8, 2},
+      {"wqd8v2n_16", FFN_GEMM_WQD, 16, 64, 32, 6, 16, 24, 128, 2, 2, 16, 2},
   };
   if (count) *count = (int)(sizeof table / sizeof table[0]);
   return table;
@@ -247,7 +257,7 @@ static inline size_t ffn_gemm_smem_bytes(const ffn_gemm_config *c, int elem) {
   if (c->kind == FFN_GEMM_WQ) /* gemm_wq.cuh: the ring of codes, scales and activations */
     return (size_t)wq_smem_bytes(c->bm, c->bn, c->bk, c->wm, c->stages, elem);
   if (c->kind == FFN_GEMM_WQD && c->design) /* gemm_wqdl.cuh */
-    return (size_t)wqdl_smem_bytes(c->bm, c->bn, c->stages, c->wm, elem);
+    return (size_t)wqdl_smem_bytes(c->bk == 32 ? 8 : 4, c->bm, c->bn, c->stages, c->wm, elem);
   if (c->kind == FFN_GEMM_WQD) /* gemm_wqd.cuh: chunks of activations and scales */
     return (size_t)wqd_smem_bytes(c->bm, c->bn, c->bk, c->stages, c->wm, elem);
   return ((size_t)2 * c->bk * (size_t)(c->bm + c->bn + 8) + (size_t)2 * c->bm) * 4;
@@ -334,7 +344,8 @@ static inline int ffn_gemm_template_args(const ffn_gemm_config *c, int S, int ST
                     c->wm, c->stages, S, STATS, T);
   case FFN_GEMM_WQD:
     if (c->design)
-      return snprintf(buf, len, "%d, %d, %d, %d, %d, %d, %s, %d", c->bm, c->bn, c->wm, c->stages, S, STATS, T, c->design);
+      return snprintf(buf, len, "%d, %d, %d, %d, %d, %d, %d, %s, %d", c->bk == 32 ? 8 : 4, c->bm, c->bn, c->wm,
+                      c->stages, S, STATS, T, c->design);
     return snprintf(buf, len, "%d, %d, %d, %d, %d, %d, %d, %s", c->bk == 32 ? 8 : 4, c->bm, c->bn, c->wm, c->stages, S,
                     STATS, T);
   case FFN_GEMM_SIMT:

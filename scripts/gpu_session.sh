@@ -1,5 +1,5 @@
 #!/bin/sh
-# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [grad] ...
+# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [grad] [wqdl8] ...
 # What one call on the lent GPU machine runs, with a build made here and carried there (that
 # machine has no flex, bison or jansson headers). The build has absolute paths under
 # /work/main, so the copy is linked there first; the kernel cache in build/test-kernel-cache
@@ -133,6 +133,29 @@ for part in "$@"; do
         --tokens 1 --reps 20 --no-ceilings >"$out/wq_split$sp.txt" 2>&1
       echo "== splits $sp: exit $?"; grep -E "  ffnc" "$out/wq_split$sp.txt"
     done
+    ;;
+  wqdl8)
+    # int8 decode on gemm_wqdl (kernels/NOTES.md, "int8 decode on gemm_wqdl"): every weight-only
+    # GPU test (the i8 candidates forced, and i4, whose template gained the code width), the
+    # sanitizers on the candidates, then the rule (wq8_8 / wqd8_16) against the two candidate
+    # families at 1 and 16 tokens, one process each in this one call
+    timeout 300 ctest -L gpu -R 'gpu_wq_' --output-on-failure -j 4 >"$out/wqdl8_tests.log" 2>&1
+    echo "wq tests: exit $?"; grep -E "tests passed|tests failed|\*\*\*Failed|Exception" "$out/wqdl8_tests.log" | tail -20
+    for v in wqd8v2 wqd8v2n; do
+      for tool in memcheck racecheck; do
+        FFNC_GEMM_VARIANT=$v FFNC_TEST_TOKENS=1,13 timeout 90 compute-sanitizer --tool $tool --error-exitcode 9 \
+          ./tests/gpu_model_test tests/gpu/models/wq_oddk_i8_bf16.ffn >"$out/${tool}_$v.log" 2>&1
+        echo "compute-sanitizer $tool $v: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/${tool}_$v.log" | tail -1))"
+      done
+    done
+    S=/work/main/bench/suite
+    for v in default wqd8v2 wqd8v2n; do
+      if [ $v = default ]; then unset FFNC_GEMM_VARIANT; else export FFNC_GEMM_VARIANT=$v; fi
+      timeout 120 ./ffnc bench $S/llama3_70b_layer_i8.ffn $S/llama3_8b_layer_i8.ffn --tokens 1,16 --reps 20 \
+        --no-ceilings --json "$out/wqdl8_$v.json" >"$out/wqdl8_$v.txt" 2>&1
+      echo "== $v: exit $?"; grep -E "suite|  ffnc" "$out/wqdl8_$v.txt"
+    done
+    unset FFNC_GEMM_VARIANT
     ;;
   startup)
     # cold (empty cache) and warm JIT start-up of the Llama-3-8B example on this machine's cores

@@ -207,6 +207,26 @@ foreach(variant wqd4 wqd4v3 wqd4v4)
   endforeach()
 endforeach()
 
+# The i8 decode candidates on gemm_wqdl (design 2, steps of four 32-k tiles), forced by family
+# name as above (wqd8v2_8 up to 8 tokens, wqd8v2_16 up to 16; wqd8v2n: 64-row CTAs, rings of 6),
+# on every i8 model (f32 activations run gemm_wqd in gemm_wqdl's place), at 1-16 tokens, with the
+# rule's split-K and with 3 (splits of whole 128-k steps: empty splits for K = 192-260, a last
+# step with one tile of codes for K = 360).
+foreach(variant wqd8v2 wqd8v2n)
+  foreach(m ${GPU_TEST_MODELS})
+    get_filename_component(base ${m} NAME_WE)
+    if(base MATCHES "^wq_.*_i8")
+      file(RELATIVE_PATH rel ${PROJECT_SOURCE_DIR} ${m})
+      add_test(NAME gpu_${base}_${variant} COMMAND gpu_model_test ${rel})
+      set_tests_properties(gpu_${base}_${variant} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
+        ENVIRONMENT "${FFNC_GPU_ENV};FFNC_GEMM_VARIANT=${variant};FFNC_TEST_TOKENS=1,2,7,13,16")
+      add_test(NAME gpu_${base}_${variant}_split3 COMMAND gpu_model_test ${rel})
+      set_tests_properties(gpu_${base}_${variant}_split3 PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
+        ENVIRONMENT "${FFNC_GPU_ENV};FFNC_GEMM_VARIANT=${variant};FFNC_GEMM_SPLITS=3;FFNC_TEST_TOKENS=1,2,7,13,16")
+    endif()
+  endforeach()
+endforeach()
+
 # Tensor parallel: each rank's share of Llama-tiny (TP=2) compiles with NVRTC and its plan has
 # one allreduce step per sublayer (4).
 foreach(rank 0 1)

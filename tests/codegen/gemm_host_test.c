@@ -10,7 +10,9 @@
  *  - gemm_wqd: chunks of whole ring rounds, its shared memory holds the chunk buffers and the
  *    rings, then the CTA's sums and the warps' statistics, and the decode regimes pick it for
  *    i4 (1-16 tokens) and i8 (9-16) before the ring kernel; for i4 gemm_wqdl's design 2 first
- *    (the rule), its other designs and gemm_wqd after it (forced by name or tuning);
+ *    (the rule), its other designs and gemm_wqd after it (forced by name or tuning); for i8
+ *    gemm_wqdl's candidates after the rule's wq8_8 and wqd8_16, each compiled (no two of them
+ *    alternatives of one regime that ffn_gemm_config_fits would choose between);
  *  - split-K of gemm_wq and gemm_wqd: between 1 and 32, at least 8 tiles of codes per split, and for the
  *    Llama-3 decode shapes on an H200 the choices kernels/NOTES.md measured against;
  *  - the clustered TMA kernels (FFN_GEMM_SM90C): grids of whole pairs of CTAs covering every tile, A's
@@ -51,22 +53,35 @@ static void check_wq(const ffn_gemm_config *c) {
   CHECK(c->wn == 16 && c->bn % 16 == 0 && c->bm % 8 == 0 && (c->bk == 32 || c->bk == 64), "%s: tile shape", c->name);
 }
 
-/* gemm_wqdl (design > 0): i4, a chunk is one turn of the rings (4 tiles a slot), a warp's pieces
- * of a chunk are one token's, and its shared memory holds gemm_wqd's (chunks of 8, rings of 4:
- * it runs in its place for f32 and other group lengths) */
+/* gemm_wqdl (design > 0): i4 or i8 (design 2 only), a chunk is one turn of the rings (4 tiles a
+ * slot), a warp's pieces of a chunk are one token's, and its shared memory holds gemm_wqd's
+ * (chunks of 8 for i4, 16 for i8, rings of 4: it runs in its place for f32 and other group
+ * lengths) */
 static void check_wqdl(const ffn_gemm_config *c) {
-  CHECK(c->bk == 64 && c->stages == 4 * c->wm && c->wm >= 2 && c->stages * 8 % 32 == 0 &&
-            c->bm * c->stages * 8 % c->threads == 0,
+  const int bits = c->bk == 32 ? 8 : 4, ppt = c->stages * c->bk / 8; /* 16-byte pieces per token */
+  CHECK((c->bk == 64 || (c->bk == 32 && c->design == 2)) && c->stages == 4 * c->wm && c->wm >= 2 && ppt % 32 == 0 &&
+            c->bm * ppt % c->threads == 0,
         "%s: chunks of %d tiles, rings of %d", c->name, c->stages, c->wm);
-  CHECK(c->wn == 16 && c->bn % 16 == 0 && c->bm % 8 == 0 && c->max_m > 0 && c->max_m <= c->bm, "%s: tile shape",
-        c->name);
+  CHECK(c->wn == 16 && c->bn % 16 == 0 && c->bm % 8 == 0 && c->max_m > 0 && c->max_m <= c->bm &&
+            c->threads == 2 * c->bn, "%s: tile shape", c->name);
   for (int elem = 2; elem <= 4; elem += 2) {
-    int smem = wqdl_smem_bytes(c->bm, c->bn, c->stages, c->wm, elem);
-    int loop = 2 * c->stages * 64 * c->bm * elem + c->bn / 16 * c->wm * WQDL_SLOT_BYTES + 16 * c->stages * c->bm;
-    CHECK(smem >= wqd_smem_bytes(c->bm, c->bn, 64, 8, 4, elem) && (elem == 4 || smem >= loop + 8 * c->bm) &&
-              smem >= 4 * c->bm * c->bn + 2 * c->bm * c->stages + 8 * c->bm,
+    int smem = wqdl_smem_bytes(bits, c->bm, c->bn, c->stages, c->wm, elem);
+    int loop = 2 * c->stages * c->bk * c->bm * elem + c->bn / 16 * c->wm * (4 * 512 + (bits == 4 ? 256 : 0)) +
+               (bits == 4 ? 16 * c->stages * c->bm : 0);
+    CHECK(smem >= wqd_smem_bytes(c->bm, c->bn, c->bk, bits == 4 ? 8 : 16, 4, elem) &&
+              (elem == 4 || smem >= loop + 8 * c->bm) && smem >= 4 * c->bm * c->bn + 8 * c->bm * ppt / 32 + 8 * c->bm,
           "%s: %d bytes of shared memory (%d-byte A)", c->name, smem, elem);
   }
+}
+
+/* A configuration the rule does not pick must still be compiled: no other of its kind, regime,
+ * row tile, k step, ring depth and design that differs only in width (ffn_gemm_config_fits
+ * would compile one of the two). */
+static void check_compiled(const ffn_gemm_config *t, int n, int i) {
+  for (int j = 0; j < n; j++)
+    CHECK(j == i || t[j].kind != t[i].kind || t[j].max_m != t[i].max_m || t[j].bm != t[i].bm ||
+              t[j].bk != t[i].bk || t[j].wm != t[i].wm || t[j].design != t[i].design,
+          "%s and %s: alternatives of one regime", t[i].name, t[j].name);
 }
 
 static void check_wqd(const ffn_gemm_config *c) {
@@ -162,6 +177,8 @@ int main(void) {
       check_wq(&t[i]);
     if (t[i].kind == FFN_GEMM_WQD)
       check_wqd(&t[i]);
+    if (t[i].kind == FFN_GEMM_WQD && t[i].design)
+      check_compiled(t, n, i);
     if (t[i].kind == FFN_GEMM_SM90C)
       check_cluster(t, i);
   }

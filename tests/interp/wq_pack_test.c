@@ -3,8 +3,9 @@
  * multiplies by under `precision weights i8|i4` (ir/interp.c's contract).
  *
  * The prep kernels' loops are mirrored here on the host over kernels/quant.cuh, the functions
- * they call; the codes are decoded as gemm_wq does: its 32-bit words, its bit tricks (masks,
- * byte permutes and the magic exponents of bf16 / f16 / f32, emulated here), the mma.sync
+ * they call; the codes are decoded as gemm_wq does, and for i8 with bf16 also as gemm_wqdl does
+ * (wqdl_frag8): its 32-bit words, its bit tricks (masks, lop3, byte permutes and the magic
+ * exponents of bf16 / f16 / f32, emulated here), the mma.sync
  * fragment layout and the k permutation of the activations, times the scale in f32. The reference's
  * quantized weights are read back through a product with the identity, y = I @ b (one nonzero
  * term per output, exact in f32). Random matrices with all-zero columns, single outliers and,
@@ -77,14 +78,17 @@ static void fma2(int f16, uint32_t a, uint32_t b, uint32_t c, float out[2]) {
   }
 }
 
-/* gemm_wq's decode of one step's A fragment from the lane's words (wq_frag_i4 / wq_frag_i8):
- * level[reg][half] */
-static void frag(int bits, int f16, const uint32_t *w, int step, float level[4][2]) {
+/* gemm_wq's decode of one step's A fragment from the lane's words (wq_frag_i4 / wq_frag_i8;
+ * lean: i8 bf16 as gemm_wqdl's wqdl_frag8): level[reg][half] */
+static void frag(int bits, int f16, int lean, const uint32_t *w, int step, float level[4][2]) {
   for (int i = 0; i < 4; i++) {
     if (bits == 4) {
       uint32_t base = f16 ? 0x64006400u : 0x43004300u, one = f16 ? 0x3c003c00u : 0x3f803f80u,
                off = f16 ? 0xe408e408u : 0xc308c308u;
       fma2(f16, ((w[step] >> (4 * i)) & 0x000f000fu) | base, one, off, level[i]);
+    } else if (lean && !f16) { /* the code under 0x43, its top bit cleared, plus -256 or -128 */
+      uint32_t v = byte_perm(w[2 * step + i / 2], 0x43434343u, i % 2 ? 0x4342u : 0x4140u);
+      fma2(0, v & 0xff7fff7fu, 0x3f803f80u, (v & 0x00800080u) ^ 0xc380c380u, level[i]);
     } else if (f16) {
       fma2(1, byte_perm(w[2 * step + i / 2], 0x64646464u, i % 2 ? 0x4342u : 0x4140u), 0x3c003c00u, 0xe480e480u,
            level[i]);
@@ -103,7 +107,7 @@ static void frag(int bits, int f16, const uint32_t *w, int step, float level[4][
  * g + 8 (r & 1), slot 2t + 8 (r >> 1) + h) and the activations' k order (a lane's B fragments of
  * steps 0 and 1 of a 32-k block are k = 8t + 0..3 and 8t + 4..7). out [R, K]: level times scale. */
 static void decode_all(const unsigned char *codes, const float *scales, int64_t R, int64_t K, int bits, int64_t group,
-                       int f16, float *out, int64_t *pad_bad) {
+                       int f16, int lean, float *out, int64_t *pad_bad) {
   const int64_t G = bits == 8 ? K : wq_group_len(K, group), ng = (K + G - 1) / G, tk = wq_tiles_k(K, bits);
   const int steps = bits == 4 ? 4 : 2;
   for (int64_t tile = 0; tile < wq_code_rows(R) / 16 * tk; tile++)
@@ -112,7 +116,7 @@ static void decode_all(const unsigned char *codes, const float *scales, int64_t 
       memcpy(w, codes + tile * 512 + lane * 16, 16);
       for (int step = 0; step < steps; step++) {
         float level[4][2];
-        frag(bits, f16, w, step, level);
+        frag(bits, f16, lean, w, step, level);
         for (int r = 0; r < 4; r++)
           for (int h = 0; h < 2; h++) {
             int64_t row = tile / tk * 16 + lane / 4 + 8 * (r & 1);
@@ -124,6 +128,31 @@ static void decode_all(const unsigned char *codes, const float *scales, int64_t 
           }
       }
     }
+}
+
+/* Every byte through each i8 decode, in every position of a word: level c - 128, also for code 0
+ * (level -128), which no packed weight has but the tiles past K that gemm_wqdl's copies fill with
+ * zeros do (times zero activations) */
+static void check_i8_bytes(void) {
+  int bad = 0;
+  for (int mode = 0; mode < 3; mode++)
+    for (uint32_t c = 0; c < 256; c++) {
+      uint32_t w[4];
+      for (int i = 0; i < 4; i++)
+        w[i] = (c << (8 * i)) | (((c + 37 * (i + 1)) & 0xff) << (8 * ((i + 1) % 4)));
+      for (int step = 0; step < 2; step++) {
+        float level[4][2];
+        frag(8, mode == 1, mode == 2, w, step, level);
+        for (int r = 0; r < 4; r++) /* byte b of word j: register 2 (j % 2) + b / 2, half b % 2 */
+          for (int h = 0; h < 2; h++) {
+            const int j = 2 * step + r / 2, b = 2 * (r % 2) + h;
+            const int code = (int)((w[j] >> (8 * b)) & 0xff);
+            if (level[r][h] != (float)(code - 128) && bad++ < 3)
+              fprintf(stderr, "i8 decode mode %d: code %d gives %g\n", mode, code, level[r][h]);
+          }
+      }
+    }
+  CHECK(bad == 0, "i8 decode: %d codes wrong", bad);
 }
 
 static double uniform(void) { return (double)rand() / RAND_MAX * 2 - 1; }
@@ -157,16 +186,18 @@ static void check_case(int bits, int64_t K, int64_t N, int64_t group) {
   unsigned char *codes = malloc((size_t)(wq_code_rows(N) * wq_row_bytes(K, bits)));
   host_pack(bnk, N, K, bits, group, scales, codes);
   int64_t bad = 0;
-  for (int f16 = 0; f16 < 2; f16++) {
+  for (int mode = 0; mode < (bits == 8 ? 3 : 2); mode++) { /* bf16, f16, (i8) bf16 as gemm_wqdl */
+    const int f16 = mode == 1, lean = mode == 2;
     int64_t pad_bad = 0; /* the padding past K and past the last row holds level 0 */
-    decode_all(codes, scales, N, K, bits, group, f16, dec, &pad_bad);
+    decode_all(codes, scales, N, K, bits, group, f16, lean, dec, &pad_bad);
     bad += pad_bad;
     for (int64_t n = 0; n < N; n++)
       for (int64_t k = 0; k < K; k++) {
         float gpu = dec[n * K + k], ref = y.data[k * N + n];
         if (memcmp(&gpu, &ref, sizeof gpu) != 0 && bad++ < 3)
           fprintf(stderr, "i%d K=%lld G=%lld %s: weight (k %lld, n %lld): packed %.9g, reference %.9g\n", bits,
-                  (long long)K, (long long)group, f16 ? "f16" : "bf16", (long long)k, (long long)n, gpu, ref);
+                  (long long)K, (long long)group, f16 ? "f16" : lean ? "bf16 (gemm_wqdl)" : "bf16", (long long)k,
+                  (long long)n, gpu, ref);
       }
   }
   CHECK(bad == 0, "i%d K=%lld N=%lld G=%lld: %lld weights differ from the reference's", bits, (long long)K,
@@ -184,6 +215,7 @@ int main(void) {
     seed = (unsigned)strtoul(getenv("FFNC_TEST_SEED"), NULL, 0);
   printf("seed %u (replay with FFNC_TEST_SEED=%u)\n", seed, seed);
   srand(seed);
+  check_i8_bytes();
   check_case(8, 77, 9, 0);    /* per column; K not a multiple of a 16-byte word */
   check_case(8, 256, 5, 0);
   check_case(4, 200, 6, 64);  /* groups 64, 64, 64, 8 */
