@@ -222,7 +222,7 @@ static inline int ffn_gemm_config_fits(const ffn_gemm_config *c, long long cols,
     /* alternatives: the same kind, regime, row tile, k step and warpgroup split, another width the element type
      * can use (ffn_gemm_config_takes) */
     if (&t[i] == c || t[i].kind != c->kind || t[i].max_m != c->max_m || t[i].bm != c->bm || t[i].bk != c->bk || t[i].wm != c->wm ||
-        t[i].stages != c->stages || t[i].design != c->design || !ffn_gemm_config_takes(&t[i], fp8))
+        (t[i].bn == c->bn && t[i].stages != c->stages) || t[i].design != c->design || !ffn_gemm_config_takes(&t[i], fp8))
       continue;
     long long other = ffn_gemm_row_cost(&t[i], cols), mine = ffn_gemm_row_cost(c, cols);
     if (other < mine || (other == mine && &t[i] < c))
