@@ -13,6 +13,7 @@
 // tokens, 123 and 280 us for its two quantizers under ncu).
 #pragma once
 #include "common.cuh"
+#include "ewise.cuh" // row_sum, row_max
 #include "numfmt.cuh"
 
 namespace ffn {
