@@ -155,6 +155,17 @@ static const char *load(Kgen *k, Scope *s, Node *o) {
   char idx[96];
   const Shape *os = &o->shape;
   bool full = shape_eq(os, &k->full), scalar = shape_is_static(os) && shape_static_numel(os) == 1;
+  bool per_col = !full && os->rank >= 1 && dim_eq(os->d[os->rank - 1], k->full.d[k->full.rank - 1]) && !is_row_shaped(k, o);
+  if (k->vec && s->kind == SC_ELEM && !scalar && (full || per_col)) { /* from the thread's words */
+    uint64_t bit = (uint64_t)1 << sl;
+    *(full ? &k->row_slots : &k->col_slots) |= bit;
+    k->nc_slots |= ir_is_const(o) ? bit : 0;
+    k->pass_slots |= bit;
+    char *var = arena_printf(g->arena, "l%d", k->nvars++);
+    buf_printf(s->out, "%sconst float %s = ffn::wd_%s<%d>(%s%d, %s);\n", s->indent, var, ty,
+               o->dtype != DT_F32 && k->vec > 1 ? 2 : 1, full ? "xr" : "xc", sl, full ? "k" : "e");
+    return memo_put(&s->memo, o->id, var);
+  }
   if (scalar)
     snprintf(idx, sizeof idx, "0");
   else if (full && s->kind == SC_ELEM)
@@ -253,23 +264,6 @@ static const char *value(Kgen *k, Scope *s, Node *n) {
   emit_line(k, s, n);
   buf_printf(s->out, "%sconst float %s = %s;\n", s->indent, var, expr);
   return memo_put(&s->memo, n->id, var);
-}
-
-/* Stores of the group's stored members, given their variables in element scope `es` (or, for
- * per-row members, in row scope `rs`). */
-static void emit_stores_rowwise(Kgen *k, Scope *es, Scope *rs, Buf *out, const char *indent) {
-  /* values first, then the stored tensors' slots: a kernel's operands come before its results
-   * in KArgs.p[] (PlanKernel.op relies on it) */
-  for (int i = 0; i < k->gr->stores.len; i++) {
-    Node *n = k->gr->stores.items[i];
-    const char *v = is_row_shaped(k, n) ? value(k, rs, n) : value(k, es, n);
-    int sl = slot(k, gen_tensor_for(k->G, n));
-    const char *ty = tname(n->dtype);
-    if (is_row_shaped(k, n))
-      buf_printf(out, "%sif (threadIdx.x == 0) ffn::st_%s(a->p[%d], row, %s);\n", indent, ty, sl, v);
-    else
-      buf_printf(out, "%sffn::st_%s(a->p[%d], i, %s);\n", indent, ty, sl, v);
-  }
 }
 
 /* ---- GEMM groups ---- */
@@ -487,30 +481,136 @@ void emit_gemm_text(Kgen *k, const char *name, bool tc, const char *body) {
 
 /* ---- rowwise groups ---- */
 
+/* Rows in registers. A rowwise kernel's row loop is a template on its form (RowForm): TPR threads
+ * per row, THREADS / TPR rows per block, grid-strided. The row is cut into NV chunks of VEC
+ * elements (16 bytes of 16-bit values); thread `lane` of a row takes chunks lane, lane + TPR, ...
+ * (CH of them), and holds each full-shaped operand's chunks as raw words (xr<slot>). With
+ * `resident` they are read once per row (16 bytes a load, all in flight together) and every pass
+ * over the row (sum of squares, the variance, the largest magnitude, the results) runs from
+ * registers; else (rows too wide for the registers) each pass reads its chunks again (L1/L2).
+ * Per-column operands (a norm's gain: xc<slot>) are read per chunk in each pass, from L1: held
+ * across passes they cost the registers that let more rows be in flight (8B fp8 RMSNorm, the
+ * form of two rows per block: 70 registers with the gain held, 54 without). Reductions stay
+ * within a row's threads (ewise.cuh: row_sum, row_max): shuffles for a warp per row, named
+ * barriers for more. Results are stored a chunk at a time (ewise.cuh: stv_, fp8.cuh: st_f8_codes).
+ *
+ * The forms: a block per row for few rows (decode: every thread of the block on the one row, as
+ * before); for many, rows of at most 4 chunks per thread: a warp per row up to N = 1024
+ * (16-bit), TPR = 128 and two rows per block at 4096. */
+
+enum { ROW_WIDE_CHUNKS = 4, ROW_RESIDENT_WORDS = 64 };
+
+static int pow2_at_least(int64_t x) {
+  int p = 1;
+  while (p < x && p < 1 << 30)
+    p *= 2;
+  return p;
+}
+
+int rowwise_forms(int64_t n, int *vec, RowForm forms[2]) {
+  *vec = n % 8 == 0 ? 8 : n % 4 == 0 ? 4 : n % 2 == 0 ? 2 : 1;
+  int64_t nv = n / *vec;
+  int tpr = pow2_at_least(nv);
+  tpr = tpr < 32 ? 32 : tpr > 256 ? 256 : tpr;
+  forms[0] = (RowForm){tpr, tpr, ""};
+  int wide = pow2_at_least((nv + ROW_WIDE_CHUNKS - 1) / ROW_WIDE_CHUNKS);
+  wide = wide < 32 ? 32 : wide > tpr ? tpr : wide;
+  if (wide == tpr && tpr == 256)
+    return 1;
+  forms[1] = (RowForm){256, wide, "_rows"};
+  return 2;
+}
+
+static DType slot_dtype(Kgen *k, int sl) { return k->G->tensors[k->slot_tensor[sl]].dtype; }
+static int chunk_words(Kgen *k, DType t) { return t == DT_F32 ? k->vec : k->vec > 1 ? k->vec / 2 : 1; }
+
+/* Whether the words of every full-shaped operand of the group, at max_chunks chunks per thread,
+ * fit in ROW_RESIDENT_WORDS registers: counted from the group's operands before any text is
+ * generated. */
+static bool rows_fit(Kgen *k) {
+  Group *gr = k->gr;
+  int words = 0;
+  for (int i = 0; i < gr->nodes.len; i++) {
+    Node *n = gr->nodes.items[i];
+    if (n->op == OP_SLICE || n->op == OP_CONCAT) /* read at offsets, in every pass */
+      continue;
+    for (int j = 0; j < n->nargs; j++) {
+      Node *o = n->args[j];
+      bool seen = false;
+      for (int p = 0; p < i && !seen; p++)
+        for (int q = 0; q < ((Node *)gr->nodes.items[p])->nargs; q++)
+          seen |= ((Node *)gr->nodes.items[p])->args[q] == o;
+      for (int q = 0; q < j; q++)
+        seen |= n->args[q] == o;
+      const Shape *os = &o->shape;
+      if (seen || o->group == gr->id || o->op == OP_SCALAR || !shape_eq(os, &k->full))
+        continue;
+      words += k->max_chunks * chunk_words(k, o->dtype);
+    }
+  }
+  return words <= ROW_RESIDENT_WORDS;
+}
+
+/* Loads of chunk u (index v) of the row (cols: per-column) operands in `slots` into xr<slot> /
+ * xc<slot>: at word u * W of the thread's words, or per_chunk into a chunk's own. */
+static void emit_chunk_loads(Kgen *k, Buf *out, uint64_t slots, bool cols, bool per_chunk, const char *indent) {
+  for (int sl = 0; sl < k->nslots; sl++) {
+    if (!(slots >> sl & 1) || (bool)(k->col_slots >> sl & 1) != cols)
+      continue;
+    DType t = slot_dtype(k, sl);
+    int words = chunk_words(k, t), bytes = k->vec * (int)dtype_bytes(t, 1);
+    if (per_chunk)
+      buf_printf(out, "%sffn::u32 %s%d[%d];\n", indent, cols ? "xc" : "xr", sl, words);
+    buf_printf(out, "%sffn::ld_words<%d, %s>(a->p[%d], %s * %dLL, &%s%d[%s]);\n", indent, bytes,
+               k->nc_slots >> sl & 1 ? "true" : "false", sl, cols ? "v" : "(row * NV + v)", bytes, cols ? "xc" : "xr",
+               sl, per_chunk ? "0" : arena_printf(k->G->g->arena, "u * %d", words));
+  }
+}
+
+/* The resident words of the row operands (k->row_slots), every chunk of the thread. */
+static void emit_resident_loads(Kgen *k, Buf *out) {
+  if (!k->row_slots)
+    return;
+  for (int sl = 0; sl < k->nslots; sl++)
+    if (k->row_slots >> sl & 1)
+      buf_printf(out, "    ffn::u32 xr%d[CH * %d];\n", sl, chunk_words(k, slot_dtype(k, sl)));
+  buf_puts(out, "#pragma unroll\n    for (int u = 0; u < CH; ++u) {\n"
+                "      const int v = u * TPR + lane;\n      if (CH * TPR != NV && v >= NV) break;\n");
+  emit_chunk_loads(k, out, k->row_slots, false, false, "      ");
+  buf_puts(out, "    }\n");
+}
+
+/* A pass over the thread's chunks of the row: `before` per chunk (after its loads, unless the
+ * words are resident), `elem` for each of its VEC elements (col, i: the element's column and
+ * index; k: its place in the words), `after` per chunk. Reads the operands of k->pass_slots. */
+static void emit_pass(Kgen *k, Buf *out, const char *before, const char *elem, const char *after) {
+  buf_printf(out, "#pragma unroll%s\n    for (int u = 0; u < CH; ++u) {\n", k->resident ? "" : " 4");
+  buf_puts(out, "      const int v = u * TPR + lane;\n      if (CH * TPR != NV && v >= NV) break;\n");
+  if (!k->resident)
+    emit_chunk_loads(k, out, k->pass_slots, false, true, "      ");
+  emit_chunk_loads(k, out, k->pass_slots, true, true, "      ");
+  buf_puts(out, before ? before : "");
+  buf_printf(out, "#pragma unroll\n      for (int e = 0; e < VEC; ++e) {\n"
+                  "        const int col = v * VEC + e, k = %s; // k: the element's place in the row's words\n"
+                  "        const long long i = row * %lldLL + col;\n        (void)col; (void)k; (void)i;\n",
+             k->resident ? "u * VEC + e" : "e", (long long)k->ncols);
+  buf_puts(out, elem ? elem : "");
+  buf_puts(out, "      }\n");
+  buf_puts(out, after ? after : "");
+  buf_puts(out, "    }\n");
+  k->pass_slots = 0;
+}
+
 static bool is_stat_or_norm(Op op) {
   return op == OP_RMS_RSTD || op == OP_LN_MEAN || op == OP_LN_RSTD || op == OP_RMSNORM || op == OP_LAYERNORM;
 }
 
-/* Opens the loop of a block's threads over the columns of a row (indented for the row loop). The
- * stride is the kernel's THREADS constant, so the trip count is known and the loop unrolled: its
- * loads are in flight together (with blockDim.x each waited for the last, and the 8B fp8
- * sublayer's RMSNorm at 8192 tokens took 93 us for 134 MB of traffic, kernels/NOTES.md). */
-static void open_col_loop(Buf *out, long long N) {
-  buf_printf(out, "#pragma unroll 8\n    for (int col = threadIdx.x; col < %lld; col += THREADS) {\n", N);
-  buf_printf(out, "      const long long i = row * %lldLL + col;\n      (void)i;\n", N);
-}
+#define ELEM_INDENT "        "
 
-/* Block-wide sum over the row of `term` (computed by the code in pass) into float `var`. */
-static void emit_row_sum(Buf *out, long long N, const char *var, const char *pass, const char *term) {
-  open_col_loop(out, N);
-  buf_puts(out, pass ? pass : "");
-  buf_printf(out, "      %s += %s;\n    }\n", var, term);
-  buf_printf(out, "    %s = ffn::block_sum(%s, red);\n", var, var);
-}
-
-/* x, the operand of statistic or norm n, computed in a column loop of its own. */
+/* x, the operand of statistic or norm n, computed in a pass of its own (its text into pass). */
 static const char *stat_operand(Kgen *k, Node *n, Buf *pass) {
-  Scope ps = {.kind = SC_ELEM, .out = pass, .indent = "      ", .col = "col"};
+  Scope ps = {.kind = SC_ELEM, .out = pass, .indent = ELEM_INDENT, .col = "col"};
+  k->pass_slots = 0;
   const char *x = value(k, &ps, n->args[0]);
   memo_free(&ps.memo);
   return x;
@@ -524,12 +624,12 @@ static int emit_row_stats(Kgen *k, Buf *rowb, Node *n, bool ln) {
   Buf pass = {0};
   const char *x = stat_operand(k, n, &pass);
   int id = k->nvars++;
-  char eps[64], var[32], term[160];
+  char eps[64];
   literal(eps, sizeof eps, n->fval);
-  snprintf(var, sizeof var, "s%d", id);
-  snprintf(term, sizeof term, ln ? "%s" : "%s * %s", x, x);
+  buf_printf(&pass, ln ? ELEM_INDENT "s%d += %s;\n" : ELEM_INDENT "s%d += %s * %s;\n", id, x, x);
   buf_printf(rowb, "    float s%d = 0.f;\n", id);
-  emit_row_sum(rowb, N, var, pass.s, term);
+  emit_pass(k, rowb, NULL, pass.s, NULL);
+  buf_printf(rowb, "    s%d = ffn::row_sum<TPR, THREADS>(s%d, red);\n", id, id);
   buf_free(&pass);
   if (!ln) {
     buf_printf(rowb, "    const float rstd%d = 1.0f / sqrtf(s%d / %lld.0f + %s);\n", id, id, N, eps);
@@ -537,11 +637,10 @@ static int emit_row_stats(Kgen *k, Buf *rowb, Node *n, bool ln) {
   }
   Buf pass2 = {0};
   const char *x2 = stat_operand(k, n, &pass2);
+  buf_printf(&pass2, ELEM_INDENT "const float d = %s - mean%d;\n" ELEM_INDENT "q%d += d * d;\n", x2, id, id);
   buf_printf(rowb, "    const float mean%d = s%d / %lld.0f;\n    float q%d = 0.f;\n", id, id, N, id);
-  open_col_loop(rowb, N);
-  buf_puts(rowb, pass2.s ? pass2.s : "");
-  buf_printf(rowb, "      const float d = %s - mean%d;\n      q%d += d * d;\n    }\n", x2, id, id);
-  buf_printf(rowb, "    q%d = ffn::block_sum(q%d, red);\n", id, id);
+  emit_pass(k, rowb, NULL, pass2.s, NULL);
+  buf_printf(rowb, "    q%d = ffn::row_sum<TPR, THREADS>(q%d, red);\n", id, id);
   buf_printf(rowb, "    const float rstd%d = 1.0f / sqrtf(q%d / %lld.0f + %s);\n", id, id, N, eps);
   buf_free(&pass2);
   return id;
@@ -584,40 +683,86 @@ static void emit_norms(Kgen *k, Scope *es) {
     char *var = arena_printf(k->G->g->arena, "t%d", k->nvars++);
     emit_line(k, es, n);
     if (st[1])
-      buf_printf(es->out, "      const float %s = (%s - %s) * %s * %s", var, x, st[1], st[0], gain);
+      buf_printf(es->out, "%sconst float %s = (%s - %s) * %s * %s", es->indent, var, x, st[1], st[0], gain);
     else
-      buf_printf(es->out, "      const float %s = %s * %s * %s", var, x, st[0], gain);
+      buf_printf(es->out, "%sconst float %s = %s * %s * %s", es->indent, var, x, st[0], gain);
     buf_printf(es->out, "%s%s;\n", bias ? " + " : "", bias ? bias : "");
     memo_put(&es->memo, n->id, var);
   }
 }
 
-/* A rowwise kernel's opening: its entry point, the block's THREADS constant, the reduction buffer
- * and the loop over its rows (a block per row, grid-strided), then the per-row code rowb. */
-static void open_rowwise_kernel(Buf *body, int threads, const char *rowb) {
-  buf_printf(body, "extern \"C\" __global__ void __launch_bounds__(%d) @(const __grid_constant__ ffn::KArgs args) {\n",
-             threads);
-  buf_printf(body, "  constexpr int THREADS = %d; // the launch's block (the plan's threads)\n", threads);
-  buf_puts(body, "  ffn::pdl_entry();\n  __shared__ float red[64];\n  (void)red;\n  const ffn::KArgs *a = &args;\n"
-                 "  for (long long row = blockIdx.x; row < a->m; row += gridDim.x) {\n");
-  buf_puts(body, rowb ? rowb : "");
+/* Starts a rowwise kernel: rows_fit decides whether its words are resident. */
+static void begin_rowwise(Kgen *k, const RowForm *forms, int nforms) {
+  int64_t nv = k->ncols / k->vec;
+  int tpr = forms[0].tpr;
+  for (int f = 1; f < nforms; f++)
+    tpr = forms[f].tpr < tpr ? forms[f].tpr : tpr;
+  k->max_chunks = (int)((nv + tpr - 1) / tpr);
+  k->resident = rows_fit(k);
+  k->row_slots = k->col_slots = k->nc_slots = k->pass_slots = 0;
 }
 
-void emit_rowwise_kernel(Kgen *k, int threads, Buf *body) {
-  Buf rowb = {0}, elb = {0}, stores = {0};
+/* The row loop (a template on the form) around the per-row code rowb and the passes after it
+ * (passes), then the per-row stores (rstores); then an entry point per form. */
+static void emit_row_loop(Kgen *k, const RowForm *forms, int nforms, const char *rowb, const char *passes,
+                          const char *rstores, Buf *body) {
+  long long N = (long long)k->ncols;
+  buf_printf(body,
+             "template <int THREADS, int TPR> __device__ __forceinline__ void @_row_loop(const ffn::KArgs *a, float *red) {\n"
+             "  constexpr int VEC = %d, NV = %lld; // the row in NV chunks of VEC elements\n"
+             "  constexpr int CH = (NV + TPR - 1) / TPR, RPB = THREADS / TPR; // chunks per thread, rows per block\n"
+             "  const int lane = threadIdx.x %% TPR;\n  (void)red;\n",
+             k->vec, N / k->vec);
+  buf_puts(body, "  for (long long row0 = (long long)blockIdx.x * RPB; row0 < a->m; row0 += (long long)gridDim.x * RPB) {\n"
+                 "    // a row past m (the last block's) reads the last row again and stores nothing\n"
+                 "    const long long r = row0 + threadIdx.x / TPR, row = r < a->m ? r : a->m - 1;\n"
+                 "    const bool live = r < a->m;\n    (void)live;\n");
+  if (k->resident)
+    emit_resident_loads(k, body);
+  buf_puts(body, rowb ? rowb : "");
+  buf_puts(body, passes ? passes : "");
+  buf_puts(body, rstores ? rstores : "");
+  buf_puts(body, "  }\n}\n");
+  for (int f = 0; f < nforms; f++)
+    buf_printf(body,
+               "extern \"C\" __global__ void __launch_bounds__(%d, 1) @%s(const __grid_constant__ ffn::KArgs args) {\n"
+               "  ffn::pdl_entry();\n  __shared__ float red[%d];\n  @_row_loop<%d, %d>(&args, red);\n}\n",
+               forms[f].threads, forms[f].name, forms[f].threads / 32, forms[f].threads, forms[f].tpr);
+}
+
+void emit_rowwise_kernel(Kgen *k, const RowForm *forms, int nforms, Buf *body) {
+  Buf rowb = {0}, elb = {0}, before = {0}, after = {0}, passes = {0}, rstores = {0};
+  begin_rowwise(k, forms, nforms);
   Scope rs = {.kind = SC_ROW, .out = &rowb, .indent = "    ", .col = "col"};
   emit_row_part(k, &rs);
-  Scope es = {.kind = SC_ELEM, .parent = &rs, .out = &elb, .indent = "      ", .col = "col"};
+  Scope es = {.kind = SC_ELEM, .parent = &rs, .out = &elb, .indent = ELEM_INDENT, .col = "col"};
+  k->pass_slots = 0;
   emit_norms(k, &es);
-  emit_stores_rowwise(k, &es, &rs, &stores, "      ");
-  open_rowwise_kernel(body, threads, rowb.s);
-  open_col_loop(body, (long long)k->ncols);
-  buf_puts(body, elb.s ? elb.s : "");
-  buf_puts(body, stores.s ? stores.s : "");
-  buf_puts(body, "    }\n  }\n}\n");
+  /* values first, then the stored tensors' slots: a kernel's operands come before its results
+   * in KArgs.p[] (PlanKernel.op relies on it) */
+  for (int i = 0; i < k->gr->stores.len; i++) {
+    Node *n = k->gr->stores.items[i];
+    bool per_row = is_row_shaped(k, n);
+    const char *v = per_row ? value(k, &rs, n) : value(k, &es, n);
+    int sl = slot(k, gen_tensor_for(k->G, n));
+    const char *ty = tname(n->dtype);
+    if (per_row) {
+      buf_printf(&rstores, "    if (lane == 0 && live) ffn::st_%s(a->p[%d], row, %s);\n", ty, sl, v);
+      continue;
+    }
+    buf_printf(&before, "      float o%d[VEC];\n", i);
+    buf_printf(&elb, ELEM_INDENT "o%d[e] = %s;\n", i, v);
+    buf_printf(&after, "      if (live) ffn::stv_%s<VEC>(a->p[%d], row * %lldLL + v * VEC, o%d);\n", ty, sl,
+               (long long)k->ncols, i);
+  }
+  emit_pass(k, &passes, before.s, elb.s, after.s);
+  emit_row_loop(k, forms, nforms, rowb.s, passes.s, rstores.s, body);
   buf_free(&rowb);
   buf_free(&elb);
-  buf_free(&stores);
+  buf_free(&before);
+  buf_free(&after);
+  buf_free(&passes);
+  buf_free(&rstores);
   memo_free(&rs.memo);
   memo_free(&es.memo);
 }
@@ -626,31 +771,37 @@ void emit_rowwise_kernel(Kgen *k, int threads, Buf *body) {
  * (lower.c: f8_fused_consumer): instead of n it writes A's codes and row scales, the quantizer's
  * (kernels/fp8.cuh) rule applied to n as its storage type would hold it, so neither n nor a
  * quantizer pass goes through memory. The row's values are computed twice: once for the largest
- * magnitude, once for the codes (the operands are in L1/L2 by then). */
-void emit_rowwise_f8_kernel(Kgen *k, int threads, int codes, int scales, DType f8, Buf *body) {
+ * magnitude, once for the codes (from the words in registers, or L1/L2 for rows too wide). */
+void emit_rowwise_f8_kernel(Kgen *k, const RowForm *forms, int nforms, int codes, int scales, DType f8, Buf *body) {
   Node *n = k->gr->stores.items[0];
-  Buf rowb = {0}, elb = {0};
+  Buf rowb = {0}, elb = {0}, amax = {0}, code = {0}, passes = {0}, after = {0};
+  begin_rowwise(k, forms, nforms);
   Scope rs = {.kind = SC_ROW, .out = &rowb, .indent = "    ", .col = "col"};
   emit_row_part(k, &rs);
-  Scope es = {.kind = SC_ELEM, .parent = &rs, .out = &elb, .indent = "      ", .col = "col"};
+  Scope es = {.kind = SC_ELEM, .parent = &rs, .out = &elb, .indent = ELEM_INDENT, .col = "col"};
+  k->pass_slots = 0;
   emit_norms(k, &es);
   const char *v = value(k, &es, n), *ty = tname(n->dtype);
+  uint64_t slots = k->pass_slots;
   int sc = slot(k, codes), ss = slot(k, scales), e5m2 = f8 == DT_F8E5M2;
-  open_rowwise_kernel(body, threads, rowb.s);
-  buf_puts(body, "    float amax = 0.f;\n");
-  open_col_loop(body, (long long)k->ncols);
-  buf_puts(body, elb.s ? elb.s : "");
-  buf_printf(body, "      amax = fmaxf(amax, fabsf(ffn::round_%s(%s)));\n    }\n", ty, v);
-  buf_printf(body, "    amax = ffn::block_max(amax, red);\n"
-                   "    const float sc = ffn_f8_scale((double)amax, %d), rc = __frcp_rn(sc);\n"
-                   "    if (threadIdx.x == 0) ffn::st_f32(a->p[%d], row, sc);\n", e5m2, ss);
-  open_col_loop(body, (long long)k->ncols);
-  buf_puts(body, elb.s ? elb.s : "");
-  buf_printf(body, "      ((ffn::u8 *)a->p[%d])[i] = (ffn::u8)ffn::f8_codes2<%d>(ffn::round_%s(%s), 0.f, sc, rc);\n    }\n",
-             sc, e5m2, ty, v);
-  buf_puts(body, "  }\n}\n");
+  buf_printf(&amax, "%s" ELEM_INDENT "amax = fmaxf(amax, fabsf(ffn::round_%s(%s)));\n", elb.s ? elb.s : "", ty, v);
+  buf_printf(&code, "%s" ELEM_INDENT "o[e] = ffn::round_%s(%s);\n", elb.s ? elb.s : "", ty, v);
+  buf_puts(&passes, "    float amax = 0.f;\n");
+  emit_pass(k, &passes, NULL, amax.s, NULL);
+  buf_printf(&passes, "    amax = ffn::row_max<TPR, THREADS>(amax, red);\n"
+                      "    const float sc = ffn_f8_scale((double)amax, %d), rc = __frcp_rn(sc);\n"
+                      "    if (lane == 0 && live) ffn::st_f32(a->p[%d], row, sc);\n", e5m2, ss);
+  buf_printf(&after, "      if (live) ffn::st_f8_codes<VEC, %d>(a->p[%d], row * %lldLL + v * VEC, o, sc, rc);\n", e5m2, sc,
+             (long long)k->ncols);
+  k->pass_slots = slots;
+  emit_pass(k, &passes, "      float o[VEC];\n", code.s, after.s);
+  emit_row_loop(k, forms, nforms, rowb.s, passes.s, NULL, body);
   buf_free(&rowb);
   buf_free(&elb);
+  buf_free(&amax);
+  buf_free(&code);
+  buf_free(&passes);
+  buf_free(&after);
   memo_free(&rs.memo);
   memo_free(&es.memo);
 }

@@ -72,6 +72,13 @@ typedef struct {
   DType f8;            /* DT_F8E4M3 / DT_F8E5M2: an fp8 product (fp8.cuh); DT_NONE: not */
   int f8_a, f8_sa, f8_b, f8_sb; /* its codes and scales of A (run time) and B (load time) */
   int f8_stats;        /* A's row sums and sums of squares for a folded norm (the quantizer's), or -1 */
+  /* rowwise kernels (emit_cuda.c, "rows in registers"): the row in chunks of `vec` elements, each
+   * thread's chunks of its operands held as words; 0 in GEMM epilogues */
+  int vec;
+  int max_chunks;      /* chunks per thread of the variant with the fewest threads per row */
+  bool resident;       /* the operands' words are read once per row (else in every pass) */
+  uint64_t row_slots, col_slots, nc_slots; /* slots read as rows, per column, through .nc */
+  uint64_t pass_slots; /* those the pass being generated reads */
 } Kgen;
 
 /* Reports an error at n (without a location if n has none) and fails the generation. */
@@ -120,9 +127,19 @@ void emit_gemm_functor(Kgen *k, Buf *body);
 /* The __global__ entry point of GEMM k for tile configuration c; ext: A's row statistics come
  * from ffn_row_stats instead of the GEMM. */
 void emit_gemm_entry(Kgen *k, const ffn_gemm_config *c, bool ext, Buf *body);
-/* The __global__ function of rowwise group k->gr, for blocks of `threads` threads per row. */
-void emit_rowwise_kernel(Kgen *k, int threads, Buf *body);
-void emit_rowwise_f8_kernel(Kgen *k, int threads, int codes, int scales, DType f8, Buf *body);
+/* A rowwise kernel's launch forms: blocks of `threads`, `tpr` threads per row (so threads / tpr
+ * rows per block), `name` the suffix of its entry point ("" for the first). */
+typedef struct {
+  int threads, tpr;
+  const char *name;
+} RowForm;
+/* The row layout of a rowwise kernel over n columns: chunks of *vec elements, and its forms
+ * (returns 1 or 2): a block per row, for few rows; for many, a few rows per block. */
+int rowwise_forms(int64_t n, int *vec, RowForm forms[2]);
+/* The rowwise kernel of group k->gr (k->vec set): a row loop templated on its form, and an entry
+ * point per form. */
+void emit_rowwise_kernel(Kgen *k, const RowForm *forms, int nforms, Buf *body);
+void emit_rowwise_f8_kernel(Kgen *k, const RowForm *forms, int nforms, int codes, int scales, DType f8, Buf *body);
 /* GEMM kernel text into the program: a heading comment, then body with '@' replaced by name. */
 void emit_gemm_text(Kgen *k, const char *name, bool tc, const char *body);
 

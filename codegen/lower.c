@@ -315,12 +315,20 @@ static void add_step(Gen *G, int kernel, Kgen *k, const Shape *rows_of) {
   memcpy(s->rowdims, rows_of->d, sizeof(Dim) * (size_t)s->nrowdims);
 }
 
-/* The one-variant rowwise kernel with this text (a block of `threads` per row, `n` columns),
- * emitted under the heading "kernel NAME: what" if it is new; returns its index. */
-static int rowwise_kernel(Gen *G, const char *body, int64_t n, int threads, Op op, const char *what) {
-  PlanKernel pk = {.kind = KK_ROWWISE, .nvariants = 1, .n = n, .op = op};
-  pk.variants[0] = (KernelVariant){.threads = threads};
-  pk.variants[0].cfg.name = "rowwise";
+/* Up to this many rows a rowwise kernel runs its first form, a block per row (the rows' latency
+ * decides); beyond, its second, several rows per block (emit_cuda.c: rowwise_forms). */
+enum { ROWWISE_BLOCK_ROWS_MAX = 256 };
+
+/* The rowwise kernel with this text, a variant per form (its entry point @ followed by the
+ * form's name; cfg.bm: rows per block, for the launch's grid), emitted under the heading
+ * "kernel NAME: what" if it is new; returns its index. */
+static int rowwise_kernel(Gen *G, const char *body, int64_t n, const RowForm *forms, int nforms, Op op, const char *what) {
+  PlanKernel pk = {.kind = KK_ROWWISE, .nvariants = nforms, .n = n, .op = op};
+  for (int f = 0; f < nforms; f++) {
+    pk.variants[f] = (KernelVariant){.threads = forms[f].threads, .max_m = f + 1 < nforms ? ROWWISE_BLOCK_ROWS_MAX : 0};
+    pk.variants[f].cfg.name = f ? "rows" : "rowwise";
+    pk.variants[f].cfg.bm = forms[f].threads / forms[f].tpr;
+  }
   bool is_new;
   int kernel = add_kernel(G, body, &pk, &is_new);
   if (is_new) {
@@ -328,7 +336,8 @@ static int rowwise_kernel(Gen *G, const char *body, int64_t n, int threads, Op o
     snprintf(name, sizeof name, "k%d", kernel);
     buf_printf(&G->src, "\n// kernel %s: %s\n", name, what);
     emit_named(&G->src, name, body);
-    G->kernels[kernel].variants[0].func = arena_printf(G->g->arena, "%s", name);
+    for (int f = 0; f < nforms; f++)
+      G->kernels[kernel].variants[f].func = arena_printf(G->g->arena, "%s%s", name, forms[f].name);
   }
   return kernel;
 }
@@ -347,19 +356,23 @@ static int f8_quant_a(Gen *G, Kgen *k) {
   k->f8_sa = new_tensor(G, PT_SCRATCH, &scales);
   k->f8_stats = k->gr->stats > 0 ? new_tensor(G, PT_SCRATCH, &stats) : -1;
   int64_t K = a->shape.d[a->shape.rank - 1].size;
-  enum { THREADS = 256 };
+  int vec; /* 8: K % 16 == 0 */
+  RowForm forms[2];
+  int nforms = rowwise_forms(K, &vec, forms);
   Buf body = {0};
-  buf_printf(&body,
-             "extern \"C\" __global__ void __launch_bounds__(%d) @(const __grid_constant__ ffn::KArgs a) {\n"
-             "  ffn::pdl_entry();\n"
-             "  ffn::quant_rows_f8<%s, %d, %d>((const %s *)a.p[0], (ffn::u8 *)a.p[1], (float *)a.p[2], %s, a.m, "
-             "%lldLL);\n}\n",
-             THREADS, gen_ctype(a->dtype), k->f8 == DT_F8E5M2, THREADS, gen_ctype(a->dtype),
-             k->f8_stats >= 0 ? "(float *)a.p[3]" : "nullptr", (long long)K);
+  for (int f = 0; f < nforms; f++)
+    buf_printf(&body,
+               "extern \"C\" __global__ void __launch_bounds__(%d, 1) @%s(const __grid_constant__ ffn::KArgs a) {\n"
+               "  ffn::pdl_entry();\n  __shared__ float red[%d];\n"
+               "  ffn::quant_rows_f8<%s, %d, %d, %d, %lldLL>((const %s *)a.p[0], (ffn::u8 *)a.p[1], (float *)a.p[2], %s, "
+               "a.m, red);\n}\n",
+               forms[f].threads, forms[f].name, forms[f].threads / 32, gen_ctype(a->dtype), k->f8 == DT_F8E5M2,
+               forms[f].threads, forms[f].tpr, (long long)K, gen_ctype(a->dtype),
+               k->f8_stats >= 0 ? "(float *)a.p[3]" : "nullptr");
   char what[128];
   snprintf(what, sizeof what, "%s activations to %s codes and row scales, K = %lld", dtype_name(a->dtype),
            dtype_name(k->f8), (long long)K);
-  int kernel = rowwise_kernel(G, body.s, K, THREADS, OP_COUNT, what);
+  int kernel = rowwise_kernel(G, body.s, K, forms, nforms, OP_COUNT, what);
   Kgen q = {.G = G, .gr = k->gr, .nslots = k->f8_stats >= 0 ? 4 : 3, .slot_tensor = {src, k->f8_a, k->f8_sa, k->f8_stats}};
   add_step(G, kernel, &q, &a->shape);
   buf_free(&body);
@@ -521,7 +534,8 @@ static void lower_rowwise(Gen *G, Group *gr) {
     return;
   }
   int64_t N = k.ncols;
-  int threads = N >= 256 ? 256 : N >= 128 ? 128 : N >= 64 ? 64 : 32;
+  RowForm forms[2];
+  int nforms = rowwise_forms(N, &k.vec, forms);
   Buf body = {0};
   char what[128];
   snprintf(what, sizeof what, "rowwise over [M, %lld]", (long long)N);
@@ -532,14 +546,14 @@ static void lower_rowwise(Gen *G, Group *gr) {
     scales.shape.rank--;
     G->act_codes_of[n->id] = new_tensor(G, PT_SCRATCH, &codes);
     G->act_scales_of[n->id] = new_tensor(G, PT_SCRATCH, &scales);
-    emit_rowwise_f8_kernel(&k, threads, G->act_codes_of[n->id], G->act_scales_of[n->id], f8, &body);
+    emit_rowwise_f8_kernel(&k, forms, nforms, G->act_codes_of[n->id], G->act_scales_of[n->id], f8, &body);
     snprintf(what, sizeof what, "rowwise over [M, %lld], stored as %s codes and row scales", (long long)N,
              dtype_name(f8));
   } else {
-    emit_rowwise_kernel(&k, threads, &body);
+    emit_rowwise_kernel(&k, forms, nforms, &body);
   }
   Op op = gr->nodes.len == 1 && gr->stores.len == 1 ? ((Node *)gr->nodes.items[0])->op : OP_COUNT;
-  int kernel = rowwise_kernel(G, body.s, N, threads, op, what);
+  int kernel = rowwise_kernel(G, body.s, N, forms, nforms, op, what);
   add_step(G, kernel, &k, &gr->shape);
   buf_free(&body);
 }
@@ -709,7 +723,8 @@ static void lower_single(Gen *G, Group *gr) {
   Buf body = {0};
   buf_printf(&body, "extern \"C\" __global__ void __launch_bounds__(%d) @(const __grid_constant__ ffn::KArgs args) {\n"
              "  ffn::pdl_entry();\n  %s;\n}\n", threads, call);
-  int kernel = rowwise_kernel(G, body.s, C ? C : N, threads, n->op, what);
+  RowForm form = {threads, threads, ""}; /* a block per row, or its own grid (exec.c) */
+  int kernel = rowwise_kernel(G, body.s, C ? C : N, &form, 1, n->op, what);
   add_step(G, kernel, &k, &rows);
   buf_free(&body);
 }

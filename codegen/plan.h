@@ -60,7 +60,8 @@ typedef struct {
   int smem;            /* dynamic shared memory bytes */
   int64_t max_m;       /* use this variant when M <= max_m; 0: any M */
   ffn_gemm_config cfg; /* GEMM: the tile configuration (cfg.name points into the plan); the wgmma
-                          variant of a weight gradient on sm_90 (op matmul_at): ffn_wgrad_config */
+                          variant of a weight gradient on sm_90 (op matmul_at): ffn_wgrad_config;
+                          other rowwise kernels: cfg.bm rows per block (0 or 1: one) */
   bool ext_stats;      /* GEMM: A's row statistics come from ffn_row_stats, run just before */
 } KernelVariant;
 

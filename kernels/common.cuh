@@ -138,6 +138,14 @@ __device__ __forceinline__ float warp_max(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
+// x through an empty volatile asm: what is computed from it cannot be merged with the same
+// computation from another read of x, so a row held in registers as raw words (ewise.cuh,
+// fp8.cuh) is unpacked again in each pass over it instead of being kept unpacked (twice the
+// registers) between passes.
+__device__ __forceinline__ u32 opaque(u32 x) {
+  asm volatile("" : "+r"(x));
+  return x;
+}
 // Sum over groups of W consecutive lanes (W a power of two <= 32).
 template <int W> __device__ __forceinline__ float group_sum(float v) {
 #pragma unroll

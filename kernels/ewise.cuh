@@ -113,4 +113,138 @@ __device__ __forceinline__ float block_max(float v, float *red) {
   return t;
 }
 
+// ---- rows in registers (the rowwise kernels' row loops, emit_cuda.c) ----
+//
+// A row of N elements is cut into chunks of VEC consecutive elements (VEC * size <= 32 bytes);
+// the TPR threads of a row take chunks lane, lane + TPR, ... (THREADS / TPR rows per block), and
+// hold each operand's chunks as raw 32-bit words: 16-bit elements two to a word (one, with
+// VEC == 1), f32 one.
+
+// BYTES (2, 4, 8, 16 or 32) at byte offset off of p into w[0..BYTES/4) (a 16-bit element alone
+// in the low half of w[0]). Activations through a non-volatile asm without a memory clobber, as
+// ld_u16 (so what it assumes holds here too); constants (NC) through the read-only path, as ldc_.
+template <int BYTES, bool NC> __device__ __forceinline__ void ld_words(const void *p, long long off, u32 *w) {
+  const char *q = (const char *)p + off;
+  if constexpr (BYTES == 32) {
+    ld_words<16, NC>(p, off, w);
+    ld_words<16, NC>(p, off + 16, w + 4);
+  } else if constexpr (BYTES == 16) {
+    if constexpr (NC)
+      asm("ld.global.nc.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(q));
+    else
+      asm("ld.global.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(w[0]), "=r"(w[1]), "=r"(w[2]), "=r"(w[3]) : "l"(q));
+  } else if constexpr (BYTES == 8) {
+    if constexpr (NC)
+      asm("ld.global.nc.v2.u32 {%0,%1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(q));
+    else
+      asm("ld.global.v2.u32 {%0,%1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"(q));
+  } else if constexpr (BYTES == 4) {
+    if constexpr (NC)
+      asm("ld.global.nc.u32 %0, [%1];" : "=r"(w[0]) : "l"(q));
+    else
+      asm("ld.global.u32 %0, [%1];" : "=r"(w[0]) : "l"(q));
+  } else {
+    unsigned short h;
+    if constexpr (NC)
+      asm("ld.global.nc.u16 %0, [%1];" : "=h"(h) : "l"(q));
+    else
+      asm("ld.global.u16 %0, [%1];" : "=h"(h) : "l"(q));
+    w[0] = h;
+  }
+}
+
+// Element k of a thread's words as f32; P: 16-bit elements per word (2, or 1 for VEC == 1).
+// (Through opaque: each pass unpacks the words again rather than keep them unpacked.)
+template <int P> __device__ __forceinline__ float wd_bf16(const u32 *w, int k) {
+  const u32 x = opaque(w[P == 2 ? k >> 1 : k]);
+  return __uint_as_float(P == 2 && k & 1 ? x & 0xffff0000u : x << 16);
+}
+template <int P> __device__ __forceinline__ float wd_f16(const u32 *w, int k) {
+  const u32 x = opaque(w[P == 2 ? k >> 1 : k]);
+  return f16_bits_to_f32((u16)(P == 2 && k & 1 ? x >> 16 : x & 0xffffu));
+}
+template <int P> __device__ __forceinline__ float wd_f32(const u32 *w, int k) { return __uint_as_float(w[k]); }
+
+// V consecutive elements from element i (i a multiple of V; the tensor 16-byte aligned).
+template <int V> __device__ __forceinline__ void stv_f32(void *p, long long i, const float (&v)[V]) {
+  float *q = (float *)p + i;
+  if constexpr (V == 8) {
+    ((float4 *)q)[0] = make_float4(v[0], v[1], v[2], v[3]);
+    ((float4 *)q)[1] = make_float4(v[4], v[5], v[6], v[7]);
+  } else if constexpr (V == 4) {
+    *(float4 *)q = make_float4(v[0], v[1], v[2], v[3]);
+  } else if constexpr (V == 2) {
+    *(float2 *)q = make_float2(v[0], v[1]);
+  } else {
+    *q = v[0];
+  }
+}
+template <int V, bool BF16> __device__ __forceinline__ void stv_16(void *p, long long i, const float (&v)[V]) {
+  u16 *q = (u16 *)p + i;
+  if constexpr (V == 1) {
+    *q = BF16 ? f32_to_bf16_bits(v[0]) : f32_to_f16_bits(v[0]);
+  } else {
+    u32 w[V / 2];
+#pragma unroll
+    for (int j = 0; j < V / 2; ++j) w[j] = BF16 ? pack_bf16x2(v[2 * j], v[2 * j + 1]) : pack_f16x2(v[2 * j], v[2 * j + 1]);
+    if constexpr (V == 8)
+      *(uint4 *)q = make_uint4(w[0], w[1], w[2], w[3]);
+    else if constexpr (V == 4)
+      *(uint2 *)q = make_uint2(w[0], w[1]);
+    else
+      *(u32 *)q = w[0];
+  }
+}
+template <int V> __device__ __forceinline__ void stv_bf16(void *p, long long i, const float (&v)[V]) { stv_16<V, true>(p, i, v); }
+template <int V> __device__ __forceinline__ void stv_f16(void *p, long long i, const float (&v)[V]) { stv_16<V, false>(p, i, v); }
+
+// ---- reductions over the TPR threads of a row (every one of them gets the total) ----
+//
+// A warp or less: shuffles. More: each warp's total through red (THREADS / 32 floats), between
+// the barriers of the row's threads alone (named barrier 1 + the row's index in the block; the
+// whole block's when the row is the block), so the rows of a block do not wait for each other.
+// The warps' totals are added in order, the same in every thread. red is reusable after it.
+
+// Named barrier G (1 + the row's index g < G) of TPR threads. The id is an immediate: from a
+// register, ptxas (CUDA 13, sm_90a) reserves all 16 barriers and spills around them.
+template <int TPR, int G> __device__ __forceinline__ void row_barrier_of(int g) {
+  if constexpr (G > 0) {
+    if (g == G - 1)
+      asm volatile("bar.sync %0, %1;" ::"n"(G), "n"(TPR) : "memory");
+    else
+      row_barrier_of<TPR, G - 1>(g);
+  }
+}
+template <int TPR, int THREADS> __device__ __forceinline__ void row_barrier() {
+  if constexpr (TPR == THREADS)
+    __syncthreads();
+  else
+    row_barrier_of<TPR, THREADS / TPR>((int)threadIdx.x / TPR);
+}
+
+template <int TPR, int THREADS, bool MAX> __device__ __forceinline__ float row_reduce(float v, float *red) {
+  static_assert(TPR % 32 == 0 && THREADS % TPR == 0 && THREADS / TPR <= 15, "rows of whole warps, 15 named barriers");
+  v = MAX ? warp_max(v) : warp_sum(v);
+  if constexpr (TPR == 32) {
+    return v;
+  } else {
+    constexpr int W = TPR / 32;
+    const int warp = threadIdx.x >> 5, first = warp & ~(W - 1);
+    if ((threadIdx.x & 31) == 0) red[warp] = v;
+    row_barrier<TPR, THREADS>();
+    float t = red[first];
+#pragma unroll
+    for (int j = 1; j < W; ++j) t = MAX ? fmaxf(t, red[first + j]) : t + red[first + j];
+    row_barrier<TPR, THREADS>();
+    return t;
+  }
+}
+template <int TPR, int THREADS> __device__ __forceinline__ float row_sum(float v, float *red) {
+  return row_reduce<TPR, THREADS, false>(v, red);
+}
+// NaN skipped, as fmaxf does (the reference's fmax).
+template <int TPR, int THREADS> __device__ __forceinline__ float row_max(float v, float *red) {
+  return row_reduce<TPR, THREADS, true>(v, red);
+}
+
 } // namespace ffn

@@ -13,6 +13,7 @@
 // tokens, 123 and 280 us for its two quantizers under ncu).
 #pragma once
 #include "common.cuh"
+#include "ewise.cuh" // row_sum, row_max
 #include "numfmt.cuh"
 
 namespace ffn {
@@ -34,44 +35,74 @@ template <int E5M2> __device__ __forceinline__ u32 f8_codes2(float x0, float x1,
   return ffn_f8_code(x0, s, E5M2) | ffn_f8_code(x1, s, E5M2) << 8;
 }
 
-// Eight consecutive elements of T (16-byte aligned) as floats.
-template <class T> __device__ __forceinline__ void load8(const T *p, float (&f)[8]) {
+// Eight consecutive elements of T from their raw 16 (16-bit T) or 32 bytes (f32) as floats.
+// (Through opaque: a row held as words is unpacked again in each pass, not kept unpacked.)
+template <class T> __device__ __forceinline__ void unpack8(const uint4 *w, float (&f)[8]) {
   if constexpr (sizeof(T) == 2) {
-    const uint4 w = *(const uint4 *)p;
-    unpack2<T>(w.x, f[0], f[1]);
-    unpack2<T>(w.y, f[2], f[3]);
-    unpack2<T>(w.z, f[4], f[5]);
-    unpack2<T>(w.w, f[6], f[7]);
+    unpack2<T>(opaque(w[0].x), f[0], f[1]);
+    unpack2<T>(opaque(w[0].y), f[2], f[3]);
+    unpack2<T>(opaque(w[0].z), f[4], f[5]);
+    unpack2<T>(opaque(w[0].w), f[6], f[7]);
   } else {
-    const float4 a = ((const float4 *)p)[0], b = ((const float4 *)p)[1];
-    f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+    f[0] = __uint_as_float(opaque(w[0].x)), f[1] = __uint_as_float(opaque(w[0].y));
+    f[2] = __uint_as_float(opaque(w[0].z)), f[3] = __uint_as_float(opaque(w[0].w));
+    f[4] = __uint_as_float(opaque(w[1].x)), f[5] = __uint_as_float(opaque(w[1].y));
+    f[6] = __uint_as_float(opaque(w[1].z)), f[7] = __uint_as_float(opaque(w[1].w));
   }
 }
 
-// Block-wide sum of v for THREADS threads through red[THREADS / 32] (every thread gets it).
-template <int THREADS> __device__ __forceinline__ float quant_block_sum(float v, float *red) {
-  v = warp_sum(v);
-  __syncthreads();
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
-  __syncthreads();
-  v = threadIdx.x < THREADS / 32 ? red[threadIdx.x] : 0.f;
-  return warp_sum(v);
+// The codes of V consecutive values v (from element i, a multiple of V; the tensor 16-byte
+// aligned) of x / s, by f8_codes2 (the rowwise kernels that write an fp8 product's A, emit_cuda.c).
+template <int V, int E5M2>
+__device__ __forceinline__ void st_f8_codes(void *p, long long i, const float (&v)[V], float s, float r) {
+  u8 *q = (u8 *)p + i;
+  if constexpr (V == 1) {
+    *q = (u8)f8_codes2<E5M2>(v[0], 0.f, s, r);
+  } else {
+    u32 w[(V + 3) / 4] = {};
+#pragma unroll
+    for (int j = 0; j < V / 2; ++j) w[j / 2] |= f8_codes2<E5M2>(v[2 * j], v[2 * j + 1], s, r) << (16 * (j & 1));
+    if constexpr (V == 8)
+      *(uint2 *)q = make_uint2(w[0], w[1]);
+    else if constexpr (V == 4)
+      *(u32 *)q = w[0];
+    else
+      *(u16 *)q = (u16)w[0];
+  }
 }
 
 // x [m, K] of T (bf16, f16 or f32) -> q [m, K] fp8 codes, s [m] f32; K % 16 == 0. stats (or
 // NULL): [m][2] the sum and the sum of squares of each row of x (f32, as ffn_row_stats), for a
 // product whose epilogue applies a folded norm (FFN Fusion folds the gains into the weights).
-template <class T, int E5M2, int THREADS>
+//
+// Laid out as the generated rowwise kernels (emit_cuda.c, "rows in registers"): TPR threads per
+// row, THREADS / TPR rows per block, each thread on chunks of 8 elements lane, lane + TPR, ...
+// Rows of up to 64 words per thread (K = 32768 16-bit values at TPR = 256) are read once into
+// registers, 16 bytes a load, and the codes come from there; wider ones are read twice (L1/L2).
+// red: THREADS / 32 floats of shared memory.
+template <class T, int E5M2, int THREADS, int TPR, long long K>
 __device__ __forceinline__ void quant_rows_f8(const T *__restrict__ x, u8 *__restrict__ q, float *__restrict__ s,
-                                              float *__restrict__ stats, long long m, long long K) {
-  __shared__ float red[THREADS / 32];
-  const int tid = threadIdx.x;
-  for (long long row = blockIdx.x; row < m; row += gridDim.x) {
-    const T *xr = x + row * K;
+                                              float *__restrict__ stats, long long m, float *red) {
+  constexpr int NV = (int)(K / 8), CH = (NV + TPR - 1) / TPR, RPB = THREADS / TPR;
+  constexpr int U4 = sizeof(T) == 2 ? 1 : 2; // 16-byte words per chunk
+  constexpr bool RESIDENT = CH * U4 * 4 <= 64;
+  const int lane = threadIdx.x % TPR;
+  for (long long row0 = (long long)blockIdx.x * RPB; row0 < m; row0 += (long long)gridDim.x * RPB) {
+    // a row past m (the last block's) reads the last row again and stores nothing
+    const long long r = row0 + threadIdx.x / TPR, row = r < m ? r : m - 1;
+    const bool live = r < m;
+    const uint4 *xr = (const uint4 *)(x + row * K);
+    uint4 w[RESIDENT ? CH * U4 : U4];
     float amax = 0.f, sum = 0.f, sumsq = 0.f;
-    for (long long c = tid; c < K / 8; c += THREADS) {
+#pragma unroll
+    for (int u = 0; u < CH; ++u) {
+      const int v = u * TPR + lane;
+      if (CH * TPR != NV && v >= NV) break;
+      uint4 *c = RESIDENT ? &w[u * U4] : w;
+#pragma unroll
+      for (int j = 0; j < U4; ++j) c[j] = xr[v * U4 + j];
       float f[8];
-      load8(xr + 8 * c, f);
+      unpack8<T>(c, f);
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
         amax = fmaxf(amax, fabsf(f[i])); // skips NaN, as the reference's fmax
@@ -80,30 +111,28 @@ __device__ __forceinline__ void quant_rows_f8(const T *__restrict__ x, u8 *__res
       }
     }
     if (stats) { // uniform branch: stats is a kernel argument
-      sum = quant_block_sum<THREADS>(sum, red);
-      sumsq = quant_block_sum<THREADS>(sumsq, red);
-      if (tid == 0) stats[2 * row] = sum, stats[2 * row + 1] = sumsq;
-      __syncthreads(); // red is reused below
+      sum = row_sum<TPR, THREADS>(sum, red);
+      sumsq = row_sum<TPR, THREADS>(sumsq, red);
+      if (lane == 0 && live) stats[2 * row] = sum, stats[2 * row + 1] = sumsq;
     }
-    amax = warp_max(amax);
-    if ((tid & 31) == 0) red[tid >> 5] = amax;
-    __syncthreads();
-    amax = tid < THREADS / 32 ? red[tid] : 0.f;
-    if (tid < 32) amax = warp_max(amax);
-    if (tid == 0) red[0] = amax;
-    __syncthreads();
-    const float sc = ffn_f8_scale((double)red[0], E5M2), rc = __frcp_rn(sc);
-    __syncthreads(); // red is reused by the next row
-    if (tid == 0) s[row] = sc;
+    amax = row_max<TPR, THREADS>(amax, red);
+    const float sc = ffn_f8_scale((double)amax, E5M2), rc = __frcp_rn(sc);
+    if (lane == 0 && live) s[row] = sc;
     uint2 *qr = (uint2 *)(q + row * K);
-    for (long long c = tid; c < K / 8; c += THREADS) {
+#pragma unroll
+    for (int u = 0; u < CH; ++u) {
+      const int v = u * TPR + lane;
+      if (CH * TPR != NV && v >= NV) break;
+      uint4 c[U4];
+#pragma unroll
+      for (int j = 0; j < U4; ++j) c[j] = RESIDENT ? w[u * U4 + j] : xr[v * U4 + j];
       float f[8];
-      load8(xr + 8 * c, f);
+      unpack8<T>(c, f);
       uint2 out;
       out.x = out.y = 0u;
 #pragma unroll
       for (int i = 0; i < 8; i += 2) (i < 4 ? out.x : out.y) |= f8_codes2<E5M2>(f[i], f[i + 1], sc, rc) << (8 * (i & 3));
-      qr[c] = out;
+      if (live) qr[v] = out;
     }
   }
 }

@@ -758,8 +758,10 @@ ffn_status exec_step(ExecRun *run, int s) {
     grid[0] = ffn_wgrad_grid((int)k->k, (int)k->n, c.splits, m->sms);
   else if (k->op == OP_MATMUL_AT) /* strides over its [K, N] tiles, not rows: as many as fit (grad.cuh) */
     grid[0] = (unsigned)m->sms * 2;
-  else
-    grid[0] = (unsigned)(c.m < 1 ? 1 : c.m < (int64_t)m->sms * 16 ? c.m : (int64_t)m->sms * 16);
+  else { /* a rowwise kernel: grid-strided over its rows, cfg.bm of them per block (lower.c: rowwise_kernel) */
+    int64_t per_block = c.v->cfg.bm > 1 ? c.v->cfg.bm : 1, blocks = (c.m + per_block - 1) / per_block;
+    grid[0] = (unsigned)(blocks < 1 ? 1 : blocks < (int64_t)m->sms * 16 ? blocks : (int64_t)m->sms * 16);
+  }
   CUfunction f = m->funcs[m->func_base[ps->kernel] + (int)(c.v - k->variants)];
   TmaMaps maps;
   void *params[] = {&args, &maps};

@@ -9,8 +9,9 @@
  *                           for every program, so one cache entry per arch serves every model;
  *   a GEMM entry point      the prelude (less runtime.cuh), the kernel's heading and epilogue
  *                           functor, and that one entry point;
- *   rowwise kernels         up to ROWWISE_PER_UNIT consecutive ones (each is small, and a
- *                           program costs NVRTC about 20 ms however little it holds).
+ *   rowwise kernels         up to ROWWISE_PER_UNIT consecutive ones, each with all its entry
+ *                           points (one per form: each is small, and a program costs NVRTC
+ *                           about 20 ms however little it holds).
  *
  * The cut follows the layout emit_cuda.c gives the source: the prelude up to the first line
  * "// kernel ...", each kernel from that heading to the next, its entry points at the lines
@@ -179,24 +180,39 @@ int compile_units(const char *source, CompileUnit **out) {
     if (!e || e > end)
       e = end;
     size_t shared = (size_t)(e - k);
+    /* a rowwise kernel (every entry point light: one per form) goes whole into a batch */
+    bool light = true;
+    for (const char *p = e; p < end && light;) {
+      const char *q = strstr(p + 1, ENTRY);
+      if (!q || q > end)
+        q = end;
+      light = entry_cost(p, (size_t)(q - p)) == 1;
+      p = q;
+    }
+    if (light && e < end) {
+      batch.parts[1 + batch.n] = k, batch.lens[1 + batch.n] = (size_t)(end - k);
+      for (const char *p = e; p < end;) {
+        const char *q = strstr(p + 1, ENTRY);
+        char name[128];
+        entry_name(p + strlen(ENTRY), name, sizeof name);
+        size_t bl = strlen(batch.name);
+        snprintf(batch.name + bl, sizeof batch.name - bl, "%s%s", bl ? "," : "", name);
+        p = q && q < end ? q : end;
+      }
+      if (++batch.n == ROWWISE_PER_UNIT)
+        flush_batch(&us, &batch);
+      k = next;
+      continue;
+    }
     for (const char *p = e; p < end;) {
       const char *q = strstr(p + 1, ENTRY);
       if (!q || q > end)
         q = end;
       char name[128];
       entry_name(p + strlen(ENTRY), name, sizeof name);
-      int cost = entry_cost(p, (size_t)(q - p));
-      if (cost > 1 || p != e || q != end) { /* a GEMM entry point: a unit of its own */
-        const char *parts[] = {prelude, k, p};
-        size_t lens[] = {plen_k, shared, (size_t)(q - p)};
-        add_unit(&us, name, cost, parts, lens, 3);
-      } else { /* a rowwise kernel, alone in its section: the section, batched */
-        batch.parts[1 + batch.n] = k, batch.lens[1 + batch.n] = (size_t)(end - k);
-        size_t bl = strlen(batch.name);
-        snprintf(batch.name + bl, sizeof batch.name - bl, "%s%s", bl ? "," : "", name);
-        if (++batch.n == ROWWISE_PER_UNIT)
-          flush_batch(&us, &batch);
-      }
+      const char *parts[] = {prelude, k, p}; /* a GEMM entry point: a unit of its own */
+      size_t lens[] = {plen_k, shared, (size_t)(q - p)};
+      add_unit(&us, name, entry_cost(p, (size_t)(q - p)), parts, lens, 3);
       p = q;
     }
     k = next;

@@ -80,6 +80,15 @@ foreach(m ${GPU_TEST_MODELS})
   ffn_gpu_model_test(gpu_${base} ${rel})
 endforeach()
 
+# The rowwise kernels' second form (above 256 rows: several rows per block, emit_cuda.c "Rows in
+# registers") with the last block's rows partly past M: 8 rows of a warp (rowwise_ops), 4 rows of
+# 64 threads with the fp8 norm and the quantizer (f8_rowwise_wide).
+foreach(base rowwise_ops f8_rowwise_wide)
+  add_test(NAME gpu_rowwise_odd_rows_${base} COMMAND gpu_model_test tests/gpu/models/${base}.ffn)
+  set_tests_properties(gpu_rowwise_odd_rows_${base} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
+    ENVIRONMENT "${FFNC_GPU_ENV};FFNC_TEST_TOKENS=257,1027,4099")
+endforeach()
+
 # NVRTC compiles every example's and GPU test model's generated source for sm_80 and sm_90 (no
 # GPU needed), as the JIT does: the AOT package, one NVRTC program per kernel (runtime/units.c);
 # and the examples' source whole, as `--emit cubin` shows it.

@@ -24,104 +24,158 @@
 #include "gemm_sm90p.cuh"
 
 // kernel k0: rowwise over [M, 300]
-extern "C" __global__ void __launch_bounds__(256) k0(const __grid_constant__ ffn::KArgs args) {
-  constexpr int THREADS = 256; // the launch's block (the plan's threads)
-  ffn::pdl_entry();
-  __shared__ float red[64];
+template <int THREADS, int TPR> __device__ __forceinline__ void k0_row_loop(const ffn::KArgs *a, float *red) {
+  constexpr int VEC = 4, NV = 75; // the row in NV chunks of VEC elements
+  constexpr int CH = (NV + TPR - 1) / TPR, RPB = THREADS / TPR; // chunks per thread, rows per block
+  const int lane = threadIdx.x % TPR;
   (void)red;
-  const ffn::KArgs *a = &args;
-  for (long long row = blockIdx.x; row < a->m; row += gridDim.x) {
-    float s17 = 0.f;
-#pragma unroll 8
-    for (int col = threadIdx.x; col < 300; col += THREADS) {
-      const long long i = row * 300LL + col;
-      (void)i;
-      const float l0 = ffn::ld_bf16(a->p[0], i);
-#line 10 "tests/gpu/models/rowwise_ops.ffn"
-      const float t1 = ffn::op_relu(l0);
-      const float l2 = ffn::ld_bf16(a->p[1], i);
-      const float t3 = ffn::op_sigmoid(l2);
-      const float t4 = ffn::op_mul(t3, 2.5f);
-      const float t5 = ffn::op_sub(t1, t4);
-      const float t6 = ffn::op_tanh(l0);
-      const float t7 = ffn::op_square(l2);
-      const float t8 = ffn::op_add(t7, 1.0f);
-      const float t9 = ffn::op_div(t6, t8);
-      const float t10 = ffn::op_add(t5, t9);
-#line 11 "tests/gpu/models/rowwise_ops.ffn"
-      const float t11 = ffn::op_gelu(t10);
-      const float t12 = ffn::op_neg(l0);
-      const float t13 = ffn::op_gelu_tanh(t12);
-      const float t14 = ffn::op_add(t11, t13);
-      const float t15 = ffn::op_silu(l2);
-      const float t16 = ffn::op_add(t14, t15);
-      s17 += t16 * t16;
+  for (long long row0 = (long long)blockIdx.x * RPB; row0 < a->m; row0 += (long long)gridDim.x * RPB) {
+    // a row past m (the last block's) reads the last row again and stores nothing
+    const long long r = row0 + threadIdx.x / TPR, row = r < a->m ? r : a->m - 1;
+    const bool live = r < a->m;
+    (void)live;
+    ffn::u32 xr0[CH * 2];
+    ffn::u32 xr1[CH * 2];
+#pragma unroll
+    for (int u = 0; u < CH; ++u) {
+      const int v = u * TPR + lane;
+      if (CH * TPR != NV && v >= NV) break;
+      ffn::ld_words<8, false>(a->p[0], (row * NV + v) * 8LL, &xr0[u * 2]);
+      ffn::ld_words<8, false>(a->p[1], (row * NV + v) * 8LL, &xr1[u * 2]);
     }
-    s17 = ffn::block_sum(s17, red);
+    float s17 = 0.f;
+#pragma unroll
+    for (int u = 0; u < CH; ++u) {
+      const int v = u * TPR + lane;
+      if (CH * TPR != NV && v >= NV) break;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const int col = v * VEC + e, k = u * VEC + e; // k: the element's place in the row's words
+        const long long i = row * 300LL + col;
+        (void)col; (void)k; (void)i;
+        const float l0 = ffn::wd_bf16<2>(xr0, k);
+#line 10 "tests/gpu/models/rowwise_ops.ffn"
+        const float t1 = ffn::op_relu(l0);
+        const float l2 = ffn::wd_bf16<2>(xr1, k);
+        const float t3 = ffn::op_sigmoid(l2);
+        const float t4 = ffn::op_mul(t3, 2.5f);
+        const float t5 = ffn::op_sub(t1, t4);
+        const float t6 = ffn::op_tanh(l0);
+        const float t7 = ffn::op_square(l2);
+        const float t8 = ffn::op_add(t7, 1.0f);
+        const float t9 = ffn::op_div(t6, t8);
+        const float t10 = ffn::op_add(t5, t9);
+#line 11 "tests/gpu/models/rowwise_ops.ffn"
+        const float t11 = ffn::op_gelu(t10);
+        const float t12 = ffn::op_neg(l0);
+        const float t13 = ffn::op_gelu_tanh(t12);
+        const float t14 = ffn::op_add(t11, t13);
+        const float t15 = ffn::op_silu(l2);
+        const float t16 = ffn::op_add(t14, t15);
+        s17 += t16 * t16;
+      }
+    }
+    s17 = ffn::row_sum<TPR, THREADS>(s17, red);
     const float rstd17 = 1.0f / sqrtf(s17 / 300.0f + 9.99999997e-07f);
     float s22 = 0.f;
-#pragma unroll 8
-    for (int col = threadIdx.x; col < 300; col += THREADS) {
-      const long long i = row * 300LL + col;
-      (void)i;
-      const float l19 = ffn::ld_bf16(a->p[0], i);
-      const float l20 = ffn::ld_bf16(a->p[1], i);
+#pragma unroll
+    for (int u = 0; u < CH; ++u) {
+      const int v = u * TPR + lane;
+      if (CH * TPR != NV && v >= NV) break;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const int col = v * VEC + e, k = u * VEC + e; // k: the element's place in the row's words
+        const long long i = row * 300LL + col;
+        (void)col; (void)k; (void)i;
+        const float l19 = ffn::wd_bf16<2>(xr0, k);
+        const float l20 = ffn::wd_bf16<2>(xr1, k);
 #line 13 "tests/gpu/models/rowwise_ops.ffn"
-      const float t21 = ffn::op_mul(l19, l20);
-      s22 += t21;
+        const float t21 = ffn::op_mul(l19, l20);
+        s22 += t21;
+      }
     }
-    s22 = ffn::block_sum(s22, red);
+    s22 = ffn::row_sum<TPR, THREADS>(s22, red);
     const float mean22 = s22 / 300.0f;
     float q22 = 0.f;
-#pragma unroll 8
-    for (int col = threadIdx.x; col < 300; col += THREADS) {
-      const long long i = row * 300LL + col;
-      (void)i;
-      const float l23 = ffn::ld_bf16(a->p[0], i);
-      const float l24 = ffn::ld_bf16(a->p[1], i);
+#pragma unroll
+    for (int u = 0; u < CH; ++u) {
+      const int v = u * TPR + lane;
+      if (CH * TPR != NV && v >= NV) break;
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const int col = v * VEC + e, k = u * VEC + e; // k: the element's place in the row's words
+        const long long i = row * 300LL + col;
+        (void)col; (void)k; (void)i;
+        const float l23 = ffn::wd_bf16<2>(xr0, k);
+        const float l24 = ffn::wd_bf16<2>(xr1, k);
 #line 13 "tests/gpu/models/rowwise_ops.ffn"
-      const float t25 = ffn::op_mul(l23, l24);
-      const float d = t25 - mean22;
-      q22 += d * d;
+        const float t25 = ffn::op_mul(l23, l24);
+        const float d = t25 - mean22;
+        q22 += d * d;
+      }
     }
-    q22 = ffn::block_sum(q22, red);
+    q22 = ffn::row_sum<TPR, THREADS>(q22, red);
     const float rstd22 = 1.0f / sqrtf(q22 / 300.0f + 9.99999975e-06f);
-#pragma unroll 8
-    for (int col = threadIdx.x; col < 300; col += THREADS) {
-      const long long i = row * 300LL + col;
-      (void)i;
-      const float l27 = ffn::ld_bf16(a->p[0], i);
+#pragma unroll
+    for (int u = 0; u < CH; ++u) {
+      const int v = u * TPR + lane;
+      if (CH * TPR != NV && v >= NV) break;
+      ffn::u32 xc2[2];
+      ffn::ld_words<8, true>(a->p[2], v * 8LL, &xc2[0]);
+      ffn::u32 xc3[2];
+      ffn::ld_words<8, true>(a->p[3], v * 8LL, &xc3[0]);
+      float o0[VEC];
+      float o1[VEC];
+#pragma unroll
+      for (int e = 0; e < VEC; ++e) {
+        const int col = v * VEC + e, k = u * VEC + e; // k: the element's place in the row's words
+        const long long i = row * 300LL + col;
+        (void)col; (void)k; (void)i;
+        const float l27 = ffn::wd_bf16<2>(xr0, k);
 #line 10 "tests/gpu/models/rowwise_ops.ffn"
-      const float t28 = ffn::op_relu(l27);
-      const float l29 = ffn::ld_bf16(a->p[1], i);
-      const float t30 = ffn::op_sigmoid(l29);
-      const float t31 = ffn::op_mul(t30, 2.5f);
-      const float t32 = ffn::op_sub(t28, t31);
-      const float t33 = ffn::op_tanh(l27);
-      const float t34 = ffn::op_square(l29);
-      const float t35 = ffn::op_add(t34, 1.0f);
-      const float t36 = ffn::op_div(t33, t35);
-      const float t37 = ffn::op_add(t32, t36);
+        const float t28 = ffn::op_relu(l27);
+        const float l29 = ffn::wd_bf16<2>(xr1, k);
+        const float t30 = ffn::op_sigmoid(l29);
+        const float t31 = ffn::op_mul(t30, 2.5f);
+        const float t32 = ffn::op_sub(t28, t31);
+        const float t33 = ffn::op_tanh(l27);
+        const float t34 = ffn::op_square(l29);
+        const float t35 = ffn::op_add(t34, 1.0f);
+        const float t36 = ffn::op_div(t33, t35);
+        const float t37 = ffn::op_add(t32, t36);
 #line 11 "tests/gpu/models/rowwise_ops.ffn"
-      const float t38 = ffn::op_gelu(t37);
-      const float t39 = ffn::op_neg(l27);
-      const float t40 = ffn::op_gelu_tanh(t39);
-      const float t41 = ffn::op_add(t38, t40);
-      const float t42 = ffn::op_silu(l29);
-      const float t43 = ffn::op_add(t41, t42);
-      const float l44 = ffn::ldc_bf16(a->p[2], col);
+        const float t38 = ffn::op_gelu(t37);
+        const float t39 = ffn::op_neg(l27);
+        const float t40 = ffn::op_gelu_tanh(t39);
+        const float t41 = ffn::op_add(t38, t40);
+        const float t42 = ffn::op_silu(l29);
+        const float t43 = ffn::op_add(t41, t42);
+        const float l44 = ffn::wd_bf16<2>(xc2, e);
 #line 12 "tests/gpu/models/rowwise_ops.ffn"
-      const float t45 = t43 * rstd17 * l44;
+        const float t45 = t43 * rstd17 * l44;
 #line 13 "tests/gpu/models/rowwise_ops.ffn"
-      const float t46 = ffn::op_mul(l27, l29);
-      const float l47 = ffn::ldc_bf16(a->p[3], col);
-      const float t48 = (t46 - mean22) * rstd22 * l44 + l47;
+        const float t46 = ffn::op_mul(l27, l29);
+        const float l47 = ffn::wd_bf16<2>(xc3, e);
+        const float t48 = (t46 - mean22) * rstd22 * l44 + l47;
+        o0[e] = t45;
 #line 14 "tests/gpu/models/rowwise_ops.ffn"
-      const float t49 = ffn::op_add(t45, t48);
-      const float t50 = (t49);
-      ffn::st_bf16(a->p[4], i, t45);
-      ffn::st_f32(a->p[5], i, t50);
+        const float t49 = ffn::op_add(t45, t48);
+        const float t50 = (t49);
+        o1[e] = t50;
+      }
+      if (live) ffn::stv_bf16<VEC>(a->p[4], row * 300LL + v * VEC, o0);
+      if (live) ffn::stv_f32<VEC>(a->p[5], row * 300LL + v * VEC, o1);
     }
   }
+}
+extern "C" __global__ void __launch_bounds__(128, 1) k0(const __grid_constant__ ffn::KArgs args) {
+  ffn::pdl_entry();
+  __shared__ float red[4];
+  k0_row_loop<128, 128>(&args, red);
+}
+extern "C" __global__ void __launch_bounds__(256, 1) k0_rows(const __grid_constant__ ffn::KArgs args) {
+  ffn::pdl_entry();
+  __shared__ float red[8];
+  k0_row_loop<256, 32>(&args, red);
 }
 exit: 0

@@ -6,25 +6,27 @@
  * boundaries: random values, exact fp8 midpoints times the scale and their f32 neighbours a few
  * ulps away, values in fp8's subnormal range, zeros of both signs, NaN and infinities, a row of
  * zeros and a row whose largest magnitude is a bf16 subnormal. bf16 and f32 activations, e4m3
- * and e5m2. Exits 77 (skip) without a GPU; the seed is printed.
+ * and e5m2, in both forms of the row loop. Exits 77 (skip) without a GPU; the seed is printed.
  */
 #include "gpu/gpu_util.h"
 #include "kernels/numfmt.cuh"
 #include "runtime/rt.h"
 
 #define K 1024
-#define ROWS 64
+#define ROWS 61
 
-static const char source[] =
-    "#include \"fp8.cuh\"\n"
-    "extern \"C\" __global__ void __launch_bounds__(256) q_bf16_e4m3(const ffn::bf16 *x, ffn::u8 *q, float *s, long long m) {\n"
-    "  ffn::quant_rows_f8<ffn::bf16, 0, 256>(x, q, s, nullptr, m, 1024LL);\n}\n"
-    "extern \"C\" __global__ void __launch_bounds__(256) q_bf16_e5m2(const ffn::bf16 *x, ffn::u8 *q, float *s, long long m) {\n"
-    "  ffn::quant_rows_f8<ffn::bf16, 1, 256>(x, q, s, nullptr, m, 1024LL);\n}\n"
-    "extern \"C\" __global__ void __launch_bounds__(256) q_f32_e4m3(const float *x, ffn::u8 *q, float *s, long long m) {\n"
-    "  ffn::quant_rows_f8<float, 0, 256>(x, q, s, nullptr, m, 1024LL);\n}\n"
-    "extern \"C\" __global__ void __launch_bounds__(256) q_f32_e5m2(const float *x, ffn::u8 *q, float *s, long long m) {\n"
-    "  ffn::quant_rows_f8<float, 1, 256>(x, q, s, nullptr, m, 1024LL);\n}\n";
+/* Each case in both forms of the generated code's row loop: a block of 256 threads per row (half
+ * of them past K's 128 chunks), and 8 rows of a warp per block (rows_*, 4 chunks a thread), on a
+ * grid that loops, ROWS not a multiple of the 24 rows a step of it takes. */
+#define QUANT(name, T, e5m2)                                                                                             \
+  "extern \"C\" __global__ void __launch_bounds__(256) " name "(const " T " *x, ffn::u8 *q, float *s, long long m) {\n" \
+  "  __shared__ float red[8];\n"                                                                                     \
+  "  ffn::quant_rows_f8<" T ", " e5m2 ", 256, 256, 1024LL>(x, q, s, nullptr, m, red);\n}\n"                       \
+  "extern \"C\" __global__ void __launch_bounds__(256) rows_" name "(const " T " *x, ffn::u8 *q, float *s, long long m) {\n" \
+  "  __shared__ float red[8];\n"                                                                                     \
+  "  ffn::quant_rows_f8<" T ", " e5m2 ", 256, 32, 1024LL>(x, q, s, nullptr, m, red);\n}\n"
+static const char source[] = "#include \"fp8.cuh\"\n" QUANT("q_bf16_e4m3", "ffn::bf16", "0") QUANT(
+    "q_bf16_e5m2", "ffn::bf16", "1") QUANT("q_f32_e4m3", "float", "0") QUANT("q_f32_e5m2", "float", "1");
 
 static uint64_t rng;
 static double urand(void) { /* [0, 1) */
@@ -98,8 +100,9 @@ static void fill_row(float *x, int r, bool bf16, bool e5m2) {
     x[7] = INFINITY, x[8] = -INFINITY;
 }
 
-static int run_case(const CuApi *cu, CUmodule mod, bool bf16, bool e5m2) {
-  const char *fn = bf16 ? (e5m2 ? "q_bf16_e5m2" : "q_bf16_e4m3") : (e5m2 ? "q_f32_e5m2" : "q_f32_e4m3");
+static int run_case(const CuApi *cu, CUmodule mod, bool bf16, bool e5m2, bool rows) {
+  char fn[32];
+  snprintf(fn, sizeof fn, "%sq_%s_%s", rows ? "rows_" : "", bf16 ? "bf16" : "f32", e5m2 ? "e5m2" : "e4m3");
   static float x[ROWS * K];
   static uint16_t xb[ROWS * K];
   static uint8_t q[ROWS * K];
@@ -118,9 +121,11 @@ static int run_case(const CuApi *cu, CUmodule mod, bool bf16, bool e5m2) {
   void *args[] = {&dx, &dq, &ds, &m};
   CUresult rc = cu->cuMemcpyHtoD(dx, bf16 ? (void *)xb : (void *)x, xbytes);
   if (!rc)
-    rc = cu->cuMemsetD8Async(dq, 0xA5, ROWS * K, NULL); /* poisoned */
+    rc = cu->cuMemsetD8Async(dq, 0xA5, ROWS * K, NULL); /* poisoned; the scales with NaN */
   if (!rc)
-    rc = cu->cuLaunchKernel(f, 16, 1, 1, 256, 1, 1, 0, NULL, args, NULL);
+    rc = cu->cuMemsetD8Async(ds, 0xFF, ROWS * 4, NULL);
+  if (!rc)
+    rc = cu->cuLaunchKernel(f, rows ? 3 : 16, 1, 1, 256, 1, 1, 0, NULL, args, NULL);
   if (!rc)
     rc = cu->cuStreamSynchronize(NULL);
   if (!rc)
@@ -172,8 +177,8 @@ int main(void) {
     return printf("FAIL: cuModuleLoadDataEx\n"), 1;
   int failed = 0;
   for (int rep = 0; rep < 8; rep++)
-    for (int c = 0; c < 4; c++)
-      failed += run_case(cu, mod, c & 1, c >> 1);
+    for (int c = 0; c < 8; c++)
+      failed += run_case(cu, mod, c & 1, c >> 1 & 1, c >> 2);
   cu->cuModuleUnload(mod);
   return failed ? 1 : 0;
 }

@@ -2,7 +2,8 @@
  *
  *  - every kernel function of the plan is in exactly one unit, and no unit holds another
  *    (a function defined twice would be compiled twice; one missing, never loaded);
- *  - a GEMM entry point is a unit of its own; rowwise kernels go at most 8 to a unit;
+ *  - a GEMM entry point is a unit of its own; rowwise kernels (all their entry points) go at
+ *    most 8 to a unit;
  *  - the runtime's kernels are one unit whose text is the same for every model, arch and -O
  *    level (so one cache entry per arch serves them all), and the only one with runtime.cuh;
  *  - units come by cost, largest first.
@@ -60,7 +61,8 @@ static void check_model(const char *rel, int sm, int opt_level) {
     }
     int k = entries(u[i].source, names + nnames, 4096 - nnames);
     CHECK(k >= 1, "%s: unit %s has no kernel", rel, u[i].name);
-    CHECK(k <= 8, "%s: unit %s has %d kernels", rel, u[i].name, k);
+    /* at most 8 rowwise kernels, each with an entry point per form (one or two) */
+    CHECK(k <= 16, "%s: unit %s has %d entry points", rel, u[i].name, k);
     if (strstr(u[i].source, "ffn::gemm_"))
       CHECK(k == 1 && strcmp(names[nnames], u[i].name) == 0, "%s: GEMM unit %s has %d kernels (first %s)", rel,
             u[i].name, k, names[nnames]);
