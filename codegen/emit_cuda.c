@@ -815,12 +815,6 @@ void emit_prelude(Gen *G) {
 #define X(e, n, b, st, f) buf_printf(&G->src, "#define DT_%s %d\n", #e, DT_##e);
   FFN_DTYPES(X)
 #undef X
-  const char *promote = getenv("FFNC_FP8_PROMOTE"); /* codes per fp8 promotion: an experiment (kernels/NOTES.md) */
-  if (promote && strcmp(promote, "256") == 0)
-    buf_puts(&G->src, "#define FFN_FP8_PROMOTE_KTILES 2\n");
-  const char *krot = getenv("FFNC_KROT"); /* rotated k order per CTA: an experiment (kernels/NOTES.md) */
-  if (krot && strcmp(krot, "1") == 0)
-    buf_puts(&G->src, "#define FFN_GEMM_KROT 1\n");
   buf_puts(&G->src, "#include \"ewise.cuh\"\n#include \"gemm_sm80.cuh\"\n#include \"gemm_simt.cuh\"\n#include \"runtime.cuh\"\n");
   if (G->c->arch == 90)
     buf_puts(&G->src, "#include \"gemm_sm90.cuh\"\n#include \"gemm_sm90p.cuh\"\n");

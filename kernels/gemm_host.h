@@ -128,8 +128,6 @@ static inline const ffn_gemm_config *ffn_gemm_configs(int *count) {
        * Candidates, not the rule: listed after the tma_ ones of the same regime, which win */
       {"tmac_128x128x64", FFN_GEMM_SM90C, 128, 128, 64, 64, 128, 6, 384, 1, 1, 512, 0},
       {"tmac_128x224x64", FFN_GEMM_SM90C, 128, 224, 64, 64, 224, 4, 384, 1, 1, 512, 0},
-      /* a deeper ring at mid M (7 stages: all 227 KB): a candidate */
-      {"tma7_128x128x64", FFN_GEMM_SM90T, 128, 128, 64, 64, 128, 7, 384, 1, 1, 512, 0},
       /* persistent (one CTA per SM looping over tiles), 16-bit operands: ping-pong hides each
        * tile's epilogue behind the other warpgroup's main loop, cooperative only the fill. From
        * 513 rows ping-pong is the rule (H200: 8B sublayer 1024 / 8192 tokens 466 / 3599 us
@@ -157,6 +155,12 @@ static inline const ffn_gemm_config *ffn_gemm_configs(int *count) {
       {"wqd4v2_16", FFN_GEMM_WQD, 16, 128, 64, 3, 16, 12, 256, 2, 2, 16, 2},
       {"wqd4_8", FFN_GEMM_WQD, 8, 128, 64, 4, 16, 8, 256, 3, 3, 8, 0},    /* 56 KB */
       {"wqd4_16", FFN_GEMM_WQD, 16, 128, 64, 4, 16, 8, 256, 2, 2, 16, 0}, /* 72 KB; 3 CTAs spill */
+      /* i8 on gemm_wqdl (design 2: exact levels, steps of four 512-byte tiles = 128 k, the row
+       * scales after the loop; 8 warps, rings of 4 steps, chunks of 16 tiles, 80 / 96 KB): the
+       * rule at 1-16 tokens (H200: 70B sublayer 222 -> 201 us at one token, 236 -> 219 at 16;
+       * 8B 72.0 -> 56.7 / 84.3 -> 63.6; kernels/NOTES.md, "int8 decode on gemm_wqdl") */
+      {"wqd8v2_8", FFN_GEMM_WQD, 8, 128, 32, 4, 16, 16, 256, 2, 2, 8, 2},
+      {"wqd8v2_16", FFN_GEMM_WQD, 16, 128, 32, 4, 16, 16, 256, 2, 2, 16, 2},
       {"wq8_8", FFN_GEMM_WQ, 8, 128, 32, 4, 16, 3, 256, 4, 4, 8, 0},    /* 55 KB */
       {"wqd8_16", FFN_GEMM_WQD, 16, 128, 32, 4, 16, 16, 256, 3, 3, 16, 0}, /* 64 KB */
       {"wq8_16", FFN_GEMM_WQ, 16, 128, 32, 2, 16, 7, 256, 3, 3, 16, 0}, /* 71 KB */
@@ -173,14 +177,8 @@ static inline const ffn_gemm_config *ffn_gemm_configs(int *count) {
       {"wqd4v3_16", FFN_GEMM_WQD, 16, 128, 64, 3, 16, 12, 256, 2, 2, 16, 3},
       {"wqd4v4_8", FFN_GEMM_WQD, 8, 128, 64, 3, 16, 12, 256, 2, 2, 8, 4},
       {"wqd4v4_16", FFN_GEMM_WQD, 16, 128, 64, 3, 16, 12, 256, 2, 2, 16, 4},
-      /* i8 on gemm_wqdl (design 2: exact levels, steps of four 512-byte tiles = 128 k, the row
-       * scales after the loop): tuning candidates until measured, listed after the rule's wq8_8
-       * and wqd8_16 (kernels/NOTES.md, "int8 decode on gemm_wqdl"). wqd8v2: 8 warps, rings of 4
-       * steps, chunks of 16 tiles, 2 CTAs per SM (80 / 96 KB, 96 KB of codes in flight per SM);
-       * wqd8v2n: 4 warps, rings of 6, chunks of 24, 3 CTAs per SM at 8 tokens (72 KB, 120 KB in
-       * flight), 2 at 16 (96 KB, 80 KB in flight) */
-      {"wqd8v2_8", FFN_GEMM_WQD, 8, 128, 32, 4, 16, 16, 256, 2, 2, 8, 2},
-      {"wqd8v2_16", FFN_GEMM_WQD, 16, 128, 32, 4, 16, 16, 256, 2, 2, 16, 2},
+      /* i8 candidates (besides the former rule wq8_8 / wqd8_16 above): wqd8v2n, 4 warps, rings
+       * of 6, chunks of 24, 3 CTAs per SM at 8 tokens; measured slower (70B: 208 / 282 us) */
       {"wqd8v2n_8", FFN_GEMM_WQD, 8, 64, 32, 6, 16, 24, 128, 3, 3, 8, 2},
       {"wqd8v2n_16", FFN_GEMM_WQD, 16, 64, 32, 6, 16, 24, 128, 2, 2, 16, 2},
   };
@@ -222,7 +220,7 @@ static inline int ffn_gemm_config_fits(const ffn_gemm_config *c, long long cols,
     /* alternatives: the same kind, regime, row tile, k step and warpgroup split, another width the element type
      * can use (ffn_gemm_config_takes) */
     if (&t[i] == c || t[i].kind != c->kind || t[i].max_m != c->max_m || t[i].bm != c->bm || t[i].bk != c->bk || t[i].wm != c->wm ||
-        (t[i].bn == c->bn && t[i].stages != c->stages) || t[i].design != c->design || !ffn_gemm_config_takes(&t[i], fp8))
+        t[i].design != c->design || !ffn_gemm_config_takes(&t[i], fp8))
       continue;
     long long other = ffn_gemm_row_cost(&t[i], cols), mine = ffn_gemm_row_cost(c, cols);
     if (other < mine || (other == mine && &t[i] < c))

@@ -323,18 +323,12 @@ __device__ __forceinline__ void sm90_stats_step(u32 row_addr, int sch, int srow,
 //
 // Hopper's tensor cores sum fp8 products in an accumulator narrower than f32 (DeepSeek-V3 measured
 // about 14 bits; against the f64 reference, 1.5% relative error at K = 256..1008 in our tests), so
-// every FFN_FP8_PROMOTE_KTILES k-tiles (NT, of 128 codes each) go into a fresh register tile, one
-// 64 x 128 block (MI row block i, 128-column chunk c) at a time, and are added to acc in f32:
-// "promotion". da/db: the descriptors of the NT stages' A rows of this warpgroup and their B rows.
-// The wait per block is hidden only while another warpgroup's wgmmas keep the tensor cores busy.
-#ifndef FFN_GEMM_KROT
-#define FFN_GEMM_KROT 0
-#endif
-#ifndef FFN_FP8_PROMOTE_KTILES
-#define FFN_FP8_PROMOTE_KTILES 1 // 128 codes per promotion (DeepSeek-V3's interval); 2: 256
-#endif
-template <int BN, int MI, int ROW, int NT, class T>
-__device__ __forceinline__ void sm90_fp8_ktile(float (&acc)[MI][BN / 2], float (&tmp)[64], u64 da, u64 db, int step) {
+// each k-tile (128 codes) goes into a fresh register tile, one 64 x 128 block (MI row block i,
+// 128-column chunk c) at a time, and is added to acc in f32: "promotion". da/db: the descriptors of
+// the stage's A rows of this warpgroup and its B rows. The wait per block is hidden only while
+// another warpgroup's wgmmas keep the tensor cores busy.
+template <int BN, int MI, int ROW, class T>
+__device__ __forceinline__ void sm90_fp8_ktile(float (&acc)[MI][BN / 2], float (&tmp)[64], u64 da, u64 db) {
   static_assert(BN % 128 == 0, "fp8: BN a multiple of 128 (the promotion's chunks)");
 #pragma unroll
   for (int i = 0; i < MI; ++i)
@@ -342,11 +336,9 @@ __device__ __forceinline__ void sm90_fp8_ktile(float (&acc)[MI][BN / 2], float (
     for (int c = 0; c < BN / 128; ++c) {
       wgmma_fence();
 #pragma unroll
-      for (int t = 0; t < NT; ++t)
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) // 4 x k32 = a k-tile's 128 codes (64 16-bit units)
-          wgmma_ss<128, T>(tmp, da + (u64)(long long)(t * step) + (u64)((i * 64 * ROW + kk * 32) >> 4),
-                           db + (u64)(long long)(t * step) + (u64)((c * 128 * ROW + kk * 32) >> 4), t > 0 || kk > 0);
+      for (int kk = 0; kk < 4; ++kk) // 4 x k32 = the k-tile's 128 codes (64 16-bit units)
+        wgmma_ss<128, T>(tmp, da + (u64)((i * 64 * ROW + kk * 32) >> 4), db + (u64)((c * 128 * ROW + kk * 32) >> 4),
+                         kk > 0);
       wgmma_commit();
       wgmma_wait<0>();
       reg_fence(tmp);
@@ -374,30 +366,13 @@ template <int CLUSTER> __device__ __forceinline__ void sm90_release(u32 bar, int
 template <int BN, int MI, int ROW, int STAGES, int STAGE, bool FENCE, int CLUSTER, bool WD, class T>
 __device__ __forceinline__ void sm90_fp8_loop(float (&acc)[MI][BN / 2], u32 bars, u64 da0, u64 db0, int nk, int &s,
                                               u32 &phase) {
-  constexpr int P = FFN_FP8_PROMOTE_KTILES;
-  static_assert(P == 1 || P == 2, "fp8: promotion every one or two k-tiles");
   const int lane = threadIdx.x & 31;
   float tmp[64];
-  int j = 0;
-  for (; j + P <= nk; j += P) { // P k-tiles per promotion block, in stages s and (P == 2) s2
-    const int s1 = s, s2 = s + 1 == STAGES ? 0 : s + 1;
-    mbar_wait<WD>(bars + 8 * s1, phase);
-    if (++s == STAGES) s = 0, phase ^= 1u;
-    if (P == 2) {
-      mbar_wait<WD>(bars + 8 * s2, phase);
-      if (++s == STAGES) s = 0, phase ^= 1u;
-    }
-    if (FENCE) fence_proxy_async();
-    const int step = ((s2 - s1) * STAGE) / 16; // from stage s1's descriptors to s2's
-    sm90_fp8_ktile<BN, MI, ROW, P, T>(acc, tmp, da0 + (u64)((s1 * STAGE) >> 4), db0 + (u64)((s1 * STAGE) >> 4), step);
-    sm90_release<CLUSTER>(bars + 8 * (STAGES + s1), lane); // their stages are free
-    if (P == 2) sm90_release<CLUSTER>(bars + 8 * (STAGES + s2), lane);
-  }
-  if (P > 1 && j < nk) { // an odd last k-tile
+  for (int j = 0; j < nk; ++j) {
     mbar_wait<WD>(bars + 8 * s, phase);
     if (FENCE) fence_proxy_async();
-    sm90_fp8_ktile<BN, MI, ROW, 1, T>(acc, tmp, da0 + (u64)((s * STAGE) >> 4), db0 + (u64)((s * STAGE) >> 4), 0);
-    sm90_release<CLUSTER>(bars + 8 * (STAGES + s), lane);
+    sm90_fp8_ktile<BN, MI, ROW, T>(acc, tmp, da0 + (u64)((s * STAGE) >> 4), db0 + (u64)((s * STAGE) >> 4));
+    sm90_release<CLUSTER>(bars + 8 * (STAGES + s), lane); // this k-tile's stage is free
     if (++s == STAGES) s = 0, phase ^= 1u;
   }
 }
@@ -615,14 +590,11 @@ __device__ __forceinline__ void gemm_sm90(const GemmArgs &g, const Epi &epi, cha
       const u32 bytes = has_tile ? STAGE : A_BYTES;
       int s = 0;
       u32 phase = 0;
-      // FFN_GEMM_KROT (an experiment): each CTA starts at another k-tile, so that the CTAs of one
-      // row tile do not all read the same A k-tile at once
-      const int rot = FFN_GEMM_KROT && nk > 0 ? (int)(blockIdx.x % (unsigned)nk) : 0;
       for (int j = 0; j < nk; ++j) {
         // consumers (of both CTAs in a cluster) released k-tile j - STAGES
         if (j >= STAGES) mbar_wait<WD, (CLUSTER > 1)>(bars + 8 * (STAGES + s), phase ^ 1u);
         const u32 full = bars + 8 * s, dst = sbase + s * STAGE;
-        const int kc = (kt0 + (j + rot < nk ? j + rot : j + rot - nk)) * BK;
+        const int kc = (kt0 + j) * BK;
         mbar_expect_tx(full, bytes);
         if (CLUSTER == 1)
           tma_load_2d(dst, &t->a, kc, m0, full);

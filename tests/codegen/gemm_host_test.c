@@ -187,7 +187,7 @@ int main(void) {
     int bits, M;
     const char *cfg;
   } pick[] = {{4, 1, "wqd4v2_8"}, {4, 8, "wqd4v2_8"}, {4, 9, "wqd4v2_16"}, {4, 16, "wqd4v2_16"}, {4, 17, "wq4_32"},
-              {4, 64, "wq4_64"}, {4, 4096, "wq4_64"}, {8, 1, "wq8_8"}, {8, 12, "wqd8_16"}, {8, 33, "wq8_64"}};
+              {4, 64, "wq4_64"}, {4, 4096, "wq4_64"}, {8, 1, "wqd8v2_8"}, {8, 12, "wqd8v2_16"}, {8, 33, "wq8_64"}};
   for (size_t i = 0; i < sizeof pick / sizeof pick[0]; i++)
     CHECK(strcmp(wq_pick(pick[i].bits, pick[i].M), pick[i].cfg) == 0, "i%d at M = %d: %s, not %s", pick[i].bits,
           pick[i].M, wq_pick(pick[i].bits, pick[i].M), pick[i].cfg);

@@ -105,15 +105,6 @@ extern "C" __global__ void __launch_bounds__(384, 1) __cluster_dims__(2, 1, 1) k
   const Epi_k0 epi{&a};
   ffn::gemm_sm90<128, 128, 64, 6, 2, 1, ffn::bf16, 2, 1, true, 2>(g, epi, smem);
 }
-extern "C" __global__ void __launch_bounds__(384, 1) k0_tma7_128x128x64(const __grid_constant__ ffn::KArgs a, const __grid_constant__ ffn::TmaMaps t) {
-  extern __shared__ __align__(128) char smem[];
-  ffn::pdl_entry();
-  ffn::GemmArgs g;
-  g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 704; g.K = 256;
-  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = &t;
-  const Epi_k0 epi{&a};
-  ffn::gemm_sm90<128, 128, 64, 7, 2, 1, ffn::bf16, 2, 1, true>(g, epi, smem);
-}
 extern "C" __global__ void __launch_bounds__(384, 1) k0_tmap_pp_128x128x64(const __grid_constant__ ffn::KArgs a, const __grid_constant__ ffn::TmaMaps t) {
   extern __shared__ __align__(128) char smem[];
   ffn::pdl_entry();
@@ -218,15 +209,6 @@ extern "C" __global__ void __launch_bounds__(384, 1) __cluster_dims__(2, 1, 1) k
   g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = &t;
   const Epi_k1 epi{&a};
   ffn::gemm_sm90<128, 128, 64, 6, 1, 0, ffn::bf16, 2, 1, true, 2>(g, epi, smem);
-}
-extern "C" __global__ void __launch_bounds__(384, 1) k1_tma7_128x128x64(const __grid_constant__ ffn::KArgs a, const __grid_constant__ ffn::TmaMaps t) {
-  extern __shared__ __align__(128) char smem[];
-  ffn::pdl_entry();
-  ffn::GemmArgs g;
-  g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = 256; g.K = 704;
-  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = &t;
-  const Epi_k1 epi{&a};
-  ffn::gemm_sm90<128, 128, 64, 7, 1, 0, ffn::bf16, 2, 1, true>(g, epi, smem);
 }
 extern "C" __global__ void __launch_bounds__(384, 1) k1_tmap_pp_128x128x64(const __grid_constant__ ffn::KArgs a, const __grid_constant__ ffn::TmaMaps t) {
   extern __shared__ __align__(128) char smem[];
