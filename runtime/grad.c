@@ -83,13 +83,6 @@ ffn_status grad_check_call(const Plan *p, const DLTensor *inputs, int ninputs, c
     return rt_error(FFN_ERR_INVALID_ARGUMENT, "ffn_model_run_grad: unknown flags 0x%x (FFN_GRAD_ACCUMULATE is 0x%x)",
                     flags, (unsigned)FFN_GRAD_ACCUMULATE);
   int nsaved = saved_inputs(p);
-  /* the keep backward's GPU gradients disagree with the CPU reference for 4 of the 5 test models
-   * (bench/RESULTS.md, 2026-12-01): refused rather than wrong, until fixed */
-  const char *unverified = getenv("FFNC_KEEP_UNVERIFIED");
-  if (nsaved && !(unverified && strcmp(unverified, "1") == 0))
-    return rt_error(FFN_ERR_UNSUPPORTED, "ffn_model_run_grad: the keep policy's backward is not yet correct on the GPU "
-                    "(its gradients disagree with the reference); use the default recompute policy "
-                    "(FFNC_KEEP_UNVERIFIED=1 runs it anyway, for ffnc's own tests and bench)");
   if (nsaved && ninputs == p->ninputs - nsaved)
     return rt_error(FFN_ERR_INVALID_ARGUMENT, "ffn_model_run_grad: the backward graph keeps (FFN_GRAD_KEEP): pass "
                     "the %d saved tensors the training forward wrote (saved.NAME, its outputs after the program's) "

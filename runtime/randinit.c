@@ -2,7 +2,9 @@
 #include "randinit.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct {
   uint64_t s;
@@ -28,6 +30,32 @@ static uint64_t hash_name(const char *s, uint64_t seed) {
   return h;
 }
 
+/* Whether n reads the gradient of an output (an input `grad.*` of a backward graph); seen[id]
+ * marks the nodes already walked. */
+static bool reads_gradient(const Node *n, bool *seen) {
+  if (seen[n->id])
+    return false;
+  seen[n->id] = true;
+  if (n->op == OP_INPUT)
+    return strncmp(n->name, "grad.", 5) == 0;
+  for (int i = 0; i < n->nargs; i++)
+    if (reads_gradient(n->args[i], seen))
+      return true;
+  return false;
+}
+
+/* The product's inner dimension as the forward's, so that the forward, its recompute backward
+ * and its keep backward (which runs no forward product, only dgrad ones) draw the same values:
+ * a forward product A op(W) has inner dimension op(W)'s rows; its dgrad dY op(W)^T reads W the
+ * other way, and the forward's inner dimension is its operand's columns. */
+static int64_t forward_inner(const Graph *g, const Node *mm) {
+  const Node *b = mm->args[1];
+  bool *seen = calloc((size_t)g->next_id + 1, sizeof(bool));
+  bool dgrad = seen && reads_gradient(mm->args[0], seen);
+  free(seen);
+  return b->shape.d[dgrad && b->shape.rank > 1 ? 1 : 0].size;
+}
+
 void randinit_weight_scale(const Graph *g, const Node *w, double *mean, double *std) {
   *mean = 0;
   *std = 0.1;
@@ -38,7 +66,8 @@ void randinit_weight_scale(const Graph *g, const Node *w, double *mean, double *
       if (read->op == OP_CAST) /* a pre-quantized weight, dequantized for the product */
         read = read->args[0];
       if (read == w) {
-        *std = 1.0 / sqrt((double)(b->shape.d[0].size > 0 ? b->shape.d[0].size : 1));
+        int64_t k = forward_inner(g, n);
+        *std = 1.0 / sqrt((double)(k > 0 ? k : 1));
         return;
       }
     }

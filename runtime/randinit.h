@@ -10,7 +10,8 @@
 
 #include "../ir/ir.h"
 
-/* Mean and standard deviation for weight node w of graph g. */
+/* Mean and standard deviation for weight node w of graph g: the same for a program, its training
+ * forward and its backward graphs (either policy), so their random weights agree by name. */
 void randinit_weight_scale(const Graph *g, const Node *w, double *mean, double *std);
 /* numel values ~ N(mean, std^2) stored as dt into a malloc'd buffer (*nbytes bytes);
  * NULL if out of memory. */

@@ -40,7 +40,6 @@ static const char environment[] =
     "  FFNC_TP_OVERLAP=0         --tp N on the GPU: run every call whole, its all-reduces not overlapped\n"
     "  FFNC_PDL=1                sm_90: start each kernel during the previous one's tail (programmatic\n"
     "                            dependent launch; measured no faster, so off by default)\n"
-    "  FFNC_KEEP_UNVERIFIED=1    run the keep policy's backward on the GPU anyway (not yet correct there)\n"
     "  FFNC_TP_BLOCKS=N          cut every call into N row blocks (1-16; default under --tp: 2-4 from 1024 tokens)\n"
     "  FFNC_LIBRARY=PATH         the libffn.so the Python package loads (not ffnc itself)\n"
     "\n"

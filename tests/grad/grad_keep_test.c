@@ -10,6 +10,7 @@
  * naming them. (That the recompute gradients are right is grad_fd_test's job.) */
 #include "codegen/driver.h"
 #include "interp/util.h"
+#include "runtime/randinit.h"
 
 static double urand(unsigned *s) { return (double)(*s = *s * 1103515245u + 12345u) / 4294967296.0 * 2 - 1; }
 
@@ -126,10 +127,34 @@ static void check_refusals(const char *label, const Graph *keep, Store *w, Store
   in->e[k] = e;
 }
 
+/* Random weights (randinit: `ffnc gen`, the bench, the GPU tests) have the same scale in the
+ * program, its training forward and both backward graphs, so weights drawn for one bind to the
+ * others with the same values (the keep backward runs only dgrad products, which read the weight
+ * the other way round). */
+static void check_random_scales(const char *label, const Graph *prog, const Graph *const *others, int n) {
+  for (int i = 0; i < prog->nodes.len; i++) {
+    const Node *w = GRAPH_NODE(prog, i);
+    if (w->op != OP_WEIGHT)
+      continue;
+    double m0, s0, m1, s1;
+    randinit_weight_scale(prog, w, &m0, &s0);
+    for (int k = 0; k < n; k++)
+      for (int j = 0; j < others[k]->nodes.len; j++) {
+        const Node *o = GRAPH_NODE(others[k], j);
+        if (o->op != OP_WEIGHT || strcmp(o->name, w->name) != 0)
+          continue;
+        randinit_weight_scale(others[k], o, &m1, &s1);
+        CHECK(m0 == m1 && s0 == s1, "%s: random weight %s: N(%g, %g^2) in the program, N(%g, %g^2) in graph %d",
+              label, w->name, m0, s0, m1, s1, k);
+      }
+  }
+}
+
 static void check_model(const char *label, const char *text, const char *fuse, const char *want_name) {
   Graph *prog = graph(label, text, fuse, false, false), *fwd = graph(label, text, fuse, false, true);
   Graph *rec = graph(label, text, fuse, true, false), *keep = graph(label, text, fuse, true, true);
   check_interface(label, prog, fwd, keep, want_name);
+  check_random_scales(label, prog, (const Graph *[]){fwd, rec, keep}, 3);
   static const int64_t tokens[] = {1, 7, 64};
   for (int t = 0; t < 3; t++) {
     unsigned seed = 777u + (unsigned)tokens[t];
