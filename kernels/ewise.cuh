@@ -34,8 +34,14 @@ template <class Epi, int S> struct WithRowStats {
   const Epi &epi;
   const float *stats;
   typedef typename Epi::Row Row;
+  typedef typename Epi::Src Src;
   __device__ __forceinline__ Row prep(int row, float, float) const {
     return epi.prep(row, ldc_f32(stats, 2 * row), ldc_f32(stats, 2 * row + 1));
+  }
+  __device__ __forceinline__ Src load(int row, int col, int ncols) const { return epi.load(row, col, ncols); }
+  __device__ __forceinline__ void apply(const Row &r, const Src &s, int row, int col, int ncols,
+                                        const float (&v)[S][2]) const {
+    epi.apply(r, s, row, col, ncols, v);
   }
   __device__ __forceinline__ void apply(const Row &r, int row, int col, int ncols, const float (&v)[S][2]) const {
     epi.apply(r, row, col, ncols, v);
@@ -67,6 +73,44 @@ __device__ __forceinline__ u16 ld_u16(const void *p, long long i) {
 }
 __device__ __forceinline__ float ld_bf16(const void *p, long long i) { return bf16_bits_to_f32(ld_u16(p, i)); }
 __device__ __forceinline__ float ld_f16(const void *p, long long i) { return f16_bits_to_f32(ld_u16(p, i)); }
+
+// A GEMM epilogue's activation operands, read by Epi::load for the output pair at base (ncols 1 or
+// 2), as raw words (the registers they hold are live across a column group: sm90_epilogue issues
+// them a group ahead of the stores of the group before). Volatile, so that they stay where they
+// are issued: ptxas cannot move a load above a store it cannot prove apart, so a load issued
+// after the stores waits behind them, one DRAM latency per column pair. ldp2_: the pair in one
+// load (base even, the tensor aligned: an even row length); ldp1_: element by element. wp_ gives
+// element e of the pair.
+__device__ __forceinline__ void ldp1_f32(const void *p, long long base, int ncols, u32 (&w)[2]) {
+  w[1] = 0u;
+  asm volatile("ld.global.b32 %0, [%1];" : "=r"(w[0]) : "l"((const float *)p + base));
+  if (ncols == 2) asm volatile("ld.global.b32 %0, [%1];" : "=r"(w[1]) : "l"((const float *)p + base + 1));
+}
+__device__ __forceinline__ void ldp2_f32(const void *p, long long base, int ncols, u32 (&w)[2]) {
+  if (ncols == 2)
+    asm volatile("ld.global.v2.b32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "l"((const float *)p + base));
+  else
+    ldp1_f32(p, base, ncols, w);
+}
+__device__ __forceinline__ float wp_f32(const u32 (&w)[2], int e) { return __uint_as_float(w[e]); }
+__device__ __forceinline__ void ldp1_u16(const void *p, long long base, int ncols, u32 (&w)[1]) {
+  unsigned short h0, h1 = 0;
+  asm volatile("ld.global.u16 %0, [%1];" : "=h"(h0) : "l"((const u16 *)p + base));
+  if (ncols == 2) asm volatile("ld.global.u16 %0, [%1];" : "=h"(h1) : "l"((const u16 *)p + base + 1));
+  w[0] = (u32)h0 | (u32)h1 << 16;
+}
+__device__ __forceinline__ void ldp2_u16(const void *p, long long base, int ncols, u32 (&w)[1]) {
+  if (ncols == 2)
+    asm volatile("ld.global.b32 %0, [%1];" : "=r"(w[0]) : "l"((const u16 *)p + base));
+  else
+    ldp1_u16(p, base, ncols, w);
+}
+__device__ __forceinline__ void ldp1_bf16(const void *p, long long b, int n, u32 (&w)[1]) { ldp1_u16(p, b, n, w); }
+__device__ __forceinline__ void ldp2_bf16(const void *p, long long b, int n, u32 (&w)[1]) { ldp2_u16(p, b, n, w); }
+__device__ __forceinline__ void ldp1_f16(const void *p, long long b, int n, u32 (&w)[1]) { ldp1_u16(p, b, n, w); }
+__device__ __forceinline__ void ldp2_f16(const void *p, long long b, int n, u32 (&w)[1]) { ldp2_u16(p, b, n, w); }
+__device__ __forceinline__ float wp_bf16(const u32 (&w)[1], int e) { return bf16_bits_to_f32((u16)(w[0] >> (16 * e))); }
+__device__ __forceinline__ float wp_f16(const u32 (&w)[1], int e) { return f16_bits_to_f32((u16)(w[0] >> (16 * e))); }
 
 __device__ __forceinline__ void st_f32(void *p, long long i, float v) { ((float *)p)[i] = v; }
 __device__ __forceinline__ void st_bf16(void *p, long long i, float v) { ((u16 *)p)[i] = f32_to_bf16_bits(v); }

@@ -38,9 +38,19 @@ struct Epi_k0 {
                                              float rsum, float rsumsq) const {
     apply(prep(row, rsum, rsumsq), row, col, ncols, v);
   }
+  struct Src { };
+  __device__ __forceinline__ Src load(int row, int col, int ncols) const {
+    Src s_;
+    (void)row; (void)col; (void)ncols;
+    return s_;
+  }
   __device__ __forceinline__ void apply(const Row &r_, int row, int col, int ncols,
                                         const float (&v)[1][2]) const {
-    (void)r_; (void)row;
+    apply(r_, load(row, col, ncols), row, col, ncols, v);
+  }
+  __device__ __forceinline__ void apply(const Row &r_, const Src &s_, int row, int col, int ncols,
+                                        const float (&v)[1][2]) const {
+    (void)r_; (void)s_; (void)row;
     const long long base = (long long)row * 512LL + col;
     const float t0 = r_.t0;
     const float t1 = r_.t1;
@@ -98,9 +108,21 @@ struct Epi_k1 {
                                              float rsum, float rsumsq) const {
     apply(prep(row, rsum, rsumsq), row, col, ncols, v);
   }
+  struct Src { ffn::u32 l0[2]; };
+  __device__ __forceinline__ Src load(int row, int col, int ncols) const {
+    Src s_;
+    (void)row; (void)col; (void)ncols;
+    const long long base = (long long)row * 128LL + col;
+    ffn::ldp2_f32(a->p[2], base, ncols, s_.l0);
+    return s_;
+  }
   __device__ __forceinline__ void apply(const Row &r_, int row, int col, int ncols,
                                         const float (&v)[1][2]) const {
-    (void)r_; (void)row;
+    apply(r_, load(row, col, ncols), row, col, ncols, v);
+  }
+  __device__ __forceinline__ void apply(const Row &r_, const Src &s_, int row, int col, int ncols,
+                                        const float (&v)[1][2]) const {
+    (void)r_; (void)s_; (void)row;
     const long long base = (long long)row * 128LL + col;
     float o0[2] = {0.f, 0.f};
 #pragma unroll
@@ -108,7 +130,7 @@ struct Epi_k1 {
       if (e < ncols) {
         const long long i = base + e;
         (void)i;
-        const float l0 = ffn::ld_f32(a->p[2], i);
+        const float l0 = ffn::wp_f32(s_.l0, e);
         const float l1 = ffn::ldc_f32(a->p[3], (col + e));
 #line 22 "examples/gpt2_tiny.ffn"
         const float t2 = ffn::op_add(v[0][e], l1);

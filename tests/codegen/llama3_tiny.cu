@@ -37,9 +37,19 @@ struct Epi_k0 {
                                              float rsum, float rsumsq) const {
     apply(prep(row, rsum, rsumsq), row, col, ncols, v);
   }
+  struct Src { };
+  __device__ __forceinline__ Src load(int row, int col, int ncols) const {
+    Src s_;
+    (void)row; (void)col; (void)ncols;
+    return s_;
+  }
   __device__ __forceinline__ void apply(const Row &r_, int row, int col, int ncols,
                                         const float (&v)[2][2]) const {
-    (void)r_; (void)row;
+    apply(r_, load(row, col, ncols), row, col, ncols, v);
+  }
+  __device__ __forceinline__ void apply(const Row &r_, const Src &s_, int row, int col, int ncols,
+                                        const float (&v)[2][2]) const {
+    (void)r_; (void)s_; (void)row;
     const long long base = (long long)row * 704LL + col;
     const float t0 = r_.t0;
     float o0[2] = {0.f, 0.f};
@@ -145,9 +155,21 @@ struct Epi_k1 {
                                              float rsum, float rsumsq) const {
     apply(prep(row, rsum, rsumsq), row, col, ncols, v);
   }
+  struct Src { ffn::u32 l0[1]; };
+  __device__ __forceinline__ Src load(int row, int col, int ncols) const {
+    Src s_;
+    (void)row; (void)col; (void)ncols;
+    const long long base = (long long)row * 256LL + col;
+    ffn::ldp2_bf16(a->p[2], base, ncols, s_.l0);
+    return s_;
+  }
   __device__ __forceinline__ void apply(const Row &r_, int row, int col, int ncols,
                                         const float (&v)[1][2]) const {
-    (void)r_; (void)row;
+    apply(r_, load(row, col, ncols), row, col, ncols, v);
+  }
+  __device__ __forceinline__ void apply(const Row &r_, const Src &s_, int row, int col, int ncols,
+                                        const float (&v)[1][2]) const {
+    (void)r_; (void)s_; (void)row;
     const long long base = (long long)row * 256LL + col;
     float o0[2] = {0.f, 0.f};
 #pragma unroll
@@ -155,7 +177,7 @@ struct Epi_k1 {
       if (e < ncols) {
         const long long i = base + e;
         (void)i;
-        const float l0 = ffn::ld_bf16(a->p[2], i);
+        const float l0 = ffn::wp_bf16(s_.l0, e);
 #line 19 "examples/llama3_tiny.ffn"
         const float t1 = ffn::op_add(l0, v[0][e]);
         o0[e] = t1;
