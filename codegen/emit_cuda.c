@@ -115,7 +115,7 @@ typedef struct Scope {
   int line;             /* the last #line emitted into out */
   /* a GEMM epilogue's element scope: the activations it reads are loaded by Epi::load (into src,
    * the struct's fields into fields; pair: an even row length, one load per column pair) */
-  Buf *src, *fields, *prefetch;
+  Buf *src, *fields;
   bool pair;
 } Scope;
 
@@ -174,7 +174,6 @@ static const char *load(Kgen *k, Scope *s, Node *o) {
     char *var = arena_printf(g->arena, "l%d", k->nvars++);
     buf_printf(s->fields, " ffn::u32 %s[%d];", var, o->dtype == DT_F32 ? 2 : 1);
     buf_printf(s->src, "    ffn::ldp%d_%s(a->p[%d], base, ncols, s_.%s);\n", s->pair ? 2 : 1, ty, sl, var);
-    buf_printf(s->prefetch, "    ffn::prefetch_l2<%d>(a->p[%d], base, n);\n", o->dtype == DT_F32 ? 4 : 2, sl);
     buf_printf(s->out, "%sconst float %s = ffn::wp_%s(s_.%s, e);\n", s->indent, var, ty, var);
     return memo_put(&s->memo, o->id, var);
   }
@@ -323,10 +322,8 @@ static void emit_row_state(Buf *out, const char *rowb, int streams) {
 /* The activation half of a GEMM epilogue functor: `Src`, the activations a column pair reads
  * (srcb: `ffn::ldp*` lines into s_'s fields), and load(), which reads them for a pair, so that
  * gemm_sm90's epilogue can issue them ahead of the stores (kernels/gemm_sm90.cuh, sm90_epilogue);
- * prefetch_row(), which brings a row's columns of them into L2 while the tile's main loop runs
- * (pref: a `prefetch_l2` line per operand); apply() without a Src loads its own. */
-static void emit_src_state(Buf *out, const char *srcb, const char *fields, const char *pref, int streams,
-                           int64_t ncols) {
+ * apply() without a Src loads its own. */
+static void emit_src_state(Buf *out, const char *srcb, const char *fields, int streams, int64_t ncols) {
   buf_printf(out,
              "  struct Src {%s };\n"
              "  __device__ __forceinline__ Src load(int row, int col, int ncols) const {\n"
@@ -334,15 +331,8 @@ static void emit_src_state(Buf *out, const char *srcb, const char *fields, const
              fields ? fields : "");
   if (srcb)
     buf_printf(out, "    const long long base = (long long)row * %lldLL + col;\n%s", (long long)ncols, srcb);
-  buf_puts(out, "    return s_;\n  }\n"
-                "  __device__ __forceinline__ void prefetch_row(int row, int col, int ncols) const {\n"
-                "    (void)row; (void)col; (void)ncols;\n");
-  if (pref)
-    buf_printf(out, "    const long long base = (long long)row * %lldLL + col;\n"
-                    "    const int n = ncols < %lld - col ? ncols : (int)(%lld - col);\n%s",
-               (long long)ncols, (long long)ncols, (long long)ncols, pref);
   buf_printf(out,
-             "  }\n"
+             "    return s_;\n  }\n"
              "  __device__ __forceinline__ void apply(const Row &r_, int row, int col, int ncols,\n"
              "                                        const float (&v)[%d][2]) const {\n"
              "    apply(r_, load(row, col, ncols), row, col, ncols, v);\n  }\n",
@@ -352,11 +342,11 @@ static void emit_src_state(Buf *out, const char *srcb, const char *fields, const
 static void gen_epilogue(Kgen *k, Buf *out) {
   Group *gr = k->gr;
   Gen *G = k->G;
-  Buf rowb = {0}, elb = {0}, srcb = {0}, fields = {0}, pref = {0};
+  Buf rowb = {0}, elb = {0}, srcb = {0}, fields = {0};
   bool n_even = k->ncols % 2 == 0;
   Scope rs = {.kind = SC_ROW, .out = &rowb, .indent = "    ", .col = "col"};
   Scope es = {.kind = SC_ELEM, .parent = &rs, .out = &elb, .indent = "        ", .col = "(col + e)",
-              .src = &srcb, .fields = &fields, .prefetch = &pref, .pair = n_even};
+              .src = &srcb, .fields = &fields, .pair = n_even};
   /* the stream values, and the statistics of A's rows */
   for (int s = 0; s < gr->streams; s++) {
     char *v = arena_printf(G->g->arena, "v[%d][e]", s);
@@ -397,7 +387,7 @@ static void gen_epilogue(Kgen *k, Buf *out) {
       buf_printf(&stores, "    for (int e = 0; e < ncols; ++e) ffn::st_%s(a->p[%d], base + e, o%d[e]);\n", ty, sl, i);
   }
   emit_row_state(out, rowb.s ? rowb.s : "", gr->streams);
-  emit_src_state(out, srcb.s, fields.s, pref.s, gr->streams, k->ncols);
+  emit_src_state(out, srcb.s, fields.s, gr->streams, k->ncols);
   buf_printf(out,
              "  __device__ __forceinline__ void apply(const Row &r_, const Src &s_, int row, int col, int ncols,\n"
              "                                        const float (&v)[%d][2]) const {\n"
@@ -421,7 +411,6 @@ static void gen_epilogue(Kgen *k, Buf *out) {
   buf_free(&elb);
   buf_free(&srcb);
   buf_free(&fields);
-  buf_free(&pref);
   buf_free(&stores);
   memo_free(&rs.memo);
   memo_free(&es.memo);

@@ -39,7 +39,6 @@ template <class Epi, int S> struct WithRowStats {
     return epi.prep(row, ldc_f32(stats, 2 * row), ldc_f32(stats, 2 * row + 1));
   }
   __device__ __forceinline__ Src load(int row, int col, int ncols) const { return epi.load(row, col, ncols); }
-  __device__ __forceinline__ void prefetch_row(int row, int col, int ncols) const { epi.prefetch_row(row, col, ncols); }
   __device__ __forceinline__ void apply(const Row &r, const Src &s, int row, int col, int ncols,
                                         const float (&v)[S][2]) const {
     epi.apply(r, s, row, col, ncols, v);
@@ -77,7 +76,7 @@ __device__ __forceinline__ float ld_f16(const void *p, long long i) { return f16
 
 // A GEMM epilogue's activation operands, read by Epi::load for the output pair at base (ncols 1 or
 // 2), as raw words (the registers they hold are live across a column group: sm90_epilogue issues
-// them a group ahead of the stores of the group before). Volatile, so that they stay where they
+// a group's loads before its stores). Volatile, so that they stay where they
 // are issued: ptxas cannot move a load above a store it cannot prove apart, so a load issued
 // after the stores waits behind them, one DRAM latency per column pair. ldp2_: the pair in one
 // load (base even, the tensor aligned: an even row length); ldp1_: element by element. wp_ gives
@@ -112,14 +111,6 @@ __device__ __forceinline__ void ldp1_f16(const void *p, long long b, int n, u32 
 __device__ __forceinline__ void ldp2_f16(const void *p, long long b, int n, u32 (&w)[1]) { ldp2_u16(p, b, n, w); }
 __device__ __forceinline__ float wp_bf16(const u32 (&w)[1], int e) { return bf16_bits_to_f32((u16)(w[0] >> (16 * e))); }
 __device__ __forceinline__ float wp_f16(const u32 (&w)[1], int e) { return f16_bits_to_f32((u16)(w[0] >> (16 * e))); }
-
-// n elements of BYTES each from element base of p into L2, one prefetch per 128 bytes: a tile's
-// epilogue operands while its main loop runs (Epi::prefetch_row), so the epilogue waits on L2.
-template <int BYTES> __device__ __forceinline__ void prefetch_l2(const void *p, long long base, int n) {
-  const char *q = (const char *)p + base * BYTES;
-  for (int c = 0; c < n * BYTES; c += 128)
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(q + c));
-}
 
 __device__ __forceinline__ void st_f32(void *p, long long i, float v) { ((float *)p)[i] = v; }
 __device__ __forceinline__ void st_bf16(void *p, long long i, float v) { ((u16 *)p)[i] = f32_to_bf16_bits(v); }

@@ -144,7 +144,6 @@ __device__ __forceinline__ void gemm_sm90_persistent(const GemmArgs &g, const Ep
       int tm, tn;
       gemm_tile_coords(tile, tiles_m, tiles_n, tm, tn);
       const int m0 = tm * BM, n0 = tn * BN;
-      if (splits == 1) sm90_epilogue_prefetch<BN, S>(epi, g.M, m0, n0, row_base, WG_M, wtid, 128);
       if (PINGPONG && local > 0) named_bar_sync(4 + cw, 256); // the other finished its main loop
 
       float acc[MI][BN / 2];

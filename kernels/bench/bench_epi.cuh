@@ -20,7 +20,6 @@ template <int S, int STATS, class TO> struct BenchEpi {
   __device__ __forceinline__ Row prep(int, float rsum, float rsumsq) const { return Row{rsum, rsumsq}; }
   struct Src {}; // the residual is read in operator() (ffnc's functors prefetch theirs: Epi::load)
   __device__ __forceinline__ Src load(int, int, int) const { return Src{}; }
-  __device__ __forceinline__ void prefetch_row(int, int, int) const {}
   __device__ __forceinline__ void apply(const Row &r, const Src &, int row, int col, int ncols,
                                         const float (&v)[S][2]) const {
     (*this)(row, col, ncols, v, r.rsum, r.rsumsq);

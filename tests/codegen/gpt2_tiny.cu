@@ -44,9 +44,6 @@ struct Epi_k0 {
     (void)row; (void)col; (void)ncols;
     return s_;
   }
-  __device__ __forceinline__ void prefetch_row(int row, int col, int ncols) const {
-    (void)row; (void)col; (void)ncols;
-  }
   __device__ __forceinline__ void apply(const Row &r_, int row, int col, int ncols,
                                         const float (&v)[1][2]) const {
     apply(r_, load(row, col, ncols), row, col, ncols, v);
@@ -118,12 +115,6 @@ struct Epi_k1 {
     const long long base = (long long)row * 128LL + col;
     ffn::ldp2_f32(a->p[2], base, ncols, s_.l0);
     return s_;
-  }
-  __device__ __forceinline__ void prefetch_row(int row, int col, int ncols) const {
-    (void)row; (void)col; (void)ncols;
-    const long long base = (long long)row * 128LL + col;
-    const int n = ncols < 128 - col ? ncols : (int)(128 - col);
-    ffn::prefetch_l2<4>(a->p[2], base, n);
   }
   __device__ __forceinline__ void apply(const Row &r_, int row, int col, int ncols,
                                         const float (&v)[1][2]) const {

@@ -43,9 +43,6 @@ struct Epi_k0 {
     (void)row; (void)col; (void)ncols;
     return s_;
   }
-  __device__ __forceinline__ void prefetch_row(int row, int col, int ncols) const {
-    (void)row; (void)col; (void)ncols;
-  }
   __device__ __forceinline__ void apply(const Row &r_, int row, int col, int ncols,
                                         const float (&v)[2][2]) const {
     apply(r_, load(row, col, ncols), row, col, ncols, v);
@@ -165,12 +162,6 @@ struct Epi_k1 {
     const long long base = (long long)row * 256LL + col;
     ffn::ldp2_bf16(a->p[2], base, ncols, s_.l0);
     return s_;
-  }
-  __device__ __forceinline__ void prefetch_row(int row, int col, int ncols) const {
-    (void)row; (void)col; (void)ncols;
-    const long long base = (long long)row * 256LL + col;
-    const int n = ncols < 256 - col ? ncols : (int)(256 - col);
-    ffn::prefetch_l2<2>(a->p[2], base, n);
   }
   __device__ __forceinline__ void apply(const Row &r_, int row, int col, int ncols,
                                         const float (&v)[1][2]) const {
