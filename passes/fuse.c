@@ -16,7 +16,8 @@
  *     run time are a kernel each (GK_SINGLE), reading their operands from memory.
  * Statistics, and values computed only from statistics and constants (the mean * colsum
  * term of a folded layernorm), are "floating": they have no producer to join, so they are
- * placed by their first user, into the user's kernel when it can compute them there.
+ * placed by their first user, into the user's kernel when it can compute them there. So are
+ * elementwise values of run-time inputs (above -O0), each reader getting a copy of its own.
  * Groups run in creation order and only ever read values of earlier groups, so the order is
  * a valid schedule. A member is written to memory only if a later group or an output reads it.
  */
@@ -90,9 +91,11 @@ static Shape row_shape(const Shape *s) {
 
 static bool can_join(Fuser *f, Group *g, Node *n);
 
-/* Floating: a statistic, or an elementwise value whose operands are all floating, constant or
- * scalar, that no group has taken yet (see the comment at the top). */
-static bool floating(const Node *o) {
+/* Floating: a statistic, or an elementwise value whose operands are all floating, constant,
+ * scalar or (above -O0) run-time inputs, that no group has taken yet (see the comment at the
+ * top). A value of inputs alone is then computed by the kernel that reads it, from the inputs
+ * rather than from a stored copy (the keep backward's silu'(gate) in the dgrad epilogue). */
+static bool floating(const Fuser *f, const Node *o) {
   if (o->group >= 0 || ir_is_const(o))
     return false;
   if (is_stat(o->op))
@@ -100,9 +103,49 @@ static bool floating(const Node *o) {
   if (!is_elementwise(o))
     return false;
   for (int i = 0; i < o->nargs; i++)
-    if (!ir_is_const(o->args[i]) && !floating(o->args[i]))
+    if (!ir_is_const(o->args[i]) && !(o->args[i]->op == OP_INPUT && f->c->opt_level > 0) && !floating(f, o->args[i]))
       return false;
   return true;
+}
+
+/* An elementwise value of run-time inputs (and constants) alone: cheap to compute again. */
+static bool of_inputs(const Node *n) {
+  if (!is_elementwise(n))
+    return false;
+  bool any = false;
+  for (int i = 0; i < n->nargs; i++) {
+    if (n->args[i]->op == OP_INPUT)
+      any = true;
+    else if (!ir_is_const(n->args[i]))
+      return false;
+  }
+  return any;
+}
+
+/* Each reader of a value of inputs alone after the first gets a copy of its own, so that every
+ * kernel that reads it computes it from the inputs (floating, above) instead of one kernel
+ * storing it for the others (the keep backward of SwiGLU: silu(gate), read by the rowwise
+ * kernel of silu(gate) * up and by the dgrad epilogue, which already reads gate; 2 bytes an
+ * element loaded instead of 2 stored and loaded). The copies are appended, then put in order. */
+static int copy_input_values(Compile *c) {
+  Graph *gr = c->g;
+  Users us = users_build(gr);
+  int len = gr->nodes.len, copies = 0;
+  for (int i = 0; i < len; i++) {
+    Node *a = GRAPH_NODE(gr, i);
+    if (a->dead || a->id >= us.n || !of_inputs(a))
+      continue;
+    PtrVec *u = &us.by_id[a->id];
+    for (int j = us.is_output[a->id] ? 0 : 1; j < u->len; j++) {
+      Node *user = u->items[j], *copy = pass_new(c, a->op, a->dtype, a->args, a->nargs, a);
+      for (int k = 0; k < user->nargs; k++)
+        if (user->args[k] == a)
+          user->args[k] = copy;
+      copies++;
+    }
+  }
+  users_free(&us);
+  return copies && ir_toposort(gr) != 0 ? -1 : 0;
 }
 
 /* Pending: a value no kernel computes yet that the kernel reading it must compute: floating,
@@ -130,12 +173,12 @@ static bool readable(Fuser *f, Group *g, Node *o) {
 
 /* A concatenation along the last dim that a rowwise kernel of g can read: its operands are in
  * memory (earlier kernels' results, constants). */
-static bool concat_readable(const Group *g, const Node *n) {
+static bool concat_readable(const Fuser *f, const Group *g, const Node *n) {
   if (n->ival[0] != n->shape.rank - 1 || !shape_eq(&n->shape, &g->shape))
     return false;
   for (int i = 0; i < n->nargs; i++) {
     const Node *o = n->args[i];
-    if (o->op == OP_SCALAR || floating(o) || (!ir_is_const(o) && (o->group == g->id || o->group > g->id)))
+    if (o->op == OP_SCALAR || floating(f, o) || (!ir_is_const(o) && (o->group == g->id || o->group > g->id)))
       return false;
   }
   return true;
@@ -149,11 +192,11 @@ static bool can_join(Fuser *f, Group *g, Node *n) {
   if (n->op == OP_SLICE) {
     /* a rowwise kernel reads a slice of a tensor in memory at a column offset */
     Node *o = n->args[0];
-    return g->kind == GK_ROWWISE && shape_eq(&n->shape, &g->shape) && !ir_is_const(o) && !floating(o) &&
+    return g->kind == GK_ROWWISE && shape_eq(&n->shape, &g->shape) && !ir_is_const(o) && !floating(f, o) &&
            o->group != g->id && o->group <= g->id;
   }
   if (n->op == OP_CONCAT) /* the same, each operand at its column offset */
-    return g->kind == GK_ROWWISE && concat_readable(g, n);
+    return g->kind == GK_ROWWISE && concat_readable(f, g, n);
   if (!is_elementwise(n) && !stat && !norm)
     return false;
   if (stat || norm) {
@@ -279,22 +322,22 @@ static int rowwise_group(Fuser *f, Node *n);
 
 static bool is_single(Op op) { return op == OP_MATMUL_AT || op == OP_SUM_TO || op == OP_TRANSPOSE; }
 
-/* A kernel of its own for n; operands that no kernel computes yet (floating) get one first. */
+/* A kernel of its own for n; operands that no kernel computes yet (pending) get one first. */
 static int single_group(Fuser *f, Node *n) {
   for (int i = 0; i < n->nargs; i++)
-    if (floating(n->args[i]) && rowwise_group(f, n->args[i]) != 0)
+    if (pending(n->args[i]) && rowwise_group(f, n->args[i]) != 0)
       return -1;
   add(f, new_group(f, GK_SINGLE, n->shape), n);
   return 0;
 }
 
-/* Before a group of element shape `shape` is created for n: floating operands that such a
+/* Before a group of element shape `shape` is created for n: pending operands that such a
  * group could not compute get kernels of their own first (so they run before it). */
 static int place_floating_operands(Fuser *f, Node *n, const Shape *shape) {
   Shape rs = row_shape(shape);
   for (int i = 0; i < n->nargs; i++) {
     Node *o = n->args[i];
-    if (!floating(o))
+    if (!pending(o))
       continue;
     const Shape *os = is_stat(o->op) ? &o->args[0]->shape : &o->shape;
     bool fits = shape_eq(os, shape) || (!is_stat(o->op) && shape_eq(os, &rs));
@@ -325,7 +368,7 @@ static int rowwise_group(Fuser *f, Node *n) {
     add(f, g, n); /* reads its operand (in memory) at a column offset */
     return 0;
   }
-  if (n->op == OP_CONCAT && concat_readable(g, n)) {
+  if (n->op == OP_CONCAT && concat_readable(f, g, n)) {
     add(f, g, n); /* reads each operand (in memory) at its column offset */
     return 0;
   }
@@ -390,6 +433,8 @@ static Group *best_group(Fuser *f, Node *n) {
 
 int pass_fuse(Compile *c) {
   Graph *gr = c->g;
+  if (c->opt_level > 0 && copy_input_values(c) != 0)
+    return -1;
   Fuser f = {c, users_build(gr), NULL, 0, 0, ffn_xcalloc((size_t)gr->next_id + 1, 1)};
   int rc = 0;
   int len = gr->nodes.len; /* interleave nodes appended below are constants: no group */
@@ -399,10 +444,12 @@ int pass_fuse(Compile *c) {
       Node *n = GRAPH_NODE(gr, i);
       if (n->dead || ir_is_const(n) || op_info[n->op].cls == OPC_LEAF || n->group >= 0)
         continue;
-      if (pass == 0 && floating(n))
+      if (pass == 0 && floating(&f, n))
         continue;
       if (n->op == OP_ALLREDUCE) { /* a collective between kernels, never inside one */
-        add(&f, new_group(&f, GK_ALLREDUCE, n->shape), n);
+        rc = pending(n->args[0]) ? rowwise_group(&f, n->args[0]) : 0;
+        if (rc == 0)
+          add(&f, new_group(&f, GK_ALLREDUCE, n->shape), n);
         continue;
       }
       if (is_single(n->op)) {
@@ -410,7 +457,7 @@ int pass_fuse(Compile *c) {
         continue;
       }
       if (n->op == OP_MATMUL) {
-        rc = floating(n->args[0]) ? rowwise_group(&f, n->args[0]) : 0;
+        rc = pending(n->args[0]) ? rowwise_group(&f, n->args[0]) : 0;
         if (rc == 0)
           rc = gemm_group(&f, n);
         continue;
