@@ -91,6 +91,37 @@ static Shape row_shape(const Shape *s) {
 
 static bool can_join(Fuser *f, Group *g, Node *n);
 
+/* Whether a row statistic or a norm reads n: a value of inputs read so stays stored by one kernel
+ * (a statistic of a value computed in its reader's kernel is not something the generator makes). */
+static bool read_by_stat(const Users *us, const Node *n) {
+  if (n->id >= us->n)
+    return false;
+  const PtrVec *u = &us->by_id[n->id];
+  for (int j = 0; j < u->len; j++) {
+    const Node *r = u->items[j];
+    if (is_stat(r->op) || is_norm(r->op))
+      return true;
+  }
+  return false;
+}
+
+/* How many run-time inputs an elementwise value reads through the elementwise values no kernel
+ * has taken (each counted as often as it is read). A value of inputs floats only up to
+ * MAX_FLOATING_INPUTS of them: the SwiGLU derivative reads gate and up; a residual stream of saved
+ * products (x + d0 + b0 + d1 + ...) would otherwise be recomputed whole by every reader. */
+enum { MAX_FLOATING_INPUTS = 2 };
+static int input_reads(const Node *o) {
+  int n = 0;
+  for (int i = 0; i < o->nargs && n <= MAX_FLOATING_INPUTS; i++) {
+    const Node *a = o->args[i];
+    if (a->op == OP_INPUT)
+      n++;
+    else if (a->group < 0 && !ir_is_const(a) && is_elementwise(a))
+      n += input_reads(a);
+  }
+  return n;
+}
+
 /* Floating: a statistic, or an elementwise value whose operands are all floating, constant,
  * scalar or (above -O0) run-time inputs, that no group has taken yet (see the comment at the
  * top). A value of inputs alone is then computed by the kernel that reads it, from the inputs
@@ -102,8 +133,9 @@ static bool floating(const Fuser *f, const Node *o) {
     return true;
   if (!is_elementwise(o))
     return false;
+  bool inputs = f->c->opt_level > 0 && !read_by_stat(&f->users, o) && input_reads(o) <= MAX_FLOATING_INPUTS;
   for (int i = 0; i < o->nargs; i++)
-    if (!ir_is_const(o->args[i]) && !(o->args[i]->op == OP_INPUT && f->c->opt_level > 0) && !floating(f, o->args[i]))
+    if (!ir_is_const(o->args[i]) && !(o->args[i]->op == OP_INPUT && inputs) && !floating(f, o->args[i]))
       return false;
   return true;
 }
@@ -133,7 +165,7 @@ static int copy_input_values(Compile *c) {
   int len = gr->nodes.len, copies = 0;
   for (int i = 0; i < len; i++) {
     Node *a = GRAPH_NODE(gr, i);
-    if (a->dead || a->id >= us.n || !of_inputs(a))
+    if (a->dead || a->id >= us.n || !of_inputs(a) || read_by_stat(&us, a))
       continue;
     PtrVec *u = &us.by_id[a->id];
     for (int j = us.is_output[a->id] ? 0 : 1; j < u->len; j++) {
@@ -388,25 +420,36 @@ static bool may_store(Fuser *f, const Group *g, const Node *m) {
   return out;
 }
 
+/* Counts what member m of g (or n, or a pending value joining with n: join() brings them along)
+ * costs g's kernel: the values it reads from memory, into seen, and whether it may be stored. */
+static void note_member(Fuser *f, const Group *g, const Node *n, const Node *m, const Node **seen, int *nseen,
+                        int *nstores) {
+  *nstores += may_store(f, g, m);
+  for (int j = 0; j < m->nargs && *nseen + *nstores <= FFN_KARGS_SLOTS; j++) {
+    const Node *a = m->args[j];
+    if (a->group == g->id || a->op == OP_SCALAR || a == n)
+      continue;
+    if (pending(a)) {
+      note_member(f, g, n, a, seen, nseen, nstores);
+      continue;
+    }
+    bool known = false;
+    for (int q = 0; q < *nseen && !known; q++)
+      known = seen[q] == a;
+    if (!known)
+      seen[(*nseen)++] = a;
+  }
+}
+
 /* Whether rowwise group g, with n joined, stays within a kernel's FFN_KARGS_SLOTS tensors: the
  * distinct values it reads from memory and the members it may store. Independent work (the
  * keep policy's backward graph: each layer's silu(gate) * up from saved tensors) would otherwise
  * pile up in one kernel. */
 static bool fits_slots(Fuser *f, Group *g, Node *n) {
-  const Node *seen[FFN_KARGS_SLOTS + 1];
+  const Node *seen[FFN_KARGS_SLOTS + 2];
   int nseen = 0, nstores = 0;
-  for (int i = 0; i <= g->nodes.len && nseen + nstores <= FFN_KARGS_SLOTS; i++) {
-    const Node *m = i < g->nodes.len ? g->nodes.items[i] : n;
-    nstores += may_store(f, g, m);
-    for (int j = 0; j < m->nargs && nseen + nstores <= FFN_KARGS_SLOTS; j++) {
-      const Node *a = m->args[j];
-      bool known = a->group == g->id || a->op == OP_SCALAR || a == n;
-      for (int q = 0; q < nseen && !known; q++)
-        known = seen[q] == a;
-      if (!known)
-        seen[nseen++] = a;
-    }
-  }
+  for (int i = 0; i <= g->nodes.len && nseen + nstores <= FFN_KARGS_SLOTS; i++)
+    note_member(f, g, n, i < g->nodes.len ? g->nodes.items[i] : n, seen, &nseen, &nstores);
   return nseen + nstores <= FFN_KARGS_SLOTS;
 }
 

@@ -118,3 +118,8 @@ foreach(model examples/llama3_tiny examples/llama3_8b examples/gpt2_tiny example
       ENVIRONMENT "FFNC_CACHE_DIR=${PROJECT_BINARY_DIR}/test-kernel-cache")
   endforeach()
 endforeach()
+
+# Every model through the code generator in every mode (a fusion rule that makes a kernel the
+# generator cannot emit is caught here, without a GPU or NVRTC).
+add_test(NAME grad_codegen_sweep COMMAND sh ${FFNC_TEST_DIR}/grad/codegen_sweep.sh $<TARGET_FILE:ffnc> ${PROJECT_SOURCE_DIR})
+set_tests_properties(grad_codegen_sweep PROPERTIES LABELS grad)
