@@ -582,26 +582,45 @@ static bool at_on_tensor_cores(const Node *n, int64_t K, int64_t N) {
   return (t == DT_BF16 || t == DT_F16) && n->args[1]->dtype == t && K % 8 == 0 && N % 8 == 0;
 }
 
-/* The kernel of a weight gradient on sm_90: two entry points on the same slots, matmul_at_sm90 on
+/* The wgmma forms of a weight gradient: the plan's result, then, for an f32 result, those that
+ * write a caller's gradient tensor directly (runtime/grad.c: bf16, and f32 or bf16 with the
+ * product added to what it holds), so that no f32 copy is staged and converted after. */
+static const struct {
+  const char *suffix;
+  DType out;
+  bool accumulate;
+} wgrad_forms[] = {{"", DT_NONE, false}, {"_bf16", DT_BF16, false}, {"_f32acc", DT_F32, true}, {"_bf16acc", DT_BF16, true}};
+
+/* The kernel of a weight gradient on sm_90: entry points on the same slots, matmul_at_sm90 on
  * wgmma (kernels/grad_sm90.cuh, the tiles of ffn_wgrad_config), the variant the runtime launches,
- * then `mma_call` (matmul_at_tc), kept for comparison (FFNC_WGRAD=mma, runtime/exec.c). */
+ * then `mma_call` (matmul_at_tc), kept for comparison (FFNC_WGRAD=mma, runtime/exec.c), then the
+ * direct forms of wgrad_forms (variants with `out` set, same tiles). */
 static int wgrad_sm90_kernel(Gen *G, const Node *n, const char *mma_call, int64_t K, int64_t N, const char *what) {
   const ffn_gemm_config *c = ffn_wgrad_config();
-  const char *t = gen_ctype(n->args[0]->dtype), *to = gen_ctype(n->dtype);
+  const char *t = gen_ctype(n->args[0]->dtype);
+  int nforms = n->dtype == DT_F32 ? (int)(sizeof wgrad_forms / sizeof wgrad_forms[0]) : 1;
+  PlanKernel pk = {.kind = KK_ROWWISE, .n = N, .k = K, .op = OP_MATMUL_AT};
   Buf body = {0};
-  buf_printf(&body,
-             "extern \"C\" __global__ void __launch_bounds__(%d, 1) @_%s(const __grid_constant__ ffn::KArgs args) {\n"
-             "  extern __shared__ __align__(128) char smem[];\n"
-             "  ffn::pdl_entry();\n"
-             "  ffn::matmul_at_sm90<%d, %d, %d, %d>((const %s *)args.p[0], (const %s *)args.p[1], (%s *)args.p[2], "
-             "args.m, %lld, %lld, args.splits, args.ws, args.counters, smem);\n}\n",
-             c->threads, c->name, c->bm, c->bn, c->bk, c->stages, t, t, to, (long long)K, (long long)N);
-  buf_printf(&body, "extern \"C\" __global__ void __launch_bounds__(256) @_mma(const __grid_constant__ ffn::KArgs args) {\n"
-             "  ffn::pdl_entry();\n  %s;\n}\n", mma_call);
-  PlanKernel pk = {.kind = KK_ROWWISE, .nvariants = 2, .n = N, .k = K, .op = OP_MATMUL_AT};
-  pk.variants[0] = (KernelVariant){.threads = c->threads, .smem = (int)ffn_gemm_smem_bytes(c, 2), .cfg = *c};
-  pk.variants[1] = (KernelVariant){.threads = 256};
-  pk.variants[1].cfg.name = "mma";
+  for (int f = 0; f < nforms; f++) {
+    DType out = wgrad_forms[f].out ? wgrad_forms[f].out : n->dtype;
+    KernelVariant *v = &pk.variants[pk.nvariants++];
+    *v = (KernelVariant){.threads = c->threads, .smem = (int)ffn_gemm_smem_bytes(c, 2), .cfg = *c,
+                         .out = wgrad_forms[f].out, .accumulate = wgrad_forms[f].accumulate};
+    v->cfg.name = arena_printf(G->g->arena, "%s%s", c->name, wgrad_forms[f].suffix);
+    buf_printf(&body,
+               "extern \"C\" __global__ void __launch_bounds__(%d, 1) @_%s(const __grid_constant__ ffn::KArgs args) {\n"
+               "  extern __shared__ __align__(128) char smem[];\n"
+               "  ffn::pdl_entry();\n"
+               "  ffn::matmul_at_sm90<%d, %d, %d, %d, %s>((const %s *)args.p[0], (const %s *)args.p[1], (%s *)args.p[2], "
+               "args.m, %lld, %lld, args.splits, args.ws, args.counters, smem);\n}\n",
+               c->threads, v->cfg.name, c->bm, c->bn, c->bk, c->stages, v->accumulate ? "true" : "false", t, t,
+               gen_ctype(out), (long long)K, (long long)N);
+    if (f == 0) {
+      buf_printf(&body, "extern \"C\" __global__ void __launch_bounds__(256) @_mma(const __grid_constant__ ffn::KArgs args) {\n"
+                 "  ffn::pdl_entry();\n  %s;\n}\n", mma_call);
+      pk.variants[pk.nvariants++] = (KernelVariant){.threads = 256, .cfg.name = "mma"};
+    }
+  }
   bool is_new;
   int kernel = add_kernel(G, body.s, &pk, &is_new);
   if (is_new) {
@@ -797,8 +816,11 @@ static Plan *plan_of(Gen *G) {
   p->kernels = arena_alloc(a, sizeof(PlanKernel) * (size_t)(G->nk + 1));
   for (int i = 0; i < G->nk; i++) {
     p->kernels[i] = G->kernels[i];
-    for (int v = 0; v < G->kernels[i].nvariants; v++)
+    for (int v = 0; v < G->kernels[i].nvariants; v++) { /* the names may be in the graph's arena */
       p->kernels[i].variants[v].func = arena_strdup(a, G->kernels[i].variants[v].func);
+      const char *cfg = G->kernels[i].variants[v].cfg.name;
+      p->kernels[i].variants[v].cfg.name = cfg ? arena_strdup(a, cfg) : NULL;
+    }
   }
   p->nsteps = G->nsteps;
   p->steps = arena_alloc(a, sizeof(PlanStep) * (size_t)(G->nsteps + 1));

@@ -111,6 +111,11 @@ char *plan_to_json(const Plan *p) {
                                           "cfg", c->name ? c->name : "", "cfg_kind", (int)c->kind, "tile", c->bm, c->bn,
                                           c->bk, c->wm, c->wn, c->stages, c->threads, c->min_blocks, c->ctas_per_sm,
                                           "ext_stats", kv->ext_stats));
+      if (kv->out != DT_NONE) { /* a direct form of a weight gradient (absent in older plans) */
+        json_t *vo = json_array_get(vs, json_array_size(vs) - 1);
+        json_object_set_new(vo, "out", json_string(dtype_name(kv->out)));
+        json_object_set_new(vo, "accumulate", json_boolean(kv->accumulate));
+      }
     }
     json_object_set_new(o, "variants", vs);
     json_array_append_new(ks, o);
@@ -344,6 +349,23 @@ static void read_prep_step(Reader *r, json_t *o, PrepStep *s) {
     bad(r, "%s takes %d to %d operands, not %d", op, op_info[s->op].min_args, op_info[s->op].max_args, s->nargs);
 }
 
+/* "out" and "accumulate": a weight gradient's wgmma form that writes the caller's f32 or bf16
+ * tensor (runtime/grad.c launches it with that tensor's pointer); absent: DT_NONE. */
+static void read_variant_out(Reader *r, json_t *vo, KernelKind kind, KernelVariant *kv) {
+  kv->out = DT_NONE;
+  kv->accumulate = false;
+  if (!json_object_get(vo, "out")) {
+    if (json_object_get(vo, "accumulate"))
+      bad(r, "'accumulate' without 'out'");
+    return;
+  }
+  const char *out = string(r, vo, "out");
+  kv->out = dtype_from_name(out);
+  if (!r->bad && ((kv->out != DT_F32 && kv->out != DT_BF16) || kind != KK_ROWWISE || kv->cfg.kind != FFN_GEMM_SM90))
+    bad(r, "'out' = '%s': only a weight gradient's wgmma variant writes the caller's tensor, in f32 or bf16", out);
+  kv->accumulate = json_is_true(field(r, vo, "accumulate", JSON_TRUE));
+}
+
 static void read_variant(Reader *r, json_t *vo, KernelKind kind, KernelVariant *kv) {
   kv->func = string(r, vo, "func");
   kv->threads = (int)integer(r, vo, "threads", 32, 1024);
@@ -360,6 +382,7 @@ static void read_variant(Reader *r, json_t *vo, KernelKind kind, KernelVariant *
   kv->ext_stats = json_is_true(json_object_get(vo, "ext_stats"));
   if (kind == KK_GEMM && (kv->cfg.bm < 1 || kv->cfg.bn < 1 || kv->cfg.bk < 1 || kv->cfg.wm < 1))
     bad(r, "empty tile");
+  read_variant_out(r, vo, kind, kv);
 }
 
 static void read_kernel(Reader *r, json_t *o, PlanKernel *k) {
@@ -389,6 +412,8 @@ static void read_kernel(Reader *r, json_t *o, PlanKernel *k) {
       bad(r, "not an object");
     else
       read_variant(r, vo, k->kind, &k->variants[v]);
+    if (!r->bad && k->variants[v].out != DT_NONE && k->op != OP_MATMUL_AT)
+      bad(r, "'out' on a kernel of op '%s', not matmul_at", opname);
   }
 }
 

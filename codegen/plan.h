@@ -63,6 +63,11 @@ typedef struct {
                           variant of a weight gradient on sm_90 (op matmul_at): ffn_wgrad_config;
                           other rowwise kernels: cfg.bm rows per block (0 or 1: one) */
   bool ext_stats;      /* GEMM: A's row statistics come from ffn_row_stats, run just before */
+  /* A weight gradient's wgmma variant that writes a caller's gradient tensor in place of the
+   * plan's f32 result (runtime/grad.c): of type `out` (f32 or bf16), the product added to what
+   * the tensor holds when `accumulate`. DT_NONE: writes its result tensor as the plan types it. */
+  DType out;
+  bool accumulate;
 } KernelVariant;
 
 /* Variants per kernel: an sm_90 GEMM compiles up to 8 (three mma.sync tiles for small M, the TMA

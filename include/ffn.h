@@ -276,10 +276,14 @@ FFN_API const char *ffn_model_tuning(const ffn_model *m);
  * is refused before anything is enqueued (FFN_ERR_TENSOR or FFN_ERR_INVALID_ARGUMENT, naming
  * the gradient), as is a model that is not a backward graph.
  *
- * Memory: f32 tensors written without FFN_GRAD_ACCUMULATE are written in place; every other
- * gradient is computed into f32 space in the call's workspace, then stored or added by one
- * small kernel right after the last kernel that touches it, so gradients computed at different
- * times share that space (for a stack of sublayers, about the largest weight's f32 size).
+ * Memory: f32 tensors written without FFN_GRAD_ACCUMULATE are written in place. On sm_90 a
+ * weight's gradient computed by one product alone (a weight read once) is written, or added, by
+ * that product's kernel straight into your tensor, f32 or bf16 (summed in f32, your old value
+ * added in f32, rounded once to nearest even). Every other gradient (the input's, norm gains', a
+ * tied weight's sum, all of them on sm_80) is computed into f32 space in the call's workspace,
+ * then stored or added by one small kernel right after the last kernel that touches it, so
+ * gradients computed at different times share that space (about the largest such gradient's f32
+ * size). Both give the same bits; FFNC_GRAD_DIRECT=0 in the environment stages every gradient.
  *
  * Like ffn_model_run it enqueues on `stream` and returns: no host synchronization, and no
  * allocation once a call of as many tokens has run on that stream (the workspace is reused),

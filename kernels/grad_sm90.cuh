@@ -1,7 +1,9 @@
 // grad_sm90.cuh: the weight gradient of kernels/grad.cuh on Hopper's wgmma (sm_90a only):
 //
 //   matmul_at_sm90   out [K, N] = a^T b, the sum over the rows (tokens) of a [rows, K] and b [rows, N],
-//                    a and b of one 16-bit type (bf16 or f16), K % 8 == N % 8 == 0, 16-byte aligned
+//                    a and b of one 16-bit type (bf16 or f16), K % 8 == N % 8 == 0, 16-byte aligned;
+//                    with ACC, out += a^T b. out is f32 or bf16 (or f16, not ACC): the sum is
+//                    accumulated in f32 and rounded once, to nearest even, where it is stored
 //
 // called from a generated entry point (codegen/lower.c: wgrad_sm90_kernel) with the tiles of
 // kernels/gemm_host.h: ffn_wgrad_config, 384 threads, at most one CTA per SM (ffn_wgrad_grid), and
@@ -121,30 +123,78 @@ __device__ __forceinline__ void wgrad_produce(const T *__restrict__ a, const T *
   cp_async_wait_all();
 }
 
+// A pair of adjacent outputs of a row, the first at an even column (N % 8 == 0: both inside, the
+// pair 8-byte aligned for f32, 4-byte for 16-bit types): stored from the f32 sums, rounded once to
+// nearest even for 16-bit types; with ACC (f32 and bf16 only) the caller's old values, read as
+// WORDS raw words, are added in f32 first. So the caller's tensor gets the bits that the f32
+// result staged, then stored or added by ffn_grad_store (runtime.cuh), would give it.
+template <class TO> struct WgradPair {
+  static constexpr int WORDS = 1;
+  static __device__ __forceinline__ void store(TO *p, float x, float y) { store_pair(p, x, y); }
+};
+template <> struct WgradPair<float> {
+  static constexpr int WORDS = 2;
+  static __device__ __forceinline__ void load(const float *p, u32 (&w)[2]) { ldp2_f32(p, 0, 2, w); }
+  static __device__ __forceinline__ void add(const u32 (&w)[2], float &x, float &y) {
+    x += __uint_as_float(w[0]);
+    y += __uint_as_float(w[1]);
+  }
+  static __device__ __forceinline__ void store(float *p, float x, float y) { *(float2 *)p = make_float2(x, y); }
+};
+template <> struct WgradPair<bf16> {
+  static constexpr int WORDS = 1;
+  static __device__ __forceinline__ void load(const bf16 *p, u32 (&w)[1]) { ldp2_bf16(p, 0, 2, w); }
+  static __device__ __forceinline__ void add(const u32 (&w)[1], float &x, float &y) {
+    float lo, hi;
+    unpack_bf16x2(w[0], lo, hi);
+    x += lo;
+    y += hi;
+  }
+  static __device__ __forceinline__ void store(bf16 *p, float x, float y) { *(u32 *)p = pack_bf16x2(x, y); }
+};
+
 // The item's tile (this warpgroup's 64 rows) from the accumulator fragment: thread (warp w, lane l)
 // holds rows 16w + l/4 (+8) and, per 8-column block j, columns 8j + 2(l % 4) + {0, 1} at
-// acc[4j + 2h + {0, 1}] (h: the +8 row).
-template <int BN, class TO>
+// acc[4j + 2h + {0, 1}] (h: the +8 row). Each pair is read and written by its thread alone. With
+// ACC, the old values of JG column blocks (32 registers: the consumers have about 56 to spare)
+// are loaded together before their sums are stored, so that a group waits for one memory latency
+// rather than one per pair: volatile loads (ewise.cuh: ldp2_), which the compiler does not sink
+// to their use behind the stores before it.
+template <int BN, bool ACC, class TO>
 __device__ __forceinline__ void wgrad_store(TO *__restrict__ out, const float (&acc)[BN / 2], int row0, int n0, int K,
                                             int N) {
+  typedef WgradPair<TO> P;
+  constexpr int JG = ACC ? 16 / P::WORDS : BN / 8;
+  static_assert((BN / 8) % JG == 0, "whole groups");
   const int lane = threadIdx.x & 31;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = row0 + 8 * h;
-    if (row >= K) continue;
-    TO *orow = out + (long long)row * N;
+  for (int j0 = 0; j0 < BN / 8; j0 += JG) {
+    u32 old[2][JG][P::WORDS];
+    if constexpr (ACC) {
 #pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-      const int col = n0 + 8 * j + 2 * (lane & 3);
-      if (col < N) // N % 8 == 0: col + 1 < N too, and the pair is 8-byte aligned
-        store_pair(orow + col, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int j = 0; j < JG; ++j) {
+          const int row = row0 + 8 * h, col = n0 + 8 * (j0 + j) + 2 * (lane & 3);
+          if (row < K && col < N) P::load(out + (long long)row * N + col, old[h][j]);
+        }
     }
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int j = 0; j < JG; ++j) {
+        const int row = row0 + 8 * h, col = n0 + 8 * (j0 + j) + 2 * (lane & 3);
+        if (row >= K || col >= N) continue;
+        float x = acc[4 * (j0 + j) + 2 * h], y = acc[4 * (j0 + j) + 2 * h + 1];
+        if constexpr (ACC) P::add(old[h][j], x, y);
+        P::store(out + (long long)row * N + col, x, y);
+      }
   }
 }
 
 // Consumer warpgroups 1 and 2 (threads 128-383): warpgroup cw owns output rows 64 cw .. 64 cw + 63 of
 // every tile, i.e. a's block cw.
-template <int BM, int BN, int BT, int STAGES, class T, class TO>
+template <int BM, int BN, int BT, int STAGES, bool ACC, class T, class TO>
 __device__ __forceinline__ void wgrad_consume(TO *__restrict__ out, long long rows, int K, int N, int splits, float *ws,
                                               unsigned *counters, u32 sbase, u32 bars, u32 *flag) {
   typedef WgradStage<BM, BN, BT> St;
@@ -191,16 +241,18 @@ __device__ __forceinline__ void wgrad_consume(TO *__restrict__ out, long long ro
       __syncwarp();
       if (lane == 0) mbar_arrive(bars + 8 * (STAGES + prev));
     }
+    // split-K: only the CTA that arrives last for the tile gets here, with the whole sum (so with
+    // ACC the tensor's old value is added once)
     if (splits > 1 && !sm90_splitk<BM, BN, 1, 0>(g, acc, nullptr, flag, it.tile, it.z, it.m0, cw * 64, tt, 256, 1))
       continue;
-    wgrad_store<BN>(out, acc[0], it.m0 + cw * 64 + warp * 16 + (lane >> 2), it.n0, K, N);
+    wgrad_store<BN, ACC>(out, acc[0], it.m0 + cw * 64 + warp * 16 + (lane >> 2), it.n0, K, N);
   }
 }
 
 // Shared memory (dynamic, gemm_sm90_smem_bytes<BM, BN, BT, STAGES>() bytes): the ring of STAGES
 // stages, then the mbarriers (full[s] at +8s, empty[s] at +8(STAGES + s)) and the split-K flag; the
-// base is realigned to 1024 bytes (the swizzle atom).
-template <int BM, int BN, int BT, int STAGES, class T, class TO>
+// base is realigned to 1024 bytes (the swizzle atom). ACC: out += a^T b (f32 or bf16 out).
+template <int BM, int BN, int BT, int STAGES, bool ACC = false, class T, class TO>
 __device__ __forceinline__ void matmul_at_sm90(const T *__restrict__ a, const T *__restrict__ b, TO *__restrict__ out,
                                                long long rows, int K, int N, int splits, float *ws, unsigned *counters,
                                                char *smem) {
@@ -232,13 +284,13 @@ __device__ __forceinline__ void matmul_at_sm90(const T *__restrict__ a, const T 
     wgrad_produce<BM, BN, BT, STAGES>(a, b, rows, K, N, splits, sbase, bars);
   } else {
     setmaxnreg_inc<224>(); // the 64 x 256 f32 accumulator alone is 128 per thread
-    wgrad_consume<BM, BN, BT, STAGES, T>(out, rows, K, N, splits, ws, counters, sbase, bars, flag);
+    wgrad_consume<BM, BN, BT, STAGES, ACC, T>(out, rows, K, N, splits, ws, counters, sbase, bars, flag);
   }
 }
 
 #else // not sm_90a
 
-template <int BM, int BN, int BT, int STAGES, class T, class TO>
+template <int BM, int BN, int BT, int STAGES, bool ACC = false, class T, class TO>
 __device__ __forceinline__ void matmul_at_sm90(const T *, const T *, TO *, long long, int, int, int, float *, unsigned *,
                                                char *) {
   static_assert(sizeof(T) == 0, "matmul_at_sm90 needs the sm_90a target (--gpu-architecture=sm_90a)");

@@ -779,6 +779,28 @@ ffn_status exec_step(ExecRun *run, int s) {
   return FFN_OK;
 }
 
+/* Whether v can stand in for the variant chosen, c: a direct form of the wgmma weight gradient,
+ * with its tiles and launch (what the workspace, split and grid were sized for). */
+static bool same_launch(const PlanKernel *k, const KernelVariant *c, const KernelVariant *v) {
+  return wgrad_wgmma(k, c) && wgrad_wgmma(k, v) && v->out != DT_NONE && v->threads == c->threads &&
+         v->smem == c->smem && v->cfg.bm == c->cfg.bm && v->cfg.bn == c->cfg.bn && v->cfg.bk == c->cfg.bk &&
+         v->cfg.stages == c->cfg.stages;
+}
+
+ffn_status exec_step_variant(ExecRun *run, int step, int variant) {
+  const Plan *p = run->m->prog->plan;
+  const PlanStep *ps = &p->steps[step];
+  const PlanKernel *k = ps->kind == STEP_LAUNCH ? &p->kernels[ps->kernel] : NULL;
+  if (!k || variant < 0 || variant >= k->nvariants || !same_launch(k, run->choice[step].v, &k->variants[variant]))
+    return rt_error(FFN_ERR_IO, "launch plan: step %d cannot launch variant %d of its kernel in place of %s", step,
+                    variant, k ? run->choice[step].v->func : "a copy");
+  const KernelVariant *chosen = run->choice[step].v;
+  run->choice[step].v = &k->variants[variant];
+  ffn_status st = exec_step(run, step);
+  run->choice[step].v = chosen;
+  return st;
+}
+
 ffn_status exec_end(ExecRun *run, ffn_status st) {
   ffn_model *m = run->m;
   if (run->w) {

@@ -1,14 +1,19 @@
 /* grad.c: ffn_model_run_grad, a backward graph's gradients into the caller's tensors.
  *
  * The backward graph (passes/grad.c) has f32 outputs grad.NAME. An f32 tensor that is only
- * written is passed to the plan as that output, so its kernels write it in place. Every other
- * gradient (bf16, accumulated, or not wanted) is staged: the plan writes it into f32 space after
- * the call's own workspace (exec_begin_extra), and right after the last step that touches it
- * ffn_grad_store (kernels/runtime.cuh) writes or adds it into the caller's tensor; gradients
- * whose lives do not overlap share that space (grad_staging_plan), so a stack's weight gradients,
- * each final after its own matmul_at, need about the largest one's f32 bytes, not their sum. All of it on the caller's
- * stream, from the workspace pool: nothing allocated once a call of as many tokens has run on
- * that stream, nothing waited for, so the call can be captured in a CUDA graph.
+ * written is passed to the plan as that output, so its kernels write it in place. A bf16 or
+ * accumulated gradient that one weight-gradient kernel alone writes, and no other step reads, is
+ * written by that kernel's direct form straight into the caller's tensor (grad_plan_direct: on
+ * sm_90, kernels/grad_sm90.cuh stores bf16 or adds to f32 or bf16 values, rounding once, as
+ * ffn_grad_store would; FFNC_GRAD_DIRECT=0 or FFNC_WGRAD=mma turn it off). Every other gradient
+ * (a gain's, grad.x, a sum of several products such as a tied weight's, one not wanted, all of
+ * them on sm_80) is staged: the plan writes it into f32 space after the call's own workspace
+ * (exec_begin_extra), and right after the last step that touches it ffn_grad_store
+ * (kernels/runtime.cuh) writes or adds it into the caller's tensor; gradients whose lives do not
+ * overlap share that space (grad_staging_plan), so a stack's staged gradients need about the
+ * largest one's f32 bytes, not their sum. All of it on the caller's stream, from the workspace
+ * pool: nothing allocated once a call of as many tokens has run on that stream, nothing waited
+ * for, so the call can be captured in a CUDA graph.
  */
 #include "grad.h"
 
@@ -117,7 +122,7 @@ ffn_status grad_check_call(const Plan *p, const DLTensor *inputs, int ninputs, c
     if (t < 0 || p->tensors[t].dtype != DT_F32)
       return rt_error(FFN_ERR_IO, "launch plan: gradient %d is not an f32 output", i);
     GradTarget *g = &targets[i];
-    *g = (GradTarget){.tensor = t, .wanted = grads[i].data != NULL};
+    *g = (GradTarget){.tensor = t, .wanted = grads[i].data != NULL, .direct = -1, .variant = -1};
     g->numel = plan_numel(p, t, dims);
     if (g->wanted) {
       ffn_status s = check_grad(p, t, &grads[i], dims);
@@ -159,6 +164,41 @@ static bool step_touches(const PlanStep *ps, int t) {
     if (ps->args[j] == t)
       return true;
   return false;
+}
+
+/* The variant of launch step s's kernel that writes tensor t, its only output slot, straight into
+ * a caller's tensor of type dt (accumulate: adding to it), or -1. */
+static int direct_variant(const Plan *p, const PlanStep *s, int t, DType dt, bool accumulate) {
+  const PlanKernel *k = s->kind == STEP_LAUNCH ? &p->kernels[s->kernel] : NULL;
+  if (!k || k->op != OP_MATMUL_AT || s->nargs != 3 || s->args[2] != t || s->args[0] == t || s->args[1] == t)
+    return -1;
+  for (int v = 0; v < k->nvariants; v++)
+    if (k->variants[v].out == dt && k->variants[v].accumulate == accumulate)
+      return v;
+  return -1;
+}
+
+int grad_plan_direct(const Plan *p, GradTarget *g, int n, unsigned flags) {
+  int count = 0;
+  for (int i = 0; i < n; i++) {
+    if (!g[i].staged || !g[i].wanted)
+      continue;
+    int step = -1, touching = 0;
+    for (int s = 0; s < p->nsteps; s++)
+      if (step_touches(&p->steps[s], g[i].tensor))
+        step = s, touching++;
+    if (touching != 1)
+      continue;
+    int v = direct_variant(p, &p->steps[step], g[i].tensor, g[i].bf16 ? DT_BF16 : DT_F32,
+                           (flags & FFN_GRAD_ACCUMULATE) != 0);
+    if (v >= 0) {
+      g[i].staged = false;
+      g[i].direct = step;
+      g[i].variant = v;
+      count++;
+    }
+  }
+  return count;
 }
 
 /* Whether a's bytes at offset off would meet those of b (placed). */
@@ -231,6 +271,46 @@ static ffn_status store_after(ffn_model *m, CUstream stream, CUfunction store, c
   return FFN_OK;
 }
 
+/* FFNC_GRAD_DIRECT=0 stages every gradient grad_plan_direct would have written directly (for A/B
+ * measurements and tests); so does FFNC_WGRAD=mma, whose kernels have no direct forms. Read at
+ * each call, so that one process can compare both paths. */
+static bool direct_allowed(const ffn_model *m) {
+  const char *e = getenv("FFNC_GRAD_DIRECT");
+  return !m->wgrad_mma && !(e && strcmp(e, "0") == 0);
+}
+
+/* The tensors exec_begin sees as the plan's outputs: the caller's f32 tensors written in place,
+ * else an f32 stand-in of the right shape whose pointer is replaced once the call has begun (by
+ * the staging space, or by the caller's tensor that a direct form writes). Finds the store
+ * kernel when a gradient is staged. */
+static ffn_status plan_outputs(ffn_model *m, const GradTarget *g, const DLTensor *grads, int ngrads,
+                               const int64_t *dims, DLTensor *outputs, int64_t (*shapes)[FFN_MAX_RANK],
+                               CUfunction *store) {
+  const Plan *p = m->prog->plan;
+  for (int i = 0; i < ngrads; i++) {
+    const PlanTensor *pt = &p->tensors[g[i].tensor];
+    if (!g[i].staged && g[i].direct < 0) {
+      outputs[i] = grads[i];
+      continue;
+    }
+    ffn_status s = g[i].staged && !*store ? store_kernel(m, store) : FFN_OK;
+    if (s != FFN_OK)
+      return s;
+    for (int d = 0; d < pt->rank; d++)
+      shapes[i][d] = pt->dims[d].sym >= 0 ? dims[pt->dims[d].sym] : pt->dims[d].size;
+    outputs[i] = (DLTensor){(void *)(uintptr_t)256, {kDLCUDA, 0}, pt->rank, {kDLFloat, 32, 1}, shapes[i], NULL, 0};
+  }
+  return FFN_OK;
+}
+
+/* Step `step`: with the direct form of the gradient it writes into the caller's tensor, if any. */
+static ffn_status run_step(ExecRun *run, const GradTarget *g, int ngrads, int step) {
+  for (int i = 0; i < ngrads; i++)
+    if (g[i].direct == step)
+      return exec_step_variant(run, step, g[i].variant);
+  return exec_step(run, step);
+}
+
 ffn_status ffn_model_run_grad(ffn_model *m, struct CUstream_st *stream, const DLTensor *inputs, int ninputs,
                               const DLTensor *grads, int ngrads, unsigned flags) {
   if (!m || (!inputs && ninputs) || (!grads && ngrads) || ninputs < 0 || ngrads < 0 || ngrads > 4096)
@@ -243,22 +323,12 @@ ffn_status ffn_model_run_grad(ffn_model *m, struct CUstream_st *stream, const DL
   ffn_status s = g && outputs && shapes ? FFN_OK : rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
   if (s == FFN_OK)
     s = grad_check_call(p, inputs, ninputs, grads, ngrads, flags, g, dims);
+  if (s == FFN_OK && direct_allowed(m))
+    grad_plan_direct(p, g, ngrads, flags);
   CUfunction store = NULL;
   size_t extra = 0;
-  for (int i = 0; i < ngrads && s == FFN_OK; i++) {
-    const PlanTensor *pt = &p->tensors[g[i].tensor];
-    if (!g[i].staged) {
-      outputs[i] = grads[i];
-      continue;
-    }
-    if (!store && (s = store_kernel(m, &store)) != FFN_OK)
-      break;
-    for (int d = 0; d < pt->rank; d++)
-      shapes[i][d] = pt->dims[d].sym >= 0 ? dims[pt->dims[d].sym] : pt->dims[d].size;
-    /* an f32 stand-in of the right shape for exec_begin's checks; its pointer is replaced by
-     * the staging space below, before any step is enqueued */
-    outputs[i] = (DLTensor){(void *)(uintptr_t)256, {kDLCUDA, 0}, pt->rank, {kDLFloat, 32, 1}, shapes[i], NULL, 0};
-  }
+  if (s == FFN_OK)
+    s = plan_outputs(m, g, grads, ngrads, dims, outputs, shapes, &store);
   if (s == FFN_OK && store && (extra = grad_staging_plan(p, g, ngrads)) == SIZE_MAX)
     s = rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
   ExecRun run;
@@ -268,11 +338,13 @@ ffn_status ffn_model_run_grad(ffn_model *m, struct CUstream_st *stream, const DL
   for (int i = 0; i < ngrads && begun; i++)
     if (g[i].staged)
       run.ptr[g[i].tensor] = run.extra + g[i].offset;
+    else if (g[i].direct >= 0)
+      run.ptr[g[i].tensor] = (CUdeviceptr)grads[i].data + grads[i].byte_offset;
   /* each staged gradient is stored right after the last step that touches it, so its bytes can
    * serve the next one (step nsteps: after all of them) */
   for (int step = 0; begun && s == FFN_OK && step <= p->nsteps; step++) {
     if (step < p->nsteps)
-      s = exec_step(&run, step);
+      s = run_step(&run, g, ngrads, step);
     if (s == FFN_OK && store)
       s = store_after(m, (CUstream)stream, store, &run, g, grads, ngrads, flags, step);
   }

@@ -12,6 +12,9 @@ typedef struct {
   bool wanted;   /* the caller passed a data pointer */
   bool bf16;     /* the caller's tensor is bf16 (else f32) */
   bool staged;   /* computed into f32 staging space, then stored or added by ffn_grad_store */
+  int direct;    /* else the step whose kernel writes the caller's tensor itself with its variant
+                    `variant` (grad_plan_direct); -1: written in place as the plan's f32 output */
+  int variant;
   size_t offset; /* of the staging space, in the call's extra workspace (grad_staging_plan) */
   int first, last; /* staged: the first and last run step touching the output; it is stored after
                       step `last` (nsteps: after every step) */
@@ -28,5 +31,14 @@ ffn_status grad_check_call(const Plan *p, const DLTensor *inputs, int ninputs, c
  * bytes (first fit, in order of first use; a weight gradient lives only around its matmul_at).
  * Fills first, last and offset of the staged targets; returns the bytes needed. */
 size_t grad_staging_plan(const Plan *p, GradTarget *targets, int n);
+
+/* Which of the gradients that grad_check_call staged (wanted, bf16 or accumulated) the plan can
+ * write straight into the caller's tensor: those written by one step alone, a weight gradient
+ * whose kernel has the direct form for the tensor's type and the call's mode (KernelVariant.out,
+ * .accumulate: the sm_90 wgmma kernel), that no other step reads or writes (a gradient summed
+ * from several products, e.g. tied weights, stays staged). Sets their direct and variant and
+ * clears staged; returns how many. The caller checks first that the call launches the wgmma
+ * forms (not FFNC_WGRAD=mma) and that FFNC_GRAD_DIRECT is not 0. */
+int grad_plan_direct(const Plan *p, GradTarget *targets, int n, unsigned flags);
 
 #endif

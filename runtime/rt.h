@@ -396,6 +396,11 @@ ffn_status exec_begin(ffn_model *m, CUstream stream, const DLTensor *inputs, int
 ffn_status exec_begin_extra(ffn_model *m, CUstream stream, const DLTensor *inputs, int ninputs,
                             const DLTensor *outputs, int noutputs, size_t extra, ExecRun *run);
 ffn_status exec_step(ExecRun *run, int step);
+/* exec_step with variant `variant` of the step's kernel in place of the call's choice: a weight
+ * gradient's direct form (codegen/lower.c: wgrad_sm90_kernel, KernelVariant.out), which has the
+ * tiles, split and grid of the wgmma variant chosen; refused (FFN_ERR_IO, "launch plan: ...") for
+ * any other step or variant, or when the call chose the mma.sync form (FFNC_WGRAD=mma). */
+ffn_status exec_step_variant(ExecRun *run, int step, int variant);
 /* All-reduce step `step` of the call on `stream` (exec_step's, on the call's stream) */
 ffn_status exec_allreduce(ExecRun *run, int step, CUstream stream);
 ffn_status exec_end(ExecRun *run, ffn_status st); /* returns st, or the first error of its own */

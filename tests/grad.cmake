@@ -20,7 +20,8 @@ set_tests_properties(grad_cli PROPERTIES LABELS grad)
 # NVRTC compiles the backward graphs of the Llama, GPT and Phi-3 examples and of the fused test
 # models (rowsum and concatenated weights) for sm_80 and sm_90, as the JIT does (no GPU needed).
 set(GRAD_MODELS examples/llama3_tiny examples/llama3_8b examples/gpt2_tiny examples/gpt2 examples/phi3_tiny
-    tests/gpu/models/fused_llama tests/gpu/models/fused_gpt tests/gpu/models/wgrad_tails_f16)
+    tests/gpu/models/fused_llama tests/gpu/models/fused_gpt tests/gpu/models/wgrad_tails_f16
+    tests/gpu/models/wgrad_tails_bf16 tests/gpu/models/tied_wgrad_bf16)
 foreach(model ${GRAD_MODELS})
   get_filename_component(base ${model} NAME)
   foreach(arch sm_80 sm_90)
@@ -36,7 +37,8 @@ endforeach()
 # outputs poisoned with NaN first), at 1, 7, 64 and 1000 tokens. Skipped (77) without a GPU.
 foreach(model examples/llama3_tiny examples/gpt2_tiny examples/phi3_tiny tests/gpu/models/fused_llama
         tests/gpu/models/fused_gpt tests/gpu/models/gpt_bf16 tests/gpu/models/layernorm_f32
-        tests/gpu/models/rowwise_ops tests/gpu/models/swiglu_f16 tests/gpu/models/geglu_oddk_bf16)
+        tests/gpu/models/rowwise_ops tests/gpu/models/swiglu_f16 tests/gpu/models/geglu_oddk_bf16
+        tests/gpu/models/wgrad_tails_bf16 tests/gpu/models/tied_wgrad_bf16)
   get_filename_component(base ${model} NAME)
   add_test(NAME gpu_grad_${base} COMMAND gpu_model_test ${model}.ffn --grad)
   set_tests_properties(gpu_grad_${base} PROPERTIES LABELS "gpu;grad" SKIP_RETURN_CODE 77
@@ -89,6 +91,26 @@ foreach(model examples/llama3_tiny tests/gpu/models/layernorm_f32)
   add_test(NAME gpu_grad_api_${base} COMMAND grad_api_test ${model}.ffn)
   set_tests_properties(gpu_grad_api_${base} PROPERTIES LABELS "gpu;grad" SKIP_RETURN_CODE 77
     ENVIRONMENT "${FFNC_GPU_ENV}")
+endforeach()
+# The weight gradients written straight into the caller's tensors by the wgrad kernels' direct forms
+# on sm_90 (runtime/grad.c: grad_plan_direct) against the staged path (FFNC_GRAD_DIRECT=0): f32, bf16
+# and mixed accumulation, bf16 writes and a replayed CUDA graph, each against the CPU reference and
+# bit for bit the same as staged, with N gradients written directly per call (--direct N): Llama's 12
+# weights; bf16 tails on every tile dim, split over the tokens by the rule (1000, 3000 tokens) and by
+# force (3 splits, two of them without tokens at 7); a tied weight, whose summed gradient stays
+# staged beside the untied one's. Skipped (77) without a GPU.
+foreach(spec llama3_tiny:examples/llama3_tiny:12:1,7,64,1000: wgrad_tails_bf16:tests/gpu/models/wgrad_tails_bf16:3:1,7,64,1000,3000:
+        wgrad_tails_bf16_splits3:tests/gpu/models/wgrad_tails_bf16:3:7,1000,3000:FFNC_GEMM_SPLITS=3
+        tied_wgrad_bf16:tests/gpu/models/tied_wgrad_bf16:1:1,64,1000:)
+  string(REPLACE ":" ";" spec "${spec}")
+  list(GET spec 0 base)
+  list(GET spec 1 model)
+  list(GET spec 2 direct)
+  list(GET spec 3 tokens)
+  list(GET spec 4 env)
+  add_test(NAME gpu_grad_api_direct_${base} COMMAND grad_api_test ${model}.ffn --direct ${direct})
+  set_tests_properties(gpu_grad_api_direct_${base} PROPERTIES LABELS "gpu;grad" SKIP_RETURN_CODE 77
+    ENVIRONMENT "${FFNC_GPU_ENV};FFNC_TEST_TOKENS=${tokens};${env}")
 endforeach()
 # The keep policy on the CPU reference: the backward graph reading the training forward's saved
 # tensors gives the recompute gradients bit for bit (Llama, GPT, Phi-3, two FFN Fusion groups, a

@@ -64,7 +64,46 @@ static void backward_round_trip(const char *rel) {
   free(text);
 }
 
+/* The direct forms of a weight gradient on sm_90 (variants with "out": runtime/grad.c launches
+ * them on the caller's tensor): read back, and refused on any other variant or type. */
+static void direct_forms(void) {
+  DriverOptions o = {.sm = 90, .opt_level = 3, .grad = true};
+  Plan *plan = compile_plan_opts("examples/llama3_tiny.ffn", &o, NULL);
+  int k = 0;
+  while (k < plan->nkernels && plan->kernels[k].op != OP_MATMUL_AT)
+    k++;
+  CHECK(k < plan->nkernels && plan->kernels[k].nvariants == 5, "a weight gradient with five variants");
+  if (k == plan->nkernels)
+    return;
+  const KernelVariant *v = plan->kernels[k].variants;
+  CHECK(v[0].out == DT_NONE && v[1].out == DT_NONE && !v[0].accumulate, "the plan's own forms write its f32 tensor");
+  CHECK(v[2].out == DT_BF16 && !v[2].accumulate && strstr(v[2].func, "_wgrad_128x256x64_bf16"), "%s", v[2].func);
+  CHECK(v[3].out == DT_F32 && v[3].accumulate && strstr(v[3].func, "_f32acc"), "%s", v[3].func);
+  CHECK(v[4].out == DT_BF16 && v[4].accumulate && strstr(v[4].func, "_bf16acc"), "%s", v[4].func);
+  char *good = plan_to_json(plan), path[64], where[64], want[256];
+  snprintf(where, sizeof where, "launch plan: kernel %d variant", k);
+  snprintf(path, sizeof path, "kernels.%d.variants.2.out", k);
+  snprintf(want, sizeof want, "%s 2: 'out' = 'f16': only a weight gradient's wgmma variant writes the caller's "
+           "tensor, in f32 or bf16", where);
+  EXPECT(path, "\"f16\"", want);
+  snprintf(path, sizeof path, "kernels.%d.variants.1.out", k); /* the mma.sync form */
+  snprintf(want, sizeof want, "%s 1: 'out' = 'bf16': only", where);
+  EXPECT_PREFIX(path, "\"bf16\"", want);
+  snprintf(path, sizeof path, "kernels.%d.variants.0.accumulate", k);
+  snprintf(want, sizeof want, "%s 0: 'accumulate' without 'out'", where);
+  EXPECT(path, "true", want);
+  snprintf(path, sizeof path, "kernels.%d.variants.3.accumulate", k);
+  snprintf(want, sizeof want, "%s 3: field 'accumulate' missing or of the wrong type", where);
+  EXPECT(path, NULL, want);
+  snprintf(path, sizeof path, "kernels.%d.op", k);
+  snprintf(want, sizeof want, "%s 2: 'out' on a kernel of op 'add', not matmul_at", where);
+  EXPECT(path, "\"add\"", want);
+  free(good);
+  plan_destroy(plan);
+}
+
 int main(void) {
+  direct_forms();
   backward_round_trip("examples/llama3_tiny.ffn");
   backward_round_trip("tests/gpu/models/fused_llama.ffn");
   Plan *plan = compile_plan("examples/llama3_tiny.ffn");

@@ -2,21 +2,23 @@
  * launch plan of llama3_tiny's backward graph, every wrong count, flag, device, dtype, shape,
  * layout and alignment is refused with its status and a message naming the gradient; f32 and
  * bf16 tensors, NULL data (not wanted) and accumulation are accepted and staged as the header
- * says (f32 written in place, everything else through f32 staging). A forward plan is refused. */
+ * says (f32 written in place, everything else through f32 staging), then grad_plan_direct takes
+ * the weight gradients the wgrad kernels can write themselves off the staging (not on sm_80, not
+ * a tied weight's summed gradient). A forward plan is refused. */
 #include <string.h>
 
 #include "check.h"
 #include "codegen/driver.h"
 #include "runtime/grad.h"
 
-static Plan *compile(const char *path, bool grad) {
+static Plan *compile(const char *path, bool grad, int sm) {
   char *text, err[512];
   size_t len;
   if (read_file(path, &text, &len, err, sizeof err) != 0) {
     fprintf(stderr, "%s\n", err);
     return NULL;
   }
-  DriverOptions o = {.sm = 90, .opt_level = 3, .grad = grad};
+  DriverOptions o = {.sm = sm, .opt_level = 3, .grad = grad};
   Diags d;
   diags_init(&d);
   Plan *p = NULL;
@@ -38,10 +40,11 @@ typedef struct {
   int64_t dims[64];
 } Call;
 
-/* A valid call: f32 gradients of the right shapes at an aligned (never dereferenced) address. */
-static void valid_call(const Plan *p, Call *c) {
+/* A valid call: f32 gradients of the right shapes at an aligned (never dereferenced) address;
+ * inputs [T, width]. */
+static void valid_call_of(const Plan *p, Call *c, int64_t width) {
   memset(c, 0, sizeof *c);
-  c->xshape[0] = T, c->xshape[1] = D;
+  c->xshape[0] = T, c->xshape[1] = width;
   for (int i = 0; i < 2; i++)
     c->inputs[i] = (DLTensor){(void *)(uintptr_t)4096, {kDLCUDA, 0}, 2, {kDLBfloat, 16, 1}, c->xshape, NULL, 0};
   for (int i = 0; i < NGRADS; i++) {
@@ -54,6 +57,8 @@ static void valid_call(const Plan *p, Call *c) {
       }
   }
 }
+
+static void valid_call(const Plan *p, Call *c) { valid_call_of(p, c, D); }
 
 static ffn_status check(const Plan *p, Call *c, int ngrads, unsigned flags) {
   return grad_check_call(p, c->inputs, 2, c->grads, ngrads, flags, c->targets, c->dims);
@@ -69,12 +74,92 @@ static ffn_status check(const Plan *p, Call *c, int ngrads, unsigned flags) {
       CHECK(strstr(ffn_last_error(), words_[k_]), "message '%s' lacks '%s'", ffn_last_error(), words_[k_]); \
   } while (0)
 
+/* Gradient i of llama3_tiny's backward graph is a weight's (gate, up, down), not grad.x or a gain. */
+static bool is_weight_grad(int i) { return i >= 2 && (i - 1) % 4 != 0; }
+
+/* Target i is written by its step's direct form for type dt and mode acc (grad_plan_direct). */
+static void check_direct(const Plan *p, const GradTarget *t, int i, DType dt, bool acc) {
+  CHECK(!t->staged && t->direct >= 0 && t->direct < p->nsteps, "gradient %d: not direct (staged %d)", i, t->staged);
+  if (t->staged || t->direct < 0)
+    return;
+  const PlanStep *s = &p->steps[t->direct];
+  const PlanKernel *k = &p->kernels[s->kernel];
+  CHECK(k->op == OP_MATMUL_AT && s->nargs == 3 && s->args[2] == t->tensor, "gradient %d: step %d", i, t->direct);
+  const KernelVariant *v = &k->variants[t->variant];
+  CHECK(v->out == dt && v->accumulate == acc, "gradient %d: variant %s", i, v->func);
+}
+
+/* grad_plan_direct on llama3_tiny (sm_90): the weight gradients of bf16 or accumulated tensors
+ * are written by the wgrad kernels' direct forms; grad.x and the gains (rowwise kernels), f32
+ * tensors written in place and unwanted gradients are not; nothing is direct on sm_80. */
+static void direct_llama(const Plan *p, const Plan *p80) {
+  Call c;
+  valid_call(p, &c);
+  CHECK(check(p, &c, NGRADS, FFN_GRAD_ACCUMULATE) == FFN_OK, "%s", ffn_last_error());
+  size_t all_staged = grad_staging_plan(p, c.targets, NGRADS);
+  CHECK(grad_plan_direct(p, c.targets, NGRADS, FFN_GRAD_ACCUMULATE) == 12, "12 weight gradients direct");
+  for (int i = 0; i < NGRADS; i++)
+    if (is_weight_grad(i))
+      check_direct(p, &c.targets[i], i, DT_F32, true);
+    else
+      CHECK(c.targets[i].staged && c.targets[i].direct < 0, "gradient %d is staged", i);
+  size_t staged = grad_staging_plan(p, c.targets, NGRADS);
+  CHECK(staged <= (size_t)T * D * 4 + 256 * 4 + 1024 && staged < all_staged / 8,
+        "staging %zu bytes with the weight gradients direct (%zu all staged)", staged, all_staged);
+  valid_call(p, &c);
+  c.grads[2].dtype = c.grads[8].dtype = c.grads[5].dtype = (DLDataType){kDLBfloat, 16, 1};
+  c.grads[3].data = NULL;
+  CHECK(check(p, &c, NGRADS, 0) == FFN_OK, "%s", ffn_last_error());
+  CHECK(grad_plan_direct(p, c.targets, NGRADS, 0) == 2, "two bf16 weight gradients direct");
+  check_direct(p, &c.targets[2], 2, DT_BF16, false);
+  check_direct(p, &c.targets[8], 8, DT_BF16, false);
+  CHECK(c.targets[5].staged && c.targets[5].direct < 0, "a bf16 gain's gradient (rowwise kernel) is staged");
+  CHECK(c.targets[3].staged && c.targets[3].direct < 0, "an unwanted gradient is staged");
+  CHECK(!c.targets[4].staged && c.targets[4].direct < 0, "an f32 gradient written in place stays the plan's output");
+  CHECK(check(p, &c, NGRADS, FFN_GRAD_ACCUMULATE) == FFN_OK, "%s", ffn_last_error());
+  CHECK(grad_plan_direct(p, c.targets, NGRADS, FFN_GRAD_ACCUMULATE) == 11, "the 11 wanted weight gradients direct");
+  check_direct(p, &c.targets[2], 2, DT_BF16, true);
+  check_direct(p, &c.targets[4], 4, DT_F32, true);
+  valid_call(p80, &c);
+  CHECK(check(p80, &c, NGRADS, FFN_GRAD_ACCUMULATE) == FFN_OK, "%s", ffn_last_error());
+  CHECK(grad_plan_direct(p80, c.targets, NGRADS, FFN_GRAD_ACCUMULATE) == 0, "sm_80: nothing direct");
+}
+
+/* A tied weight's gradient, the sum of two products' (added by a rowwise kernel), stays staged;
+ * the untied weight's is direct. */
+static void direct_tied(void) {
+  const char *root = getenv("FFNC_SOURCE_DIR");
+  char path[4096];
+  snprintf(path, sizeof path, "%s/tests/gpu/models/tied_wgrad_bf16.ffn", root ? root : ".");
+  Plan *p = compile(path, true, 90);
+  if (!p)
+    return;
+  Call c;
+  int n = p->noutputs;
+  CHECK(n == 4, "tied: 4 gradients, not %d", n);
+  for (unsigned flags = 0; flags <= FFN_GRAD_ACCUMULATE; flags++) {
+    valid_call_of(p, &c, 200);
+    for (int i = 0; i < n; i++)
+      c.grads[i].dtype = (DLDataType){kDLBfloat, 16, 1};
+    CHECK(check(p, &c, n, flags) == FFN_OK, "%s", ffn_last_error());
+    CHECK(grad_plan_direct(p, c.targets, n, flags) == 1, "tied: one gradient direct (flags %u)", flags);
+    for (int i = 0; i < n; i++) {
+      const char *name = p->tensors[c.targets[i].tensor].name;
+      if (strcmp(name, "grad.up") == 0)
+        check_direct(p, &c.targets[i], i, DT_BF16, flags != 0);
+      else
+        CHECK(c.targets[i].staged && c.targets[i].direct < 0, "tied: %s staged", name);
+    }
+  }
+  plan_destroy(p);
+}
+
 int main(void) {
   const char *root = getenv("FFNC_SOURCE_DIR");
   char path[4096];
   snprintf(path, sizeof path, "%s/examples/llama3_tiny.ffn", root ? root : ".");
-  Plan *p = compile(path, true), *fwd = compile(path, false);
-  if (!p || !fwd)
+  Plan *p = compile(path, true, 90), *fwd = compile(path, false, 90), *p80 = compile(path, true, 80);
+  if (!p || !fwd || !p80)
     return 1;
   CHECK(p->noutputs == NGRADS && p->ninputs == 2, "llama3_tiny's backward graph: %d inputs, %d outputs", p->ninputs,
         p->noutputs);
@@ -129,6 +214,9 @@ int main(void) {
   CHECK(total >= largest && total < sum / 2, "staging %zu bytes for gradients of %zu (largest %zu)", total, sum,
         largest);
 
+  direct_llama(p, p80);
+  direct_tied();
+
   /* refused */
   valid_call(p, &c);
   REFUSED(check(fwd, &c, NGRADS, 0), FFN_ERR_INVALID_ARGUMENT, "not a backward graph", "ffn_options_set_grad");
@@ -168,5 +256,6 @@ int main(void) {
           "ffn_model_run_grad");
   plan_destroy(p);
   plan_destroy(fwd);
+  plan_destroy(p80);
   return check_result("grad_args_test");
 }
