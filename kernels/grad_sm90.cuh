@@ -130,10 +130,12 @@ __device__ __forceinline__ void wgrad_produce(const T *__restrict__ a, const T *
 // result staged, then stored or added by ffn_grad_store (runtime.cuh), would give it.
 template <class TO> struct WgradPair {
   static constexpr int WORDS = 1;
+  static constexpr bool QUADS = false; // wgrad_store_bf16x4 below
   static __device__ __forceinline__ void store(TO *p, float x, float y) { store_pair(p, x, y); }
 };
 template <> struct WgradPair<float> {
   static constexpr int WORDS = 2;
+  static constexpr bool QUADS = false;
   static __device__ __forceinline__ void load(const float *p, u32 (&w)[2]) { ldp2_f32(p, 0, 2, w); }
   static __device__ __forceinline__ void add(const u32 (&w)[2], float &x, float &y) {
     x += __uint_as_float(w[0]);
@@ -143,6 +145,7 @@ template <> struct WgradPair<float> {
 };
 template <> struct WgradPair<bf16> {
   static constexpr int WORDS = 1;
+  static constexpr bool QUADS = true;
   static __device__ __forceinline__ void load(const bf16 *p, u32 (&w)[1]) { ldp2_bf16(p, 0, 2, w); }
   static __device__ __forceinline__ void add(const u32 (&w)[1], float &x, float &y) {
     float lo, hi;
@@ -160,10 +163,34 @@ template <> struct WgradPair<bf16> {
 // are loaded together before their sums are stored, so that a group waits for one memory latency
 // rather than one per pair: volatile loads (ewise.cuh: ldp2_), which the compiler does not sink
 // to their use behind the stores before it.
+// bf16 without ACC: lanes l and l ^ 1 swap one pair of two adjacent column blocks, so that each
+// thread stores 4 columns (8 bytes) and a quad a whole 32-byte sector of its row per instruction
+// (pair by pair, each instruction wrote half of 8 sectors).
+template <int BN>
+__device__ __forceinline__ void wgrad_store_bf16x4(bf16 *__restrict__ out, const float (&acc)[BN / 2], int row0, int n0,
+                                                   int K, int N) {
+  const int lane = threadIdx.x & 31, odd = lane & 1;
+#pragma unroll
+  for (int j = 0; j < BN / 8; j += 2)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const u32 p0 = pack_bf16x2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+      const u32 p1 = pack_bf16x2(acc[4 * j + 4 + 2 * h], acc[4 * j + 4 + 2 * h + 1]);
+      const u32 got = __shfl_xor_sync(0xffffffffu, odd ? p0 : p1, 1);
+      const int row = row0 + 8 * h, col = n0 + 8 * (j + odd) + 2 * ((lane & 3) - odd);
+      if (row < K && col < N)
+        *(uint2 *)(out + (long long)row * N + col) = odd ? make_uint2(got, p1) : make_uint2(p0, got);
+    }
+}
+
 template <int BN, bool ACC, class TO>
 __device__ __forceinline__ void wgrad_store(TO *__restrict__ out, const float (&acc)[BN / 2], int row0, int n0, int K,
                                             int N) {
   typedef WgradPair<TO> P;
+  if constexpr (!ACC && P::QUADS && BN % 16 == 0) {
+    wgrad_store_bf16x4<BN>((bf16 *)out, acc, row0, n0, K, N);
+    return;
+  }
   constexpr int JG = ACC ? 16 / P::WORDS : BN / 8;
   static_assert((BN / 8) % JG == 0, "whole groups");
   const int lane = threadIdx.x & 31;
