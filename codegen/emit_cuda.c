@@ -586,7 +586,13 @@ static bool rows_fit(Kgen *k) {
   return words <= ROW_RESIDENT_WORDS;
 }
 
-/* Loads of chunk u (index v) of the row (cols: per-column) operands in `slots` into xr<slot> /
+/* Chunk u of the thread: v, and vl, the index its loads use: the last chunk for a lane past the
+ * row's end, so that every load is in bounds. The loads come before the test that ends the loop
+ * (NVVM may hoist the inline-asm loads above a branch: compute-sanitizer saw a gain read 16 bytes
+ * past its end when the lanes past the row loaded behind the test). */
+#define CHUNK_INDEX "const int v = u * TPR + lane, vl = v < NV ? v : NV - 1; (void)vl;"
+
+/* Loads of chunk u (index vl) of the row (cols: per-column) operands in `slots` into xr<slot> /
  * xc<slot>: at word u * W of the thread's words, or per_chunk into a chunk's own. */
 static void emit_chunk_loads(Kgen *k, Buf *out, uint64_t slots, bool cols, bool per_chunk, const char *indent) {
   for (int sl = 0; sl < k->nslots; sl++) {
@@ -597,7 +603,7 @@ static void emit_chunk_loads(Kgen *k, Buf *out, uint64_t slots, bool cols, bool 
     if (per_chunk)
       buf_printf(out, "%sffn::u32 %s%d[%d];\n", indent, cols ? "xc" : "xr", sl, words);
     buf_printf(out, "%sffn::ld_words<%d, %s>(a->p[%d], %s * %dLL, &%s%d[%s]);\n", indent, bytes,
-               k->nc_slots >> sl & 1 ? "true" : "false", sl, cols ? "v" : "(row * NV + v)", bytes, cols ? "xc" : "xr",
+               k->nc_slots >> sl & 1 ? "true" : "false", sl, cols ? "vl" : "(row * NV + vl)", bytes, cols ? "xc" : "xr",
                sl, per_chunk ? "0" : arena_printf(k->G->g->arena, "u * %d", words));
   }
 }
@@ -609,8 +615,7 @@ static void emit_resident_loads(Kgen *k, Buf *out) {
   for (int sl = 0; sl < k->nslots; sl++)
     if (k->row_slots >> sl & 1)
       buf_printf(out, "    ffn::u32 xr%d[CH * %d];\n", sl, chunk_words(k, slot_dtype(k, sl)));
-  buf_puts(out, "#pragma unroll\n    for (int u = 0; u < CH; ++u) {\n"
-                "      const int v = u * TPR + lane;\n      if (CH * TPR != NV && v >= NV) break;\n");
+  buf_puts(out, "#pragma unroll\n    for (int u = 0; u < CH; ++u) {\n      " CHUNK_INDEX "\n");
   emit_chunk_loads(k, out, k->row_slots, false, false, "      ");
   buf_puts(out, "    }\n");
 }
@@ -620,10 +625,11 @@ static void emit_resident_loads(Kgen *k, Buf *out) {
  * index; k: its place in the words), `after` per chunk. Reads the operands of k->pass_slots. */
 static void emit_pass(Kgen *k, Buf *out, const char *before, const char *elem, const char *after) {
   buf_printf(out, "#pragma unroll%s\n    for (int u = 0; u < CH; ++u) {\n", k->resident ? "" : " 4");
-  buf_puts(out, "      const int v = u * TPR + lane;\n      if (CH * TPR != NV && v >= NV) break;\n");
+  buf_puts(out, "      " CHUNK_INDEX "\n");
   if (!k->resident)
     emit_chunk_loads(k, out, k->pass_slots, false, true, "      ");
   emit_chunk_loads(k, out, k->pass_slots, true, true, "      ");
+  buf_puts(out, "      if (CH * TPR != NV && v >= NV) break;\n");
   buf_puts(out, before ? before : "");
   buf_printf(out, "#pragma unroll\n      for (int e = 0; e < VEC; ++e) {\n"
                   "        const int col = v * VEC + e, k = %s; // k: the element's place in the row's words\n"

@@ -38,15 +38,14 @@ template <int THREADS, int TPR> __device__ __forceinline__ void k0_row_loop(cons
     ffn::u32 xr1[CH * 2];
 #pragma unroll
     for (int u = 0; u < CH; ++u) {
-      const int v = u * TPR + lane;
-      if (CH * TPR != NV && v >= NV) break;
-      ffn::ld_words<8, false>(a->p[0], (row * NV + v) * 8LL, &xr0[u * 2]);
-      ffn::ld_words<8, false>(a->p[1], (row * NV + v) * 8LL, &xr1[u * 2]);
+      const int v = u * TPR + lane, vl = v < NV ? v : NV - 1; (void)vl;
+      ffn::ld_words<8, false>(a->p[0], (row * NV + vl) * 8LL, &xr0[u * 2]);
+      ffn::ld_words<8, false>(a->p[1], (row * NV + vl) * 8LL, &xr1[u * 2]);
     }
     float s17 = 0.f;
 #pragma unroll
     for (int u = 0; u < CH; ++u) {
-      const int v = u * TPR + lane;
+      const int v = u * TPR + lane, vl = v < NV ? v : NV - 1; (void)vl;
       if (CH * TPR != NV && v >= NV) break;
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
@@ -80,7 +79,7 @@ template <int THREADS, int TPR> __device__ __forceinline__ void k0_row_loop(cons
     float s22 = 0.f;
 #pragma unroll
     for (int u = 0; u < CH; ++u) {
-      const int v = u * TPR + lane;
+      const int v = u * TPR + lane, vl = v < NV ? v : NV - 1; (void)vl;
       if (CH * TPR != NV && v >= NV) break;
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
@@ -99,7 +98,7 @@ template <int THREADS, int TPR> __device__ __forceinline__ void k0_row_loop(cons
     float q22 = 0.f;
 #pragma unroll
     for (int u = 0; u < CH; ++u) {
-      const int v = u * TPR + lane;
+      const int v = u * TPR + lane, vl = v < NV ? v : NV - 1; (void)vl;
       if (CH * TPR != NV && v >= NV) break;
 #pragma unroll
       for (int e = 0; e < VEC; ++e) {
@@ -118,12 +117,12 @@ template <int THREADS, int TPR> __device__ __forceinline__ void k0_row_loop(cons
     const float rstd22 = 1.0f / sqrtf(q22 / 300.0f + 9.99999975e-06f);
 #pragma unroll
     for (int u = 0; u < CH; ++u) {
-      const int v = u * TPR + lane;
-      if (CH * TPR != NV && v >= NV) break;
+      const int v = u * TPR + lane, vl = v < NV ? v : NV - 1; (void)vl;
       ffn::u32 xc2[2];
-      ffn::ld_words<8, true>(a->p[2], v * 8LL, &xc2[0]);
+      ffn::ld_words<8, true>(a->p[2], vl * 8LL, &xc2[0]);
       ffn::u32 xc3[2];
-      ffn::ld_words<8, true>(a->p[3], v * 8LL, &xc3[0]);
+      ffn::ld_words<8, true>(a->p[3], vl * 8LL, &xc3[0]);
+      if (CH * TPR != NV && v >= NV) break;
       float o0[VEC];
       float o1[VEC];
 #pragma unroll
