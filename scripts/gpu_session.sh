@@ -220,22 +220,34 @@ for part in "$@"; do
     unset FFNC_NO_TUNE
     ;;
   grad)
-    # training (issue 15), about 9 minutes at most: the C API's and the Python bridge's GPU tests
-    # (ffn_model_run_grad against the CPU reference; ffnc.autograd against torch autograd and torch's
-    # SGD/Adam loss curves), then fwd+bwd of the Llama-3-8B and -70B sublayers at 1024 and 8192
-    # tokens (ffnc bench --grad) beside torch eager and torch.compile, each with its peak extra memory
-    # (fill the kernel cache before carrying: ffnc bench --grad --compile-only on the two models)
-    timeout 150 ctest -R "gpu_grad_api|gpu_python_train" --output-on-failure >"$out/grad_tests.log" 2>&1
-    echo "grad tests: exit $?"; grep -E "tests passed|Failed|Skipped|Passed|SKIP" "$out/grad_tests.log" | tail -12
+    # training (issue 15), about 7 minutes at most: every GPU test of training (the C API's, keep,
+    # the direct weight gradients against the staged ones, the Python bridge's loss curves), the
+    # sanitizers on the direct wgrad, then fwd+bwd of the Llama-3-8B and -70B sublayers at 1024 and
+    # 8192 tokens with the keep policy (and the 8B one with FFNC_GRAD_DIRECT=0 and with recompute,
+    # for A/B) beside torch eager and torch.compile, each with its peak extra memory. No kernel cache
+    # needs carrying: the GPU machine's 16 cores compile these in seconds.
+    timeout 150 ctest -R "gpu_grad|gpu_wgrad|gpu_python_train" -j 8 --output-on-failure >"$out/grad_tests.log" 2>&1
+    echo "grad tests: exit $?"; grep -E "tests passed|tests failed" "$out/grad_tests.log"
     grep -q "tests failed" "$out/grad_tests.log" && grep -E "FAIL|Error|assert|seed" "$out/grad_tests.log" | head -40
+    for tool in memcheck racecheck; do
+      FFNC_TEST_TOKENS=7,130 timeout 60 compute-sanitizer --tool $tool --error-exitcode 9 ./tests/grad_api_test \
+        /work/main/tests/gpu/models/wgrad_tails_bf16.ffn --direct 3 >"$out/${tool}_direct.log" 2>&1
+      echo "compute-sanitizer $tool direct wgrad: exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/${tool}_direct.log" | tail -1))"
+    done
     S=/work/main/bench/suite
-    timeout 180 ./ffnc bench --grad $S/llama3_8b_layer.ffn $S/llama3_70b_layer.ffn --tokens 1024,8192 --reps 10 \
+    timeout 100 ./ffnc bench --grad --keep $S/llama3_8b_layer.ffn $S/llama3_70b_layer.ffn --tokens 1024,8192 --reps 10 \
       --json "$out/grad_bench.json" >"$out/grad_bench.txt" 2>&1
-    echo "grad bench: exit $?"; cat "$out/grad_bench.txt"
-    PYTHONUNBUFFERED=1 timeout 240 python3 /work/main/bench/torch_peer.py --grad --ffnc "$out/grad_bench.json" \
+    echo "grad bench (keep): exit $?"; cat "$out/grad_bench.txt"
+    FFNC_GRAD_DIRECT=0 timeout 40 ./ffnc bench --grad --keep $S/llama3_8b_layer.ffn --tokens 1024,8192 --reps 10 \
+      --no-ceilings >"$out/grad_bench_staged.txt" 2>&1
+    echo "grad bench (keep, staged): exit $?"; grep -E "^ +[0-9]+ " "$out/grad_bench_staged.txt"
+    timeout 60 ./ffnc bench --grad $S/llama3_8b_layer.ffn --tokens 1024,8192 --reps 10 --no-ceilings \
+      >"$out/grad_bench_recompute.txt" 2>&1
+    echo "grad bench (recompute): exit $?"; grep -E "^ +[0-9]+ " "$out/grad_bench_recompute.txt"
+    PYTHONUNBUFFERED=1 timeout 200 python3 /work/main/bench/torch_peer.py --grad --ffnc "$out/grad_bench.json" \
       --models llama3_8b_layer,llama3_70b_layer --tokens 1024,8192 --reps 10 --json "$out/torch_grad.json" \
       >"$out/torch_grad.txt" 2>&1
-    echo "torch grad peer: exit $?"; grep -E "T=|^\|" "$out/torch_grad.txt"; tail -5 "$out/torch_grad.txt"
+    echo "torch grad peer: exit $?"; grep -E "^\|" "$out/torch_grad.txt"; tail -3 "$out/torch_grad.txt"
     ;;
   bench)
     timeout 420 sh /work/main/bench/run_suite.sh /work/main/build/ffnc "$out" >"$out/bench.log" 2>&1
