@@ -37,18 +37,9 @@ static void widen(Graph *g) {
   ir_toposort(g);
 }
 
-static int lookup(void *ctx, const char *name, RawTensor *out) {
-  const StTensor *t = st_find((StFile *)ctx, name);
-  if (!t)
-    return -1;
-  *out = (RawTensor){.dtype = t->dtype, .rank = t->rank, .data = t->data, .nbytes = t->nbytes};
-  memcpy(out->shape, t->shape, sizeof out->shape);
-  return 0;
-}
-
 /* outs[i]: output i as floats (malloc'd), n[i] its count. */
 static int run_graph_cpu(const Graph *g, const AnalyzeInput *in, float **outs, size_t *n) {
-  InterpSources src = {lookup, in->wf, lookup, in->inf};
+  InterpSources src = {cli_lookup_st, in->wf, cli_lookup_st, in->inf};
   RefTensor *r = calloc((size_t)g->noutputs, sizeof *r);
   char err[512];
   if (!r || interp_run(g, &src, r, err, sizeof err) != 0) {

@@ -257,3 +257,12 @@ Graph *cli_frontend(const CompileArgs *ca, int *status) {
   free(text);
   return g;
 }
+
+int cli_lookup_st(void *ctx, const char *name, RawTensor *out) {
+  const StTensor *t = st_find((StFile *)ctx, name);
+  if (!t)
+    return -1;
+  *out = (RawTensor){.dtype = t->dtype, .rank = t->rank, .data = t->data, .nbytes = t->nbytes};
+  memcpy(out->shape, t->shape, sizeof out->shape);
+  return 0;
+}

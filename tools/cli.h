@@ -103,6 +103,9 @@ Graph *cli_frontend(const CompileArgs *ca, int *status);
  * needs --tp-rank (the share to compile). 0, or -1 after a message (EXIT_USAGE). */
 int cli_check_tp(const char *cmd, CompileArgs *ca, bool all_ranks);
 
+/* The reference interpreter's TensorLookup over a safetensors file (ctx: the StFile). */
+int cli_lookup_st(void *ctx, const char *name, RawTensor *out);
+
 /* Prints "ffnc: error: ..." to stderr. */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -172,15 +172,6 @@ static int build_parts(An *a) {
 
 /* ---- evaluation ---- */
 
-static int lookup_weight(void *ctx, const char *name, RawTensor *out) {
-  const StTensor *t = st_find((StFile *)ctx, name);
-  if (!t)
-    return -1;
-  *out = (RawTensor){.dtype = t->dtype, .rank = t->rank, .data = t->data, .nbytes = t->nbytes};
-  memcpy(out->shape, t->shape, sizeof out->shape);
-  return 0;
-}
-
 static int lookup_input(void *ctx, const char *name, RawTensor *out) {
   (void)name; /* the part's one input */
   *out = *(RawTensor *)ctx;
@@ -213,7 +204,7 @@ static int part_run(An *a, int j, const float *x, int64_t rows, float *y) {
       y[i] = (float)dtype_load(a->dt, obuf, i);
   } else {
     RawTensor raw = {.dtype = a->dt, .rank = 2, .shape = {rows, a->D}, .data = buf, .nbytes = bytes};
-    InterpSources src = {lookup_weight, a->wf, lookup_input, &raw};
+    InterpSources src = {cli_lookup_st, a->wf, lookup_input, &raw};
     RefTensor out = {0};
     char err[512];
     if (interp_run(a->parts[j].g, &src, &out, err, sizeof err) != 0)

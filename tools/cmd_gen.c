@@ -67,6 +67,83 @@ typedef struct {
 } DimArg;
 
 /* --dim NAME=SIZE; each dim once. */
+/* An input written by this call, by name, for the training forward (add_saved). */
+typedef struct {
+  const char *name;
+  RawTensor t;
+} GenInput;
+
+typedef struct {
+  const GenInput *v;
+  int n;
+} GenInputs;
+
+static int lookup_gen(void *ctx, const char *name, RawTensor *out) {
+  const GenInputs *in = ctx;
+  for (int i = 0; i < in->n; i++)
+    if (strcmp(in->v[i].name, name) == 0)
+      return *out = in->v[i].t, 0;
+  return -1;
+}
+
+/* The keep backward graph g's inputs saved.NAME: the training forward (the program compiled with
+ * --keep, without --grad) run on the CPU reference with the weights at wpath and the inputs just
+ * generated, its saved outputs stored in their types. */
+static int add_saved(const CompileArgs *ca, const Graph *g, const char *wpath, const GenInput *gen, int ngen,
+                     StWriter *w, Bufs *keep) {
+  CompileArgs fa = *ca;
+  fa.grad = false;
+  int status;
+  Graph *fwd = cli_frontend(&fa, &status);
+  if (!fwd)
+    return status;
+  char err[512];
+  StFile *wf = st_open(wpath, err, sizeof err);
+  RefTensor *outs = calloc((size_t)fwd->noutputs + 1, sizeof *outs);
+  GenInputs in = {gen, ngen};
+  InterpSources src = {cli_lookup_st, wf, lookup_gen, &in};
+  int rc = 0;
+  if (!wf || interp_run(fwd, &src, outs, err, sizeof err) != 0) {
+    cli_error("gen: the training forward: %s", err);
+    rc = EXIT_USER;
+  }
+  for (int i = 0; i < g->nodes.len && rc == 0; i++) {
+    const Node *n = GRAPH_NODE(g, i);
+    if (n->op != OP_INPUT || strncmp(n->name, "saved.", 6) != 0)
+      continue;
+    int o = 0;
+    while (o < fwd->noutputs && strcmp(fwd->outputs[o].name, n->name) != 0)
+      o++;
+    if (o == fwd->noutputs) {
+      cli_error("gen: the training forward has no output '%s'", n->name);
+      rc = EXIT_USER;
+      break;
+    }
+    const RefTensor *t = &outs[o];
+    int64_t numel = ref_numel(t);
+    size_t nbytes = dtype_bytes(n->dtype, (size_t)numel);
+    void *p = malloc(nbytes ? nbytes : 1);
+    if (!p) {
+      cli_error("gen: out of host memory for %lld elements", (long long)numel);
+      rc = EXIT_USER;
+      break;
+    }
+    keep_buf(keep, p);
+    for (int64_t j = 0; j < numel; j++)
+      dtype_store(n->dtype, p, (size_t)j, t->data[j]);
+    if (st_writer_add(w, n->name, n->dtype, t->rank, t->shape, p, nbytes, err, sizeof err) != 0) {
+      cli_error("gen: %s", err);
+      rc = EXIT_USER;
+    }
+  }
+  for (int i = 0; i < fwd->noutputs; i++)
+    ref_free(&outs[i]);
+  free(outs);
+  st_close(wf);
+  graph_destroy(fwd);
+  return rc;
+}
+
 static int parse_dim(const char *s, DimArg *dims, int *n) {
   const char *eq = strchr(s, '=');
   long long size;
@@ -90,15 +167,17 @@ static int parse_dim(const char *s, DimArg *dims, int *n) {
 
 static const char usage[] =
     "usage: ffnc gen FILE.ffn [--weights W.safetensors] [--inputs IN.safetensors --dim T=N...] [--seed S]\n"
-    "                [--grad]\n"
+    "                [--grad [--keep]]\n"
     "Writes random weights (and inputs, with every dynamic dim given by a --dim, one per dim) of the\n"
     "names, shapes and types FILE declares. Matrices ~ N(0, 1/K), norm gains ~ 1 + N(0, 0.01),\n"
     "biases ~ N(0, 0.01), inputs ~ N(0, 1); a weight declared `f8e4m3 scale` (or f8e5m2) gets those values\n"
     "quantized per output row: its codes and an f32 [rows, 1] scale tensor. The same seed (an integer\n"
     ">= 0, default 1) gives the same tensors. --grad: the inputs of the backward graph, with a random\n"
-    "grad.OUTPUT for each output (`ffnc run --grad`).\n";
+    "grad.OUTPUT for each output (`ffnc run --grad`); with --keep, those of the keep policy's backward graph,\n"
+    "whose saved tensors saved.NAME are computed by the training forward on the CPU reference from the\n"
+    "weights (--weights, written in the same call) and the inputs (`ffnc run --grad --keep`).\n";
 
-enum { O_WEIGHTS, O_INPUTS, O_SEED, O_DIM, O_GRAD };
+enum { O_WEIGHTS, O_INPUTS, O_SEED, O_DIM, O_GRAD, O_KEEP };
 
 int cmd_gen(int argc, char **argv) {
   static const CliOpt opts[] = {CLI_OPT("--weights", "W.safetensors", O_WEIGHTS),
@@ -106,6 +185,7 @@ int cmd_gen(int argc, char **argv) {
                                 CLI_OPT("--seed", "S", O_SEED),
                                 CLI_MANY("--dim", "NAME=SIZE", O_DIM),
                                 CLI_OPT("--grad", NULL, O_GRAD),
+                                CLI_OPT("--keep", NULL, O_KEEP),
                                 {0}};
   CompileArgs ca = {.opt_level = 3};
   const char *wpath = NULL, *ipath = NULL, *v;
@@ -126,6 +206,8 @@ int cmd_gen(int argc, char **argv) {
       ipath = v;
     else if (id == O_GRAD)
       ca.grad = true;
+    else if (id == O_KEEP)
+      ca.keep = true;
     else if (id == CLI_ARG && ca.file)
       return cli_error("gen: unexpected argument '%s' (one FILE.ffn)", v), EXIT_USAGE;
     else if (id == CLI_ARG)
@@ -133,6 +215,15 @@ int cmd_gen(int argc, char **argv) {
   }
   if (!ca.file || (!wpath && !ipath)) {
     cli_error("gen: usage: ffnc gen FILE.ffn [--weights W.safetensors] [--inputs IN.safetensors --dim T=N]");
+    return EXIT_USAGE;
+  }
+  if (ca.keep && !ca.grad) {
+    cli_error("gen: --keep needs --grad (the training forward's inputs are the program's: ffnc gen without --keep)");
+    return EXIT_USAGE;
+  }
+  if (ca.keep && ipath && !wpath) {
+    cli_error("gen: --grad --keep --inputs: give --weights too (the saved tensors are the training forward's, "
+              "computed from the weights)");
     return EXIT_USAGE;
   }
   int status;
@@ -187,6 +278,8 @@ int cmd_gen(int argc, char **argv) {
   }
   if (ipath && rc == 0) {
     StWriter *w = st_writer_create();
+    GenInput *gen_inputs = calloc((size_t)g->nodes.len + 1, sizeof *gen_inputs);
+    int ngen = 0;
     for (int i = 0; i < g->nodes.len && rc == 0; i++) {
       Node *n = GRAPH_NODE(g, i);
       if (n->op != OP_INPUT)
@@ -210,18 +303,26 @@ int cmd_gen(int argc, char **argv) {
         rc = EXIT_USAGE;
         break;
       }
+      if (ca.keep && strncmp(n->name, "saved.", 6) == 0)
+        continue; /* add_saved, below */
       size_t nbytes;
       void *p = fill(&keep, n->name, (uint64_t)seed ^ 0x5eed, n->dtype, numel, 0.0, 1.0, &nbytes);
       if (st_writer_add(w, n->name, n->dtype, n->shape.rank, shape, p, nbytes, err, sizeof err) != 0) {
         cli_error("gen: %s", err);
         rc = EXIT_USER;
       }
+      GenInput *gi = &gen_inputs[ngen++];
+      *gi = (GenInput){n->name, {n->dtype, n->shape.rank, {0}, p, nbytes}};
+      memcpy(gi->t.shape, shape, sizeof gi->t.shape);
     }
+    if (rc == 0 && ca.keep)
+      rc = add_saved(&ca, g, wpath, gen_inputs, ngen, w, &keep);
     if (rc == 0 && st_writer_save(w, ipath, err, sizeof err) != 0) {
       cli_error("gen: %s", err);
       rc = EXIT_USER;
     }
     st_writer_destroy(w);
+    free(gen_inputs);
   }
   for (int i = 0; i < keep.n; i++)
     free(keep.bufs[i]);

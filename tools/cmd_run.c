@@ -6,22 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int lookup_st(void *ctx, const char *name, RawTensor *out) {
-  const StTensor *t = st_find((StFile *)ctx, name);
-  if (!t)
-    return -1;
-  out->dtype = t->dtype;
-  out->rank = t->rank;
-  memcpy(out->shape, t->shape, sizeof out->shape);
-  out->data = t->data;
-  out->nbytes = t->nbytes;
-  return 0;
-}
-
 /* ranks[0..nranks-1]: the graphs of a tensor-parallel program's ranks (run in lockstep; rank
  * 0's outputs are written), or the one graph of the program. */
 static int run_cpu(Graph *const *ranks, int nranks, StFile *wf, StFile *inf, const char *out_path) {
-  InterpSources src = {lookup_st, wf, lookup_st, inf};
+  InterpSources src = {cli_lookup_st, wf, cli_lookup_st, inf};
   Graph *g = ranks[0];
   RefTensor *outs = calloc((size_t)g->noutputs * (size_t)nranks, sizeof *outs);
   char err[512];
@@ -65,7 +53,7 @@ static int run_cpu(Graph *const *ranks, int nranks, StFile *wf, StFile *inf, con
 static const char usage[] =
     "usage: ffnc run FILE.ffn --weights W.safetensors --input IN.safetensors --output OUT.safetensors\n"
     "                [--device gpu|cpu] [--arch sm_XX] [-O0..-O3] [--precision KEY=TYPE]... [--ffn-fusion A..B]... [-v]\n"
-    "                [--tp N] [--grad]\n"
+    "                [--tp N] [--grad] [--keep]\n"
     "Compiles FILE (JIT) and runs it once. Inputs are read by their `input` names, outputs written by\n"
     "their `output` names; dynamic dims are bound from the input shapes. --device cpu runs the reference\n"
     "interpreter and needs no GPU; the default is gpu where one is present, else cpu. -v: what NVRTC compiled\n"
@@ -74,9 +62,11 @@ static const char usage[] =
     "($FFNC_NCCL_LIBRARY, else libnccl.so.2; N GPUs needed); on the CPU the interpreter runs the ranks in\n"
     "lockstep. --grad: the backward graph instead, on the GPU or the CPU reference (with --tp, the CPU): its\n"
     "inputs are the program's and grad.OUTPUT for each output (`ffnc gen --grad` writes random ones), its\n"
-    "outputs grad.INPUT and grad.WEIGHT (f32).\n";
+    "outputs grad.INPUT and grad.WEIGHT (f32). --keep: the keep policy: without --grad the training forward\n"
+    "(its outputs, then the saved tensors saved.NAME); with --grad the backward graph that reads them as\n"
+    "inputs after grad.OUTPUT (`ffnc gen --grad --keep` computes them from the weights and inputs).\n";
 
-enum { O_WEIGHTS, O_INPUT, O_OUTPUT, O_DEVICE, O_GRAD };
+enum { O_WEIGHTS, O_INPUT, O_OUTPUT, O_DEVICE, O_GRAD, O_KEEP };
 
 int cmd_run(int argc, char **argv) {
   static const CliOpt opts[] = {CLI_OPT("--weights", "W.safetensors", O_WEIGHTS),
@@ -84,6 +74,7 @@ int cmd_run(int argc, char **argv) {
                                 CLI_OPT("--output", "OUT.safetensors", O_OUTPUT),
                                 CLI_OPT("--device", "gpu|cpu", O_DEVICE),
                                 CLI_OPT("--grad", NULL, O_GRAD),
+                                CLI_OPT("--keep", NULL, O_KEEP),
                                 CLI_PASS_OPTIONS,
                                 CLI_TARGET_OPTIONS,
                                 {0}};
@@ -106,6 +97,8 @@ int cmd_run(int argc, char **argv) {
       device = v;
     else if (id == O_GRAD)
       ca.grad = true;
+    else if (id == O_KEEP)
+      ca.keep = true;
     else if (id == CLI_ARG && ca.file)
       return cli_error("run: unexpected argument '%s' (one FILE.ffn)", v), EXIT_USAGE;
     else if (id == CLI_ARG)

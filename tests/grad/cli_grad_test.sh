@@ -2,7 +2,8 @@
 # cli_grad_test.sh FFNC MODEL: `ffnc gen --grad` writes the backward graph's inputs (grad.OUTPUT among
 # them), `ffnc run --grad --device cpu` writes a gradient for every input and weight, `ffnc build
 # --grad` compiles the backward graph (AOT package, NVRTC), so does `ffnc bench --grad --compile-only`
-# (with the program), and `--device gpu` agrees with the CPU
+# (with the program), and `--device gpu` agrees with the CPU; with --keep, gen computes the saved
+# tensors and the keep backward graph gives the recompute one's gradients
 # (where there is no GPU: exit 3, "no CUDA device", nothing written).
 set -u
 ffnc=$1 model=$2
@@ -16,6 +17,18 @@ head -c 4096 "$dir/i.st" | grep -aq '"grad.x"' || fail "gen --grad wrote no grad
 for t in grad.x grad.model.layers.0.mlp.gate_proj.weight grad.model.layers.2.post_attention_layernorm.weight; do
   head -c 8192 "$dir/o.st" | grep -aq "\"$t\"" || fail "no $t in the gradients"
 done
+# the keep policy: gen --grad --keep computes the saved tensors with the training forward; the keep
+# backward graph's gradients on the CPU reference are those of the recompute one, bit for bit
+"$ffnc" gen "$model" --weights "$dir/kw.st" --inputs "$dir/ki.st" --dim T=5 --grad --keep || fail "gen --grad --keep"
+head -c 8192 "$dir/ki.st" | grep -aq '"saved.model.layers.0.mlp.gate_proj"' || fail "gen --grad --keep wrote no saved tensor"
+"$ffnc" run "$model" --weights "$dir/kw.st" --input "$dir/ki.st" --output "$dir/ko.st" --grad --keep --device cpu ||
+  fail "run --grad --keep --device cpu"
+"$ffnc" compare "$dir/ko.st" "$dir/o.st" --tol 0 >/dev/null || fail "keep gradients differ from recompute ones"
+"$ffnc" run "$model" --weights "$dir/kw.st" --input "$dir/ki.st" --output "$dir/kf.st" --keep --device cpu ||
+  fail "run --keep (the training forward)"
+head -c 8192 "$dir/kf.st" | grep -aq '"saved.model.layers.2.mlp.down_proj"' || fail "run --keep wrote no saved tensor"
+out=$("$ffnc" gen "$model" --inputs "$dir/x.st" --dim T=5 --grad --keep 2>&1)
+[ $? -eq 2 ] && echo "$out" | grep -q "give --weights" && [ ! -e "$dir/x.st" ] || fail "gen --grad --keep without weights: $out"
 "$ffnc" build "$model" --grad --arch sm_90 -o "$dir/grad.ffnx" || fail "build --grad"
 [ -s "$dir/grad.ffnx" ] || fail "build --grad wrote no package"
 # bf16 products of the backward graph on the tensor cores: weight gradients in matmul_at_tc, no
@@ -40,4 +53,7 @@ if [ $rc -eq 3 ] && echo "$out" | grep -q "no CUDA"; then
 fi
 [ $rc -eq 0 ] || fail "run --grad --device gpu: exit $rc: $out"
 "$ffnc" compare "$dir/g.st" "$dir/o.st" --tol 1.5e-2 || fail "GPU gradients differ from the CPU's"
+"$ffnc" run "$model" --weights "$dir/kw.st" --input "$dir/ki.st" --output "$dir/kg.st" --grad --keep --device gpu ||
+  fail "run --grad --keep --device gpu"
+"$ffnc" compare "$dir/kg.st" "$dir/o.st" --tol 1.5e-2 || fail "GPU keep gradients differ from the CPU's"
 echo "ok"
