@@ -315,13 +315,9 @@ static int gemm_group(Fuser *f, Node *mm) {
   Group *g = new_group(f, GK_GEMM, two ? halves[0]->shape : mm->shape);
   g->mm = mm;
   g->a = mm->args[0];
-  g->b_nk = matmul_b_nk(c, mm);
-  g->b_nk = widened_b(c, g);
   g->streams = two ? 2 : 1;
   add(f, g, mm);
   if (two) {
-    Node proto = {.ival = {FFN_GATEUP_GROUP, 2}};
-    g->b_nk = pass_new(c, OP_INTERLEAVE, g->b_nk->dtype, &g->b_nk, 1, &proto);
     for (int s = 0; s < 2; s++) {
       add(f, g, halves[s]);
       g->stream[s] = halves[s];
@@ -330,6 +326,23 @@ static int gemm_group(Fuser *f, Node *mm) {
     g->stream[0] = mm;
   }
   return 0;
+}
+
+/* The weight operands of the GEMM groups, made once the groups are final (the grouping may be
+ * done again: pass_fuse), in group order: [N, K], widened, interleaved for two streams. */
+static void gemm_weights(Fuser *f) {
+  Compile *c = f->c;
+  for (int i = 0; i < f->ngroups; i++) {
+    Group *g = f->groups[i];
+    if (g->kind != GK_GEMM)
+      continue;
+    g->b_nk = matmul_b_nk(c, g->mm);
+    g->b_nk = widened_b(c, g);
+    if (g->streams == 2) {
+      Node proto = {.ival = {FFN_GATEUP_GROUP, 2}};
+      g->b_nk = pass_new(c, OP_INTERLEAVE, g->b_nk->dtype, &g->b_nk, 1, &proto);
+    }
+  }
 }
 
 static void find_stores(Fuser *f) {
@@ -480,7 +493,7 @@ int pass_fuse(Compile *c) {
     return -1;
   Fuser f = {c, users_build(gr), NULL, 0, 0, ffn_xcalloc((size_t)gr->next_id + 1, 1)};
   int rc = 0;
-  int len = gr->nodes.len; /* interleave nodes appended below are constants: no group */
+  int len = gr->nodes.len; /* the weight nodes gemm_weights appends are constants: no group */
   for (int pass = 0; pass < 2 && rc == 0; pass++) {
     /* pass 0 places everything but floating values; pass 1 the floating values no user took */
     for (int i = 0; i < len && rc == 0; i++) {
@@ -513,6 +526,7 @@ int pass_fuse(Compile *c) {
     }
   }
   if (rc == 0) {
+    gemm_weights(&f);
     find_stores(&f);
     c->groups = arena_alloc(gr->arena, sizeof(Group *) * (size_t)(f.ngroups + 1));
     if (f.ngroups)
