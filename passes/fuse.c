@@ -8,7 +8,9 @@
  *     a GEMM group takes it into its epilogue, a rowwise group into its per-row loop. Its
  *     other operands must be readable there: in the group, scalars, per-column vectors,
  *     per-row values, whole tensors of the group's shape already in memory (a residual), or,
- *     for a GEMM, statistics of the rows of its own A operand;
+ *     for a GEMM, statistics of the rows of its own A operand. A GEMM's epilogue reads at most
+ *     one tensor of its shape from memory (a residual): where it would read two, it reads none,
+ *     and what reads them goes to a rowwise kernel that reads the product's output instead;
  *   - anything else joins the newest rowwise group of its shape (independent elementwise ops
  *     over the same rows share one kernel) or starts one (norms, elementwise chains, slices
  *     and concatenations along the last dim of tensors in memory);
@@ -62,6 +64,9 @@ typedef struct {
   int ngroups, cap;
   /* by node id: 1 if the node depends on a statistic computed in its own (rowwise) group */
   unsigned char *after_stats;
+  /* by node id of a matrix product: 1 if its epilogue reads no full-shape operand (epilogue_fits) */
+  unsigned char *plain;
+  bool regroup; /* a product became plain: the grouping is done again (pass_fuse) */
 } Fuser;
 
 static Group *new_group(Fuser *f, GroupKind kind, Shape shape) {
@@ -466,16 +471,61 @@ static bool fits_slots(Fuser *f, Group *g, Node *n) {
   return nseen + nstores <= FFN_KARGS_SLOTS;
 }
 
+/* Adds to seen the full-shape values (g's shape, [rows, N]) that member m of GEMM group g (or n, or
+ * a pending value joining with it) reads from memory, up to two. Row and column vectors do not
+ * count, nor statistics: they read the rows of A in the main loop. */
+static void full_reads(const Group *g, const Node *m, const Node **seen, int *nseen) {
+  if (m->op == OP_MATMUL || is_stat(m->op))
+    return;
+  for (int j = 0; j < m->nargs && *nseen < 2; j++) {
+    const Node *a = m->args[j];
+    if (a->group == g->id || a->op == OP_SCALAR)
+      continue;
+    if (pending(a)) {
+      full_reads(g, a, seen, nseen);
+      continue;
+    }
+    if (shape_eq(&a->shape, &g->shape) && !(*nseen == 1 && seen[0] == a))
+      seen[(*nseen)++] = a;
+  }
+}
+
+/* Whether GEMM group g's epilogue, with n joined, reads at most one full-shape operand from memory
+ * (the forward's residual), none once its product is plain. Each such operand costs the epilogue a
+ * DRAM latency per column group that the main loop does not hide: the keep backward's dgrad of the
+ * down product with the SwiGLU derivative (dh * u * silu'(g), dh * silu(g): reads u and g) took 321
+ * us at 1024 tokens where the plain product takes ~195 (kernels/NOTES.md). */
+static bool epilogue_fits(const Fuser *f, const Group *g, const Node *n) {
+  const Node *seen[2];
+  int nseen = 0;
+  for (int i = 0; i <= g->nodes.len && nseen < 2; i++)
+    full_reads(g, i < g->nodes.len ? g->nodes.items[i] : n, seen, &nseen);
+  return nseen <= (f->plain[g->mm->id] ? 0 : 1);
+}
+
 /* The newest group that takes n: one of its operands' or, for independent work over the same
- * rows, the newest rowwise group (kept to a modest size, and within a kernel's tensors). */
+ * rows, the newest rowwise group (kept to a modest size, and within a kernel's tensors). When the
+ * group it would have been is a GEMM whose epilogue would read a second full-shape operand, the
+ * product becomes plain and the grouping is done again: the work that reads those operands goes
+ * to a rowwise kernel, which reads the product's output, rather than one operand in the epilogue
+ * and the rest, with a second stored value, in the rowwise kernel. */
 static Group *best_group(Fuser *f, Node *n) {
-  Group *best = NULL;
+  Group *best = NULL, *refused = NULL;
   for (int j = 0; j < n->nargs; j++) {
     int gid = n->args[j]->group;
-    if (gid >= 0 && (!best || gid > best->id) && can_join(f, f->groups[gid], n) &&
-        (f->groups[gid]->kind != GK_ROWWISE || fits_slots(f, f->groups[gid], n)))
-      best = f->groups[gid];
+    if (gid < 0 || (best && gid <= best->id) || !can_join(f, f->groups[gid], n))
+      continue;
+    Group *g = f->groups[gid];
+    if (g->kind == GK_ROWWISE && !fits_slots(f, g, n))
+      continue;
+    if (g->kind == GK_GEMM && !epilogue_fits(f, g, n)) {
+      refused = !refused || gid > refused->id ? g : refused;
+      continue;
+    }
+    best = g;
   }
+  if (refused && (!best || refused->id > best->id) && !f->plain[refused->mm->id])
+    f->plain[refused->mm->id] = f->regroup = true;
   if (best)
     return best;
   for (int k = f->ngroups - 1; k >= 0; k--) {
@@ -487,43 +537,65 @@ static Group *best_group(Fuser *f, Node *n) {
   return NULL;
 }
 
+/* Puts the first len nodes of the graph into groups; stops early when a product becomes plain. */
+static int make_groups(Fuser *f, int len) {
+  Compile *c = f->c;
+  Graph *gr = c->g;
+  int rc = 0;
+  for (int pass = 0; pass < 2 && rc == 0 && !f->regroup; pass++) {
+    /* pass 0 places everything but floating values; pass 1 the floating values no user took */
+    for (int i = 0; i < len && rc == 0 && !f->regroup; i++) {
+      Node *n = GRAPH_NODE(gr, i);
+      if (n->dead || ir_is_const(n) || op_info[n->op].cls == OPC_LEAF || n->group >= 0)
+        continue;
+      if (pass == 0 && floating(f, n))
+        continue;
+      if (n->op == OP_ALLREDUCE) { /* a collective between kernels, never inside one */
+        rc = pending(n->args[0]) ? rowwise_group(f, n->args[0]) : 0;
+        if (rc == 0)
+          add(f, new_group(f, GK_ALLREDUCE, n->shape), n);
+        continue;
+      }
+      if (is_single(n->op)) {
+        rc = single_group(f, n);
+        continue;
+      }
+      if (n->op == OP_MATMUL) {
+        rc = pending(n->args[0]) ? rowwise_group(f, n->args[0]) : 0;
+        if (rc == 0)
+          rc = gemm_group(f, n);
+        continue;
+      }
+      Group *best = c->opt_level > 0 ? best_group(f, n) : NULL;
+      if (best)
+        join(f, best, n);
+      else
+        rc = rowwise_group(f, n);
+    }
+  }
+  return rc;
+}
+
+/* Forgets the groups of the first len nodes, to make them again. */
+static void clear_groups(Fuser *f, int len) {
+  for (int i = 0; i < len; i++)
+    GRAPH_NODE(f->c->g, i)->group = -1;
+  memset(f->after_stats, 0, (size_t)f->c->g->next_id + 1);
+  f->ngroups = 0;
+  f->regroup = false;
+}
+
 int pass_fuse(Compile *c) {
   Graph *gr = c->g;
   if (c->opt_level > 0 && copy_input_values(c) != 0)
     return -1;
-  Fuser f = {c, users_build(gr), NULL, 0, 0, ffn_xcalloc((size_t)gr->next_id + 1, 1)};
-  int rc = 0;
+  size_t ids = (size_t)gr->next_id + 1;
+  Fuser f = {c, users_build(gr), NULL, 0, 0, ffn_xcalloc(ids, 1), ffn_xcalloc(ids, 1), false};
   int len = gr->nodes.len; /* the weight nodes gemm_weights appends are constants: no group */
-  for (int pass = 0; pass < 2 && rc == 0; pass++) {
-    /* pass 0 places everything but floating values; pass 1 the floating values no user took */
-    for (int i = 0; i < len && rc == 0; i++) {
-      Node *n = GRAPH_NODE(gr, i);
-      if (n->dead || ir_is_const(n) || op_info[n->op].cls == OPC_LEAF || n->group >= 0)
-        continue;
-      if (pass == 0 && floating(&f, n))
-        continue;
-      if (n->op == OP_ALLREDUCE) { /* a collective between kernels, never inside one */
-        rc = pending(n->args[0]) ? rowwise_group(&f, n->args[0]) : 0;
-        if (rc == 0)
-          add(&f, new_group(&f, GK_ALLREDUCE, n->shape), n);
-        continue;
-      }
-      if (is_single(n->op)) {
-        rc = single_group(&f, n);
-        continue;
-      }
-      if (n->op == OP_MATMUL) {
-        rc = pending(n->args[0]) ? rowwise_group(&f, n->args[0]) : 0;
-        if (rc == 0)
-          rc = gemm_group(&f, n);
-        continue;
-      }
-      Group *best = c->opt_level > 0 ? best_group(&f, n) : NULL;
-      if (best)
-        join(&f, best, n);
-      else
-        rc = rowwise_group(&f, n);
-    }
+  int rc = make_groups(&f, len);
+  while (rc == 0 && f.regroup) { /* each round makes one more product plain */
+    clear_groups(&f, len);
+    rc = make_groups(&f, len);
   }
   if (rc == 0) {
     gemm_weights(&f);
@@ -535,6 +607,7 @@ int pass_fuse(Compile *c) {
   }
   free(f.groups);
   free(f.after_stats);
+  free(f.plain);
   users_free(&f.users);
   return rc;
 }
