@@ -372,11 +372,20 @@ static int rowwise_group(Fuser *f, Node *n);
 
 static bool is_single(Op op) { return op == OP_MATMUL_AT || op == OP_SUM_TO || op == OP_TRANSPOSE; }
 
-/* A kernel of its own for n; operands that no kernel computes yet (pending) get one first. */
+static Group *best_group(Fuser *f, Node *n);
+
+/* A kernel of its own for n. Operands that no kernel computes yet (pending) are computed first,
+ * by a kernel that takes them as it would any node (the keep backward's silu(gate) * up beside
+ * the SwiGLU derivative from the same saved tensors) or by one of their own. */
 static int single_group(Fuser *f, Node *n) {
-  for (int i = 0; i < n->nargs; i++)
-    if (pending(n->args[i]) && rowwise_group(f, n->args[i]) != 0)
+  for (int i = 0; i < n->nargs; i++) {
+    Node *o = n->args[i];
+    Group *g = pending(o) && f->c->opt_level > 0 ? best_group(f, o) : NULL;
+    if (g)
+      join(f, g, o);
+    else if (pending(o) && rowwise_group(f, o) != 0)
       return -1;
+  }
   add(f, new_group(f, GK_SINGLE, n->shape), n);
   return 0;
 }
