@@ -1,6 +1,6 @@
 # Backward graphs (passes/grad.c): gradients against finite differences on the CPU reference,
 # the golden backward IR of one model, and the launch plans of two (the sums over tokens and the
-# concatenation of chunk gradients: kernels/grad.cuh).
+# concatenation of chunk gradients: kernels/grad.cuh) and of one keep backward.
 ffn_c_test(grad_fd_test SOURCES ${FFNC_TEST_DIR}/grad/grad_fd_test.c LABELS grad)
 # The 16-bit products of backward graphs (the gradient rounded to the forward's type): bf16 and f16
 # gradients of three models against the same models in f32, per-type bounds.
@@ -11,6 +11,12 @@ foreach(model llama3_tiny phi3_tiny)
   ffn_golden_test(grad_plan_${model} EXPECT ${FFNC_TEST_DIR}/grad/${model}.grad.plan WORKDIR ${PROJECT_SOURCE_DIR}
                   COMMAND $<TARGET_FILE:ffnc> build examples/${model}.ffn --grad --emit plan --arch sm_90 -o -)
 endforeach()
+# The keep backward of llama3_tiny: each layer's dgrad of the down product stores its product alone
+# and one rowwise kernel reads the saved gate and up and that product (passes/fuse.c: a GEMM epilogue
+# reads at most one tensor of its shape).
+ffn_golden_test(grad_plan_keep_llama3_tiny EXPECT ${FFNC_TEST_DIR}/grad/llama3_tiny.grad_keep.plan
+                WORKDIR ${PROJECT_SOURCE_DIR}
+                COMMAND $<TARGET_FILE:ffnc> build examples/llama3_tiny.ffn --grad --keep --emit plan --arch sm_90 -o -)
 ffn_golden_test(grad_no_rule EXPECT ${FFNC_TEST_DIR}/grad/no_rule.out WORKDIR ${PROJECT_SOURCE_DIR}
                 COMMAND $<TARGET_FILE:ffnc> build examples/llama3_tiny.ffn --grad --tp 2 --tp-rank 0 --emit ir -o -)
 add_test(NAME grad_cli COMMAND sh ${FFNC_TEST_DIR}/grad/cli_grad_test.sh $<TARGET_FILE:ffnc>
