@@ -430,7 +430,7 @@ void emit_gemm_functor(Kgen *k, Buf *body) {
     slot(k, k->wq_scales);
   } else {
     slot(k, gen_tensor_for(k->G, k->gr->a));
-    slot(k, gen_tensor_for(k->G, k->gr->b_nk));
+    slot(k, gen_tensor_for(k->G, k->gr->b_nk ? k->gr->b_nk : k->gr->b_kn));
   }
   buf_printf(body, "struct Epi_@ {\n  const ffn::KArgs *a;\n");
   gen_epilogue(k, body);
@@ -465,6 +465,8 @@ void emit_gemm_entry(Kgen *k, const ffn_gemm_config *c, bool ext, Buf *body) {
   char params[160];
   bool f8_stats = k->f8 && k->f8_stats >= 0; /* the quantizer computed A's statistics */
   gemm_template_args(k, c, ext || f8_stats ? 0 : gr->stats, params, sizeof params);
+  if (gr->b_kn) /* B [K, N] as the weight lies (gemm_sm90p.cuh: B_KN) */
+    snprintf(params + strlen(params), sizeof params - strlen(params), ", true");
   char epi[128];
   if (ext || f8_stats)
     snprintf(epi, sizeof epi, "ffn::WithRowStats<Epi_@, %d>{epi, %s}", gr->streams,

@@ -420,6 +420,19 @@ static PlanKernel gemm_kernel(Kgen *k, Buf *body) {
   emit_gemm_functor(k, body);
   int ncfg;
   const ffn_gemm_config *table = ffn_gemm_configs(&ncfg);
+  if (gr->b_kn) /* B as the weight lies: the persistent ping-pong kernel's B_KN form, for every M */
+    for (int i = 0; i < ncfg; i++) {
+      if (strcmp(table[i].name, "tmap_pp_128x128x64") != 0)
+        continue;
+      ffn_gemm_config c = table[i];
+      c.name = "tmap_ppkn_128x128x64";
+      pk.op = OP_COUNT; /* the bench's cuBLASLt stand-in (tools/cmd_bench.c) takes B as [N, K] */
+      bool ext = gr->stats > 0; /* as below: ffn_row_stats for the configurations of any M */
+      emit_gemm_entry(k, &c, ext, body);
+      pk.variants[pk.nvariants++] = (KernelVariant){.threads = c.threads, .smem = (int)ffn_gemm_smem_bytes(&c, 2),
+                                                    .max_m = 0, .cfg = c, .ext_stats = ext, .b_kn = true};
+      return pk;
+    }
   for (int i = 0; i < ncfg && pk.nvariants < (int)(sizeof pk.variants / sizeof pk.variants[0]); i++) {
     const ffn_gemm_config *c = &table[i];
     if (!config_used(c, tc, k->G->c->arch == 90, k->wq_bits, k->f8 != DT_NONE) || !ffn_gemm_config_takes(c, k->f8 != DT_NONE) ||

@@ -116,6 +116,8 @@ char *plan_to_json(const Plan *p) {
         json_object_set_new(vo, "out", json_string(dtype_name(kv->out)));
         json_object_set_new(vo, "accumulate", json_boolean(kv->accumulate));
       }
+      if (kv->b_kn) /* B [K, N] as the weight lies (absent: [N, K]) */
+        json_object_set_new(json_array_get(vs, json_array_size(vs) - 1), "b_kn", json_true());
     }
     json_object_set_new(o, "variants", vs);
     json_array_append_new(ks, o);
@@ -380,6 +382,9 @@ static void read_variant(Reader *r, json_t *vo, KernelKind kind, KernelVariant *
   kv->cfg.stages = tv[5], kv->cfg.threads = tv[6], kv->cfg.min_blocks = tv[7], kv->cfg.ctas_per_sm = tv[8];
   kv->cfg.max_m = (int)kv->max_m;
   kv->ext_stats = json_is_true(json_object_get(vo, "ext_stats"));
+  kv->b_kn = json_is_true(json_object_get(vo, "b_kn"));
+  if (kv->b_kn && (kind != KK_GEMM || kv->cfg.kind != FFN_GEMM_SM90P))
+    bad(r, "'b_kn': only the persistent wgmma GEMM reads B as [K, N]");
   if (kind == KK_GEMM && (kv->cfg.bm < 1 || kv->cfg.bn < 1 || kv->cfg.bk < 1 || kv->cfg.wm < 1))
     bad(r, "empty tile");
   read_variant_out(r, vo, kind, kv);

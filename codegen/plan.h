@@ -63,6 +63,8 @@ typedef struct {
                           variant of a weight gradient on sm_90 (op matmul_at): ffn_wgrad_config;
                           other rowwise kernels: cfg.bm rows per block (0 or 1: one) */
   bool ext_stats;      /* GEMM: A's row statistics come from ffn_row_stats, run just before */
+  bool b_kn;           /* GEMM (FFN_GEMM_SM90P, 16-bit, one stream): B is [K, N] row-major, the weight as it
+                          lies (gemm_sm90_persistent<..., B_KN = true>); false: [N, K] */
   /* A weight gradient's wgmma variant that writes a caller's gradient tensor in place of the
    * plan's f32 result (runtime/grad.c): of type `out` (f32 or bf16), the product added to what
    * the tensor holds when `accumulate`. DT_NONE: writes its result tensor as the plan types it. */

@@ -243,6 +243,8 @@ typedef struct Graph {
   FuseRequest *fuse;
   int nfuse;
   int next_id;
+  bool backward;      /* a backward graph (passes/grad.c): its products may read constant [K, N] weights as
+                         they lie on sm_90 (passes/fuse.c: weight_as_it_lies); forward programs keep theirs */
 } Graph;
 
 #define GRAPH_NODE(g, i) ((Node *)(g)->nodes.items[i])

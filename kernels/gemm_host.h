@@ -272,7 +272,9 @@ static inline int ffn_gemm_cluster(const ffn_gemm_config *c) { return c->kind ==
 
 /* The box (rows x 16-bit units) that one TMA load of operand A (b == 0) or B (b == 1) of a TMA
  * configuration copies: a k-tile of the CTA's rows, 128 bytes wide (the 128-byte swizzle atom);
- * in a cluster each CTA loads 1 / ffn_gemm_cluster(c) of A's rows (and multicasts them). */
+ * in a cluster each CTA loads 1 / ffn_gemm_cluster(c) of A's rows (and multicasts them). A plan
+ * variant with b_kn (codegen/plan.h: B [K, N], gemm_sm90p.cuh B_KN) loads B in boxes of 64 columns
+ * by bk rows instead, bn / 64 per stage (runtime/exec.c: tma_map). */
 static inline void ffn_gemm_tma_box(const ffn_gemm_config *c, int b, unsigned box[2]) {
   box[0] = (unsigned)c->bk;
   box[1] = (unsigned)(b ? c->bn : c->bm / ffn_gemm_cluster(c));

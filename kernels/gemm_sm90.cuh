@@ -289,6 +289,18 @@ FFN_WGMMA_SS_MN(128, bf16, "k16.f32.bf16.bf16")
 FFN_WGMMA_SS_MN(128, f16, "k16.f32.f16.f16")
 FFN_WGMMA_SS_MN(256, bf16, "k16.f32.bf16.bf16")
 FFN_WGMMA_SS_MN(256, f16, "k16.f32.f16.f16")
+// A K-major, B MN-major (16-bit types only): the product of gemm_sm90_persistent<..., B_KN = true>,
+// whose B k-tile is staged as it lies in a [K, N] weight (wgmma_desc_sw128_mn); always D +=.
+template <int N, class T> __device__ __forceinline__ void wgmma_ss_bkn(float (&d)[N / 2], u64 da, u64 db);
+#define FFN_WGMMA_SS_BKN(N, T, SUFFIX)                                                                  \
+  template <> __device__ __forceinline__ void wgmma_ss_bkn<N, T>(float(&d)[N / 2], u64 da, u64 db) { \
+    const int acc = 1;                                                                                  \
+    FFN_WGMMA_SS_##N(SUFFIX, "1, 1, 0, 1");                                                             \
+  }
+FFN_WGMMA_SS_BKN(128, bf16, "k16.f32.bf16.bf16")
+FFN_WGMMA_SS_BKN(128, f16, "k16.f32.f16.f16")
+FFN_WGMMA_SS_BKN(256, bf16, "k16.f32.bf16.bf16")
+FFN_WGMMA_SS_BKN(256, f16, "k16.f32.f16.f16")
 // (m64n224: the mid-M tile for wide gate/up products, one wave of 128 x 224 tiles where 128 x 128
 // tiles would need 1.7; kernels/gemm_host.h, ffn_gemm_config_fits.)
 

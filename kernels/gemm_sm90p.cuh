@@ -40,11 +40,21 @@ template <int BM, int BN, int BK, int STAGES, bool PINGPONG> __host__ __device__
 // and guarantees that no consumer waits on a full barrier more than one phase ahead of it (an
 // mbarrier parity wait is only defined for the current and the preceding phase).
 //
+// B_KN (16-bit operands, S == 1): B is a [K, N] row-major matrix (N contiguous: a weight as a
+// backward graph's input gradient dX = dY W reads it, W [N_fwd, K_fwd] as stored) instead of
+// [N, K]. Its k-tile is staged as it lies, BN / 64 blocks of [BK k][64 n] (128-byte rows in the
+// 128B-swizzle layout, BK * 128 bytes each), one TMA box {64 n, BK k} per block through a tensor map
+// over [K rows, N columns] (runtime/exec.c: tma_map), and wgmma reads it MN-major (its transpose
+// flag for B, wgmma_desc_sw128_mn with the blocks BK * 128 bytes apart), as grad_sm90.cuh reads both
+// of its operands. A stage holds the same bytes, so the ring, the barriers and the epilogue are
+// unchanged; no load-time transpose of the weight and no copy of it (kernels/NOTES.md, "dgrad
+// reading the weights as they lie").
+//
 // fp8 operands take the promotion of gemm_sm90 (sm90_fp8_ktile: a 64 x 128 block of products at a
 // time in a fresh register tile, added in f32), which waits on its wgmmas, so only cooperatively,
 // where the other warpgroup's wgmmas cover each wait (ping-ponging, a warpgroup alone on the
 // tensor cores exposed every wait: 16% slower, kernels/NOTES.md).
-template <int BM, int BN, int BK, int STAGES, int S, int STATS, class T, bool PINGPONG, class Epi>
+template <int BM, int BN, int BK, int STAGES, int S, int STATS, class T, bool PINGPONG, bool B_KN = false, class Epi>
 __device__ __forceinline__ void gemm_sm90_persistent(const GemmArgs &g, const Epi &epi, char *smem) {
   constexpr int CWG = 2;                                  // consumer warpgroups
   constexpr int WG_M = PINGPONG ? BM : BM / CWG, MI = WG_M / 64; // rows per consumer warpgroup
@@ -61,6 +71,8 @@ __device__ __forceinline__ void gemm_sm90_persistent(const GemmArgs &g, const Ep
   static_assert(S == 1 || S == 2, "S is 1 or 2");
   static_assert(STATS >= 0 && STATS <= 2, "STATS is 0, 1 or 2");
   static_assert(!is_fp8<T>::value || (STATS == 0 && MI == 1 && !PINGPONG), "fp8: cooperative, no row statistics");
+  static_assert(!B_KN || (sizeof(T) == 2 && !is_fp8<T>::value && S == 1 && BN % 64 == 0),
+                "B_KN: 16-bit operands, one stream, whole 64-column blocks of B");
   static_assert(16 * STAGES + 16 + 1024 <= 2048, "barrier area");
   static_assert(gemm_sm90p_smem_bytes<BM, BN, BK, STAGES, PINGPONG>() <= 232448, "shared memory");
 
@@ -109,7 +121,13 @@ __device__ __forceinline__ void gemm_sm90_persistent(const GemmArgs &g, const Ep
         const u32 full = bars + 8 * s, dst = sbase + s * STAGE;
         mbar_expect_tx(full, STAGE);
         tma_load_2d(dst, &t->a, (kt0 + j) * BK, tm * BM, full);
-        tma_load_2d(dst + A_BYTES, &t->b, (kt0 + j) * BK, tn * BN, full);
+        if constexpr (B_KN) {
+#pragma unroll
+          for (int nb = 0; nb < BN / 64; ++nb) // box {64 n, BK k}: zeros past N and K, bytes counted all the same
+            tma_load_2d(dst + A_BYTES + nb * BK * 128, &t->b, tn * BN + nb * 64, (kt0 + j) * BK, full);
+        } else {
+          tma_load_2d(dst + A_BYTES, &t->b, (kt0 + j) * BK, tn * BN, full);
+        }
         if (++s == STAGES) s = 0, phase ^= 1u;
       }
     }
@@ -124,7 +142,8 @@ __device__ __forceinline__ void gemm_sm90_persistent(const GemmArgs &g, const Ep
     float *rowstat = rowstats + (PINGPONG ? cw * 2 * BM : 0);
     u32 *flag = flags + (PINGPONG ? cw : 0);
     const u64 da0 = wgmma_desc_sw128(sbase + row_base * ROW);
-    const u64 db0 = wgmma_desc_sw128(sbase + A_BYTES);
+    const u64 db0 = B_KN ? wgmma_desc_sw128_mn(sbase + A_BYTES, BK * 128) : wgmma_desc_sw128(sbase + A_BYTES);
+    constexpr int B_KSTEP = B_KN ? 16 * 128 : 32; // bytes from one k16 step of B to the next
     const int srow = row_base + wtid / TPR, sch = (wtid % TPR) * CPT; // statistics: A row, first chunk
     const u32 srow_addr = sbase + srow * ROW;
 
@@ -163,8 +182,12 @@ __device__ __forceinline__ void gemm_sm90_persistent(const GemmArgs &g, const Ep
           for (int kk = 0; kk < BK / 16; ++kk)
 #pragma unroll
             for (int i = 0; i < MI; ++i)
-              wgmma_ss<BN, T>(acc[i], da0 + (u64)((s * STAGE + i * 64 * ROW + kk * 32) >> 4),
-                              db0 + (u64)((s * STAGE + kk * 32) >> 4));
+              if constexpr (B_KN)
+                wgmma_ss_bkn<BN, T>(acc[i], da0 + (u64)((s * STAGE + i * 64 * ROW + kk * 32) >> 4),
+                                    db0 + (u64)((s * STAGE + kk * B_KSTEP) >> 4));
+              else
+                wgmma_ss<BN, T>(acc[i], da0 + (u64)((s * STAGE + i * 64 * ROW + kk * 32) >> 4),
+                                db0 + (u64)((s * STAGE + kk * B_KSTEP) >> 4));
           wgmma_commit();
           if (STATS) sm90_stats_step<CPT, STATS, T>(srow_addr + s * STAGE, sch, srow, ssq0, ssq1, ssum0, ssum1);
           wgmma_wait<1>(); // the group of k-tile j - 1 has completed: its stage can be refilled
@@ -210,7 +233,7 @@ __device__ __forceinline__ void gemm_sm90_persistent(const GemmArgs &g, const Ep
 
 #else // not sm_90a
 
-template <int BM, int BN, int BK, int STAGES, int S, int STATS, class T, bool PINGPONG, class Epi>
+template <int BM, int BN, int BK, int STAGES, int S, int STATS, class T, bool PINGPONG, bool B_KN = false, class Epi>
 __device__ __forceinline__ void gemm_sm90_persistent(const GemmArgs &, const Epi &, char *) {
   static_assert(sizeof(T) == 0, "gemm_sm90_persistent needs the sm_90a target (--gpu-architecture=sm_90a)");
 }

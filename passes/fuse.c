@@ -311,6 +311,27 @@ static Node *widened_b(Compile *c, Group *g) {
   return pass_new(c, OP_CAST, DT_F32, &g->b_nk, 1, NULL);
 }
 
+/* The [K, N] weight B of a product that would otherwise read it through a load-time transpose (a
+ * backward graph's input gradient dX = dY W reads W [N_fwd, K_fwd] so), where the sm_90 persistent
+ * GEMM reads it as it lies (kernels/gemm_sm90p.cuh, B_KN): 16-bit A and B of one type, one stream,
+ * rows of 16-byte multiples (TMA: N % 8 == 0; the tensor-core path: K % 8 == 0), no fp8 or
+ * weight-only quantization, no tensor parallelism, in backward graphs only (forward programs keep
+ * their kernels); else NULL, and b_nk as before. No transposed copy
+ * is made or kept (kernels/NOTES.md, "dgrad reading the weights as they lie"). */
+static Node *weight_as_it_lies(Compile *c, Node *mm, bool two) {
+  Node *b = mm->args[1];
+  const Precision *pr = &c->g->prec;
+  DType t = b->dtype, mmt = pr->type[PREC_MATMUL];
+  if (!c->g->backward || c->arch != 90 || c->opt_level == 0 || two || c->tp > 1 || !ir_is_const(b) || b->op == OP_TRANSPOSE ||
+      b->shape.rank != 2 || (t != DT_BF16 && t != DT_F16) || mm->args[0]->dtype != t || (mmt != DT_NONE && mmt != t) ||
+      pr->type[PREC_WEIGHTS] != DT_NONE)
+    return NULL;
+  const Dim *k = &b->shape.d[0], *n = &b->shape.d[1];
+  if (k->sym >= 0 || n->sym >= 0 || k->size % 8 != 0 || n->size % 8 != 0)
+    return NULL;
+  return b;
+}
+
 static int gemm_group(Fuser *f, Node *mm) {
   Compile *c = f->c;
   if (!ir_is_const(mm->args[1]))
@@ -321,6 +342,11 @@ static int gemm_group(Fuser *f, Node *mm) {
   g->mm = mm;
   g->a = mm->args[0];
   g->streams = two ? 2 : 1;
+  if ((g->b_kn = weight_as_it_lies(c, mm, two))) {
+    add(f, g, mm);
+    g->stream[0] = mm;
+    return 0;
+  }
   add(f, g, mm);
   if (two) {
     for (int s = 0; s < 2; s++) {
@@ -339,7 +365,7 @@ static void gemm_weights(Fuser *f) {
   Compile *c = f->c;
   for (int i = 0; i < f->ngroups; i++) {
     Group *g = f->groups[i];
-    if (g->kind != GK_GEMM)
+    if (g->kind != GK_GEMM || g->b_kn)
       continue;
     g->b_nk = matmul_b_nk(c, g->mm);
     g->b_nk = widened_b(c, g);

@@ -475,5 +475,6 @@ int pass_grad(Compile *c, GradGraph which) {
   free(outs);
   if (rc == 0)
     ir_compact(g);
+  g->backward = rc == 0 && which != GRAD_FORWARD;
   return rc;
 }

@@ -42,7 +42,10 @@ typedef struct {
   /* GEMM */
   Node *mm;       /* the matrix product */
   Node *a;        /* its A operand [..., K] (in memory) */
-  Node *b_nk;     /* const [S*N, K]: the weight, rows = output columns, interleaved if S = 2 */
+  Node *b_nk;     /* const [S*N, K]: the weight, rows = output columns, interleaved if S = 2; NULL
+                     when b_kn is set */
+  Node *b_kn;     /* const [K, N]: B as the weight lies, read as it is (sm_90's wgmma, 16-bit, S = 1:
+                     fuse.c, weight_as_it_lies), in place of b_nk's load-time transpose; else NULL */
   int streams;    /* S: 1, or 2 when the product is only read through two column halves */
   Node *stream[2];/* the value the epilogue sees as v[s]: mm itself, or its slices */
   int stats;      /* 0, 1: sum of squares of A's rows, 2: sum and sum of squares */

@@ -67,7 +67,7 @@ static int check_f8_gemm(Compile *c, Group *gr) {
 
 static int check_gemm(Compile *c, Group *gr) {
   Graph *g = c->g;
-  DType a = gr->a->dtype, b = gr->b_nk->dtype, mm = g->prec.type[PREC_MATMUL];
+  DType a = gr->a->dtype, b = (gr->b_nk ? gr->b_nk : gr->b_kn)->dtype, mm = g->prec.type[PREC_MATMUL];
   if (is_f8(mm))
     return check_f8_gemm(c, gr);
   if (mm != DT_NONE && (mm != a || mm != b))

@@ -677,14 +677,19 @@ ffn_status exec_allreduce(ExecRun *run, int step, CUstream stream) {
 
 /* The tensor map of a TMA GEMM's operand (b: 0 for A, 1 for B): a row-major [rows, K] matrix of
  * 16-bit units (fp8 codes in pairs) at ptr, loaded in the configuration's boxes with the 128-byte
- * swizzle the wgmma descriptors expect, zeros outside. */
-static ffn_status tma_map(const ffn_model *m, const PlanKernel *k, const ffn_gemm_config *c, int b, CUdeviceptr ptr,
-                          long long rows, TmaMap *map) {
+ * swizzle the wgmma descriptors expect, zeros outside; with kn, B as a row-major [K, rows] matrix
+ * (the variant's b_kn: gemm_sm90p.cuh, B_KN). */
+static ffn_status tma_map(const ffn_model *m, const PlanKernel *k, const ffn_gemm_config *c, int b, bool kn,
+                          CUdeviceptr ptr, long long rows, TmaMap *map) {
   _Static_assert(sizeof(TmaMap) == sizeof(CUtensorMap) && _Alignof(TmaMap) == _Alignof(CUtensorMap),
                  "TmaMap is a CUtensorMap");
   unsigned box[2];
   ffn_gemm_tma_box(c, b, box);
   cuuint64_t dims[2] = {(cuuint64_t)k->k, (cuuint64_t)rows}, stride[1] = {(cuuint64_t)k->k * 2};
+  if (b && kn) { /* B [K, N], N contiguous: boxes of 64 columns (128 bytes) by a k-tile, BN / 64 per stage */
+    box[0] = 64, box[1] = (unsigned)c->bk;
+    dims[0] = (cuuint64_t)rows, dims[1] = (cuuint64_t)k->k, stride[0] = (cuuint64_t)rows * 2;
+  }
   cuuint32_t boxd[2] = {box[0], box[1]}, estride[2] = {1, 1};
   CUresult r = m->cu->cuTensorMapEncodeTiled((CUtensorMap *)map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, (void *)ptr, dims,
                                              stride, boxd, estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
@@ -766,9 +771,9 @@ ffn_status exec_step(ExecRun *run, int s) {
   TmaMaps maps;
   void *params[] = {&args, &maps};
   if (ffn_gemm_tma(&c.v->cfg)) {
-    ffn_status st = tma_map(m, k, &c.v->cfg, 0, run->ptr[ps->args[0]], c.m, &maps.a);
+    ffn_status st = tma_map(m, k, &c.v->cfg, 0, false, run->ptr[ps->args[0]], c.m, &maps.a);
     if (st == FFN_OK)
-      st = tma_map(m, k, &c.v->cfg, 1, run->ptr[ps->args[1]], (long long)k->streams * k->n, &maps.b);
+      st = tma_map(m, k, &c.v->cfg, 1, c.v->b_kn, run->ptr[ps->args[1]], (long long)k->streams * k->n, &maps.b);
     if (st != FFN_OK)
       return st;
   }

@@ -102,8 +102,54 @@ static void direct_forms(void) {
   plan_destroy(plan);
 }
 
+/* Input gradients that read their weights as they lie (sm_90, 16-bit: variants with "b_kn",
+ * kernels/gemm_sm90p.cuh B_KN): one persistent ping-pong variant each, no load-time transpose left
+ * in the plan; sm_80 and the forward program keep theirs; "b_kn" refused on any other kind. */
+static void weights_as_they_lie(void) {
+  DriverOptions o = {.sm = 90, .opt_level = 3, .grad = true};
+  Plan *plan = compile_plan_opts("examples/llama3_tiny.ffn", &o, NULL);
+  int kn = 0, k_first = -1, w = -1, transposes = 0;
+  for (int k = 0; k < plan->nkernels; k++) {
+    const PlanKernel *pk = &plan->kernels[k];
+    for (int v = 0; v < pk->nvariants; v++)
+      if (pk->variants[v].b_kn) {
+        kn++;
+        if (k_first < 0)
+          k_first = k;
+        CHECK(pk->kind == KK_GEMM && pk->nvariants == 1 && pk->streams == 1 && pk->variants[v].cfg.kind == FFN_GEMM_SM90P &&
+                  pk->variants[v].cfg.wm == pk->variants[v].cfg.bm && strcmp(pk->variants[v].cfg.name, "tmap_ppkn_128x128x64") == 0,
+              "kernel %d: b_kn on %s", k, pk->variants[v].func);
+      }
+    if (pk->op == OP_MATMUL_AT && w < 0)
+      w = k;
+  }
+  for (int i = 0; i < plan->nprep; i++)
+    transposes += plan->prep[i].op == OP_TRANSPOSE;
+  CHECK(kn == 4 && transposes == 0, "llama3_tiny's backward graph on sm_90: %d kernels read B as [K, N] (want 4), %d load-time "
+        "transposes (want 0)", kn, transposes);
+  if (w >= 0) {
+    char *good = plan_to_json(plan), path[64], want[256];
+    snprintf(path, sizeof path, "kernels.%d.variants.0.b_kn", w);
+    snprintf(want, sizeof want, "launch plan: kernel %d variant 0: 'b_kn': only the persistent wgmma GEMM reads B as [K, N]", w);
+    EXPECT(path, "true", want);
+    free(good);
+  }
+  plan_destroy(plan);
+  DriverOptions others[2] = {{.sm = 80, .opt_level = 3, .grad = true}, {.sm = 90, .opt_level = 3}};
+  for (int i = 0; i < 2; i++) {
+    plan = compile_plan_opts("examples/llama3_tiny.ffn", &others[i], NULL);
+    kn = transposes = 0;
+    for (int k = 0; k < plan->nkernels; k++)
+      for (int v = 0; v < plan->kernels[k].nvariants; v++)
+        kn += plan->kernels[k].variants[v].b_kn;
+    CHECK(kn == 0, "%s: %d kernels read B as [K, N]", i ? "the sm_90 forward program" : "sm_80's backward graph", kn);
+    plan_destroy(plan);
+  }
+}
+
 int main(void) {
   direct_forms();
+  weights_as_they_lie();
   backward_round_trip("examples/llama3_tiny.ffn");
   backward_round_trip("tests/gpu/models/fused_llama.ffn");
   Plan *plan = compile_plan("examples/llama3_tiny.ffn");
