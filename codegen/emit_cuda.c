@@ -339,6 +339,27 @@ static void emit_src_state(Buf *out, const char *srcb, const char *fields, int s
              streams);
 }
 
+/* The 16-bit outputs 4 columns wide (kernels/gemm_sm90.cuh, sm90_epi_quads): QUADS of them, the
+ * columns (NCOLS: whole tiles need no tail code), and when there are some, compute(), apply() for a
+ * whole pair with those outputs packed into w_ (a word each, in store order) instead of stored,
+ * and store4(), which stores 4 columns of each from two words. */
+static void emit_quads(Buf *out, int streams, int64_t ncols, int nq, const char *body, const char *others,
+                       const char *packs, const char *st4) {
+  buf_printf(out, "  static constexpr int QUADS = %d;\n  static constexpr long long NCOLS = %lldLL;\n", nq,
+             (long long)ncols);
+  if (!nq)
+    return;
+  buf_printf(out,
+             "  __device__ __forceinline__ void compute(const Row &r_, const Src &s_, int row, int col,\n"
+             "                                          const float (&v)[%d][2], ffn::u32 (&w_)[%d]) const {\n"
+             "    const int ncols = 2;\n%s%s%s  }\n",
+             streams, nq, body, others ? others : "", packs);
+  buf_printf(out,
+             "  __device__ __forceinline__ void store4(int row, int col, const ffn::u32 (&w_)[%d][2]) const {\n"
+             "    const long long base = (long long)row * %lldLL + col;\n%s  }\n",
+             nq, (long long)ncols, st4);
+}
+
 static void gen_epilogue(Kgen *k, Buf *out) {
   Group *gr = k->gr;
   Gen *G = k->G;
@@ -361,8 +382,11 @@ static void gen_epilogue(Kgen *k, Buf *out) {
       memo_put(&rs.memo, n->id, var);
     }
   }
-  /* compute every stored member (and what it needs), element by element */
-  Buf stores = {0};
+  /* compute every stored member (and what it needs), element by element; stores: apply()'s,
+   * others: compute()'s (all but the 16-bit full-shape ones, which it packs and store4() stores) */
+  Buf stores = {0}, others = {0}, packs = {0}, st4 = {0};
+  bool quads = k->ncols % 4 == 0; /* whole 8-byte groups of 4 columns in each row */
+  int nq = 0;
   for (int i = 0; i < gr->stores.len; i++) {
     Node *n = gr->stores.items[i];
     const char *ty = tname(n->dtype);
@@ -373,8 +397,10 @@ static void gen_epilogue(Kgen *k, Buf *out) {
     /* the value first, then the stored tensor's slot: operands come before results */
     const char *v = is_row_shaped(k, n) ? value(k, &rs, n) : value(k, &es, n);
     int sl = slot(k, gen_tensor_for(G, n));
+    size_t at = stores.len;
     if (is_row_shaped(k, n)) {
       buf_printf(&stores, "    if (col == 0) ffn::st_%s(a->p[%d], row, %s);\n", ty, sl, v);
+      buf_puts(&others, stores.s + at);
       continue;
     }
     buf_printf(&elb, "        o%d[e] = %s;\n", i, v);
@@ -385,28 +411,40 @@ static void gen_epilogue(Kgen *k, Buf *out) {
                  ty, sl, i, i, ty, sl, i);
     else
       buf_printf(&stores, "    for (int e = 0; e < ncols; ++e) ffn::st_%s(a->p[%d], base + e, o%d[e]);\n", ty, sl, i);
+    if (quads && (n->dtype == DT_BF16 || n->dtype == DT_F16)) {
+      buf_printf(&packs, "    w_[%d] = ffn::pack_%sx2(o%d[0], o%d[1]);\n", nq, ty, i, i);
+      buf_printf(&st4, "    ffn::st4_u16(a->p[%d], base, w_[%d][0], w_[%d][1]);\n", sl, nq, nq);
+      nq++;
+    } else
+      buf_puts(&others, stores.s + at);
   }
   emit_row_state(out, rowb.s ? rowb.s : "", gr->streams);
   emit_src_state(out, srcb.s, fields.s, gr->streams, k->ncols);
-  buf_printf(out,
-             "  __device__ __forceinline__ void apply(const Row &r_, const Src &s_, int row, int col, int ncols,\n"
-             "                                        const float (&v)[%d][2]) const {\n"
+  Buf body = {0}; /* apply()'s and compute()'s: the row's values, then the element loop */
+  buf_printf(&body,
              "    (void)r_; (void)s_; (void)row;\n"
              "    const long long base = (long long)row * %lldLL + col;\n",
-             gr->streams, (long long)k->ncols);
+             (long long)k->ncols);
   for (const char *p = rowb.s; p && (p = strstr(p, "const float ")); ) { /* unpack the row's values */
     p += strlen("const float ");
     int n = (int)strcspn(p, " =");
-    buf_printf(out, "    const float %.*s = r_.%.*s;\n", n, p, n, p);
+    buf_printf(&body, "    const float %.*s = r_.%.*s;\n", n, p, n, p);
   }
   for (int i = 0; i < gr->stores.len; i++)
-    buf_printf(out, "    float o%d[2] = {0.f, 0.f};\n", i);
-  buf_puts(out, "#pragma unroll\n    for (int e = 0; e < 2; ++e) {\n      if (e < ncols) {\n"
-                "        const long long i = base + e;\n        (void)i;\n");
-  buf_puts(out, elb.s ? elb.s : "");
-  buf_puts(out, "      }\n    }\n");
-  buf_puts(out, stores.s ? stores.s : "");
-  buf_puts(out, "  }\n");
+    buf_printf(&body, "    float o%d[2] = {0.f, 0.f};\n", i);
+  buf_puts(&body, "#pragma unroll\n    for (int e = 0; e < 2; ++e) {\n      if (e < ncols) {\n"
+                  "        const long long i = base + e;\n        (void)i;\n");
+  buf_puts(&body, elb.s ? elb.s : "");
+  buf_puts(&body, "      }\n    }\n");
+  buf_printf(out,
+             "  __device__ __forceinline__ void apply(const Row &r_, const Src &s_, int row, int col, int ncols,\n"
+             "                                        const float (&v)[%d][2]) const {\n%s%s  }\n",
+             gr->streams, body.s, stores.s ? stores.s : "");
+  emit_quads(out, gr->streams, k->ncols, nq, body.s, others.s, packs.s, st4.s);
+  buf_free(&body);
+  buf_free(&others);
+  buf_free(&packs);
+  buf_free(&st4);
   buf_free(&rowb);
   buf_free(&elb);
   buf_free(&srcb);

@@ -49,6 +49,16 @@ template <class Epi, int S> struct WithRowStats {
   __device__ __forceinline__ void operator()(int row, int col, int ncols, const float (&v)[S][2], float, float) const {
     apply(prep(row, 0.f, 0.f), row, col, ncols, v);
   }
+  static constexpr int QUADS = Epi::QUADS; /* templates: Epi has no compute, store4 without 16-bit outputs */
+  static constexpr long long NCOLS = Epi::NCOLS;
+  template <int Q>
+  __device__ __forceinline__ void compute(const Row &r, const Src &s, int row, int col, const float (&v)[S][2],
+                                          u32 (&w)[Q]) const {
+    epi.compute(r, s, row, col, v, w);
+  }
+  template <int Q> __device__ __forceinline__ void store4(int row, int col, const u32 (&w)[Q][2]) const {
+    epi.store4(row, col, w);
+  }
 };
 
 // ---- loads (to f32) and stores (round to nearest even) ----
@@ -122,6 +132,9 @@ __device__ __forceinline__ void st2_f32(void *p, long long i, float a, float b) 
 }
 __device__ __forceinline__ void st2_bf16(void *p, long long i, float a, float b) { *(u32 *)((u16 *)p + i) = pack_bf16x2(a, b); }
 __device__ __forceinline__ void st2_f16(void *p, long long i, float a, float b) { *(u32 *)((u16 *)p + i) = pack_f16x2(a, b); }
+// Four adjacent 16-bit elements as two packed words (pack_bf16x2, pack_f16x2); i a multiple of 4
+// and the tensor 8-byte aligned.
+__device__ __forceinline__ void st4_u16(void *p, long long i, u32 lo, u32 hi) { *(uint2 *)((u16 *)p + i) = make_uint2(lo, hi); }
 
 // An explicit cast inside a kernel: round to the type and back (also a value as a stored tensor of
 // the type would give it to a later load, for kernels that use it without storing it).

@@ -475,10 +475,120 @@ __device__ __forceinline__ bool sm90_splitk(const GemmArgs &g, float (&acc)[MI][
 // per pair (the Llama-3-8B down-projection's dgrad, three such operands: 2.66 ms against 1.4 for
 // the plain GEMM). Loading the next group ahead as well spills the persistent kernels (ptxas).
 template <int BM, int BN, int MI, int S, int STATS, class T, class Epi>
+__device__ __forceinline__ void sm90_epi_group(const GemmArgs &g, const Epi &epi, const float (&acc)[MI][BN / 2],
+                                               const typename Epi::Row (&rows)[MI][2], int m0, int n0, int row_base,
+                                               int jg) {
+  const int lane = threadIdx.x & 31, warp = (threadIdx.x & 127) >> 5, M = g.M, N = g.N;
+  const int col = n0 / S + jg * 8 + 2 * (lane & 3);
+  if (col >= N) return;
+  const int ncols = col + 1 < N ? 2 : 1; /* after the return: above it, ptxas emits 8 KB more code
+                                             for the GPT up projection's GELU epilogue, 11% slower (ncu) */
+  typename Epi::Src src[MI][2];
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) /* a row past M reads the last row and stores nothing */
+      src[i][h] = epi.load(min(m0 + row_base + i * 64 + warp * 16 + (lane >> 2) + h * 8, M - 1), col, ncols);
+#pragma unroll
+  for (int i = 0; i < MI; ++i)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = m0 + row_base + i * 64 + warp * 16 + (lane >> 2) + h * 8;
+      if (row >= M) continue;
+      float v[S][2];
+#pragma unroll
+      for (int st = 0; st < S; ++st) {
+        v[st][0] = acc[i][4 * (jg * S + st) + 2 * h];
+        v[st][1] = acc[i][4 * (jg * S + st) + 2 * h + 1];
+      }
+      gemm_fp8_scale<T, S>(g, row, n0 + jg * 8 * S + 2 * (lane & 3), ncols, v);
+      epi.apply(rows[i][h], src[i][h], row, col, ncols, v);
+    }
+}
+
+// Column group jg of the rows (i, 0..1), whole (every column below N): the functor's other outputs
+// stored, its 16-bit outputs (Epi::QUADS of them) packed into w, a word per pair.
+template <int BM, int BN, int MI, int S, int STATS, class T, class Epi>
+__device__ __forceinline__ void sm90_epi_words(const GemmArgs &g, const Epi &epi, const float (&acc)[MI][BN / 2],
+                                               const typename Epi::Row (&rows)[MI][2], int m0, int n0, int row_base,
+                                               int jg, int i, const typename Epi::Src (&src)[2],
+                                               u32 (&w)[2][Epi::QUADS]) {
+  const int lane = threadIdx.x & 31, warp = (threadIdx.x & 127) >> 5;
+  const int col = n0 / S + jg * 8 + 2 * (lane & 3);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int q = 0; q < Epi::QUADS; ++q) w[h][q] = 0u;
+    const int row = m0 + row_base + i * 64 + warp * 16 + (lane >> 2) + h * 8;
+    if (row >= g.M) continue;
+    float v[S][2];
+#pragma unroll
+    for (int st = 0; st < S; ++st) {
+      v[st][0] = acc[i][4 * (jg * S + st) + 2 * h];
+      v[st][1] = acc[i][4 * (jg * S + st) + 2 * h + 1];
+    }
+    gemm_fp8_scale<T, S>(g, row, n0 + jg * 8 * S + 2 * (lane & 3), 2, v);
+    epi.compute(rows[i][h], src[h], row, col, v, w[h]);
+  }
+}
+
+// Column groups jg and jg + 1, whole, with 16-bit outputs stored 4 columns (8 bytes) per thread:
+// lanes l and l ^ 1 swap one pair of each output, so that a quad stores a whole 32-byte sector of
+// its row per instruction (pair by pair, each store instruction wrote half of 8 sectors; the bf16
+// wgrad: grad_sm90.cuh, wgrad_store_bf16x4). Each value is computed as apply() computes it; only
+// the lane that stores it changes. The group jg's words of all the rows are held while the group
+// jg + 1 loads its activations (Epi::load), as sm90_epi_group loads them; every lane shuffles,
+// rows past M included.
+template <int BM, int BN, int MI, int S, int STATS, class T, class Epi>
+__device__ __forceinline__ void sm90_epi_quads(const GemmArgs &g, const Epi &epi, const float (&acc)[MI][BN / 2],
+                                               const typename Epi::Row (&rows)[MI][2], int m0, int n0, int row_base,
+                                               int jg) {
+  constexpr int Q = Epi::QUADS;
+  const int lane = threadIdx.x & 31, warp = (threadIdx.x & 127) >> 5, odd = lane & 1;
+  u32 w0[MI][2][Q];
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int col = n0 / S + (jg + half) * 8 + 2 * (lane & 3);
+    typename Epi::Src src[MI][2];
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) /* a row past M reads the last row and stores nothing */
+        src[i][h] = epi.load(min(m0 + row_base + i * 64 + warp * 16 + (lane >> 2) + h * 8, g.M - 1), col, 2);
+#pragma unroll
+    for (int i = 0; i < MI; ++i) {
+      if (half == 0) {
+        sm90_epi_words<BM, BN, MI, S, STATS, T>(g, epi, acc, rows, m0, n0, row_base, jg, i, src[i], w0[i]);
+        continue;
+      }
+      u32 w1[2][Q];
+      sm90_epi_words<BM, BN, MI, S, STATS, T>(g, epi, acc, rows, m0, n0, row_base, jg + 1, i, src[i], w1);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        u32 st[Q][2];
+#pragma unroll
+        for (int q = 0; q < Q; ++q) {
+          const u32 got = __shfl_xor_sync(0xffffffffu, odd ? w0[i][h][q] : w1[h][q], 1);
+          st[q][0] = odd ? got : w0[i][h][q];
+          st[q][1] = odd ? w1[h][q] : got;
+        }
+        const int row = m0 + row_base + i * 64 + warp * 16 + (lane >> 2) + h * 8;
+        if (row < g.M) epi.store4(row, n0 / S + 8 * (jg + odd) + 2 * ((lane & 3) - odd), st);
+      }
+    }
+  }
+}
+
+// Column groups outer; with 16-bit outputs (Epi::QUADS, N a multiple of 4) two groups at a time
+// where both are whole (sm90_epi_quads), the others alone; with N a multiple of the tile's columns
+// (Epi::NCOLS) every pair is whole, and the code for the others is left out. Not for fp8 products
+// (T): their 64-row kernels spill already, and more with the held words (ptxas: the Llama-3-8B fp8
+// down-projection's, 252 -> 260 bytes of spill stores).
+template <int BM, int BN, int MI, int S, int STATS, class T, class Epi>
 __device__ __forceinline__ void sm90_epilogue(const GemmArgs &g, const Epi &epi, float (&acc)[MI][BN / 2],
                                               const float *rowstat, int m0, int n0, int row_base) {
-  constexpr int NB = BN / 8;
-  const int lane = threadIdx.x & 31, warp = (threadIdx.x & 127) >> 5, M = g.M, N = g.N;
+  constexpr int NG = BN / 8 / S;
+  const int lane = threadIdx.x & 31, warp = (threadIdx.x & 127) >> 5, M = g.M;
   typename Epi::Row rows[MI][2];
 #pragma unroll
   for (int i = 0; i < MI; ++i)
@@ -488,32 +598,15 @@ __device__ __forceinline__ void sm90_epilogue(const GemmArgs &g, const Epi &epi,
       rows[i][h] = epi.prep(min(m0 + rl, M - 1), STATS == 2 ? rowstat[BM + rl] : 0.f, STATS ? rowstat[rl] : 0.f);
     }
 #pragma unroll
-  for (int jg = 0; jg < NB / S; ++jg) {
-    const int col = n0 / S + jg * 8 + 2 * (lane & 3);
-    if (col >= N) continue;
-    const int ncols = col + 1 < N ? 2 : 1; /* after the continue: above it, ptxas emits 8 KB more code
-                                               for the GPT up projection's GELU epilogue, 11% slower (ncu) */
-    typename Epi::Src src[MI][2];
-#pragma unroll
-    for (int i = 0; i < MI; ++i)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) /* a row past M reads the last row and stores nothing */
-        src[i][h] = epi.load(min(m0 + row_base + i * 64 + warp * 16 + (lane >> 2) + h * 8, M - 1), col, ncols);
-#pragma unroll
-    for (int i = 0; i < MI; ++i)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = m0 + row_base + i * 64 + warp * 16 + (lane >> 2) + h * 8;
-        if (row >= M) continue;
-        float v[S][2];
-#pragma unroll
-        for (int st = 0; st < S; ++st) {
-          v[st][0] = acc[i][4 * (jg * S + st) + 2 * h];
-          v[st][1] = acc[i][4 * (jg * S + st) + 2 * h + 1];
-        }
-        gemm_fp8_scale<T, S>(g, row, n0 + jg * 8 * S + 2 * (lane & 3), ncols, v);
-        epi.apply(rows[i][h], src[i][h], row, col, ncols, v);
+  for (int jg = 0; jg < NG; ++jg) {
+    if constexpr (Epi::QUADS > 0 && NG % 2 == 0 && !is_fp8<T>::value) {
+      /* the pair (jg & ~1, jg | 1) is whole: stored at its second group */
+      if (Epi::NCOLS % (BN / S) == 0 || n0 / S + (jg | 1) * 8 + 8 <= g.N) {
+        if (jg % 2) sm90_epi_quads<BM, BN, MI, S, STATS, T>(g, epi, acc, rows, m0, n0, row_base, jg - 1);
+        continue;
       }
+    }
+    sm90_epi_group<BM, BN, MI, S, STATS, T>(g, epi, acc, rows, m0, n0, row_base, jg);
   }
 }
 

@@ -73,6 +73,20 @@ foreach(model examples/llama3_tiny tests/gpu/models/gpt_bf16 tests/gpu/models/ge
     ENVIRONMENT "${FFNC_GPU_ENV};${tmac};FFNC_GEMM_SPLITS=3;FFNC_TEST_TOKENS=7,130,1000")
 endforeach()
 
+# The sm_90 epilogue's 16-bit stores 4 columns (8 bytes) wide (kernels/gemm_sm90.cuh,
+# sm90_epi_quads: lanes l and l ^ 1 swap a pair), forced on each wgmma kernel, unsplit and split-K,
+# with rows past M: bf16 with every column tail (epi_tails_bf16: a lone 8-column group, a 4-column
+# one, an odd width stored pair by pair) and f16 with lone 8-column groups (wgrad_tails_f16).
+foreach(cfg tma_128x128x64 tma_128x256x64 tmac_128x128x64 tmap_pp_128x128x64 tmap_coop_128x256x64)
+  foreach(model epi_tails_bf16 wgrad_tails_f16)
+    add_test(NAME gpu_quads_${cfg}_${model} COMMAND gpu_model_test tests/gpu/models/${model}.ffn)
+    set_tests_properties(gpu_quads_${cfg}_${model} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
+      ENVIRONMENT "${FFNC_GPU_ENV};FFNC_GEMM_VARIANT=${cfg};FFNC_TEST_TOKENS=1,7,64,130,1000")
+    add_test(NAME gpu_quads_${cfg}_${model}_split3 COMMAND gpu_model_test tests/gpu/models/${model}.ffn)
+    set_tests_properties(gpu_quads_${cfg}_${model}_split3 PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
+      ENVIRONMENT "${FFNC_GPU_ENV};FFNC_GEMM_VARIANT=${cfg};FFNC_GEMM_SPLITS=3;FFNC_TEST_TOKENS=7,130,1000")
+  endforeach()
+endforeach()
 file(GLOB GPU_TEST_MODELS CONFIGURE_DEPENDS ${FFNC_TEST_DIR}/gpu/models/*.ffn)
 foreach(m ${GPU_TEST_MODELS})
   get_filename_component(base ${m} NAME_WE)

@@ -18,6 +18,8 @@ template <int S, int STATS, class TO> struct BenchEpi {
     float rsum, rsumsq;
   };
   __device__ __forceinline__ Row prep(int, float rsum, float rsumsq) const { return Row{rsum, rsumsq}; }
+  static constexpr int QUADS = 0; // stores pair by pair (no compute, store4: gemm_sm90.cuh, sm90_epi_quads)
+  static constexpr long long NCOLS = 0;
   struct Src {}; // the residual is read in operator() (ffnc's functors prefetch theirs: Epi::load)
   __device__ __forceinline__ Src load(int, int, int) const { return Src{}; }
   __device__ __forceinline__ void apply(const Row &r, const Src &, int row, int col, int ncols,

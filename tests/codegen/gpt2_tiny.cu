@@ -76,6 +76,8 @@ struct Epi_k0 {
     if (ncols == 2) ffn::st2_f32(a->p[5], base, o0[0], o0[1]);
     else ffn::st_f32(a->p[5], base, o0[0]);
   }
+  static constexpr int QUADS = 0;
+  static constexpr long long NCOLS = 512LL;
 };
 extern "C" __global__ void __launch_bounds__(128, 4) k0_simt_32x64x16(const __grid_constant__ ffn::KArgs a) {
   extern __shared__ __align__(128) char smem[];
@@ -141,6 +143,8 @@ struct Epi_k1 {
     if (ncols == 2) ffn::st2_f32(a->p[4], base, o0[0], o0[1]);
     else ffn::st_f32(a->p[4], base, o0[0]);
   }
+  static constexpr int QUADS = 0;
+  static constexpr long long NCOLS = 128LL;
 };
 extern "C" __global__ void __launch_bounds__(128, 4) k1_simt_32x64x16(const __grid_constant__ ffn::KArgs a) {
   extern __shared__ __align__(128) char smem[];

@@ -69,6 +69,34 @@ struct Epi_k0 {
     if (ncols == 2) ffn::st2_bf16(a->p[2], base, o0[0], o0[1]);
     else ffn::st_bf16(a->p[2], base, o0[0]);
   }
+  static constexpr int QUADS = 1;
+  static constexpr long long NCOLS = 704LL;
+  __device__ __forceinline__ void compute(const Row &r_, const Src &s_, int row, int col,
+                                          const float (&v)[2][2], ffn::u32 (&w_)[1]) const {
+    const int ncols = 2;
+    (void)r_; (void)s_; (void)row;
+    const long long base = (long long)row * 704LL + col;
+    const float t0 = r_.t0;
+    float o0[2] = {0.f, 0.f};
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      if (e < ncols) {
+        const long long i = base + e;
+        (void)i;
+#line 19 "examples/llama3_tiny.ffn"
+        const float t1 = ffn::op_mul(v[0][e], t0);
+        const float t2 = ffn::op_silu(t1);
+        const float t3 = ffn::op_mul(v[1][e], t0);
+        const float t4 = ffn::op_mul(t2, t3);
+        o0[e] = t4;
+      }
+    }
+    w_[0] = ffn::pack_bf16x2(o0[0], o0[1]);
+  }
+  __device__ __forceinline__ void store4(int row, int col, const ffn::u32 (&w_)[1][2]) const {
+    const long long base = (long long)row * 704LL + col;
+    ffn::st4_u16(a->p[2], base, w_[0][0], w_[0][1]);
+  }
 };
 extern "C" __global__ void __launch_bounds__(128, 1) k0_sm80_16x128x128(const __grid_constant__ ffn::KArgs a) {
   extern __shared__ __align__(128) char smem[];
@@ -185,6 +213,31 @@ struct Epi_k1 {
     }
     if (ncols == 2) ffn::st2_bf16(a->p[3], base, o0[0], o0[1]);
     else ffn::st_bf16(a->p[3], base, o0[0]);
+  }
+  static constexpr int QUADS = 1;
+  static constexpr long long NCOLS = 256LL;
+  __device__ __forceinline__ void compute(const Row &r_, const Src &s_, int row, int col,
+                                          const float (&v)[1][2], ffn::u32 (&w_)[1]) const {
+    const int ncols = 2;
+    (void)r_; (void)s_; (void)row;
+    const long long base = (long long)row * 256LL + col;
+    float o0[2] = {0.f, 0.f};
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      if (e < ncols) {
+        const long long i = base + e;
+        (void)i;
+        const float l0 = ffn::wp_bf16(s_.l0, e);
+#line 19 "examples/llama3_tiny.ffn"
+        const float t1 = ffn::op_add(l0, v[0][e]);
+        o0[e] = t1;
+      }
+    }
+    w_[0] = ffn::pack_bf16x2(o0[0], o0[1]);
+  }
+  __device__ __forceinline__ void store4(int row, int col, const ffn::u32 (&w_)[1][2]) const {
+    const long long base = (long long)row * 256LL + col;
+    ffn::st4_u16(a->p[3], base, w_[0][0], w_[0][1]);
   }
 };
 extern "C" __global__ void __launch_bounds__(128, 1) k1_sm80_16x128x128(const __grid_constant__ ffn::KArgs a) {
