@@ -229,6 +229,18 @@ static inline int ffn_gemm_config_fits(const ffn_gemm_config *c, long long cols,
   return 1;
 }
 
+/* The regime (max_m) a configuration is compiled for in a product of S streams, the table's except
+ * for 16-bit single-stream products (fp8 and f32 keep the table's): their 16- and 32-row mma.sync
+ * tiles serve twice the rows, so up to 64 rows a product with one stream of weights launches twice
+ * the CTAs that a two-stream gate/up product would (H200, `ffnc tune`, 2026-12-02: GPT GELU's up
+ * [4096 -> 16384] at 48-64 rows 52 us against 63.6 on the 64-row tile, the downs of GPT, Llama-3-8B
+ * and -70B 1.08-1.21x faster at 48-64 rows, 1.01-1.06x at 32; the gate/up products were fastest on
+ * the table's tiles). */
+static inline int ffn_gemm_regime(const ffn_gemm_config *c, int S, int sixteen_bit) {
+  if (S == 1 && sixteen_bit && c->kind == FFN_GEMM_SM80 && (c->max_m == 16 || c->max_m == 32)) return 2 * c->max_m;
+  return c->max_m;
+}
+
 /* The configuration of `kind` recommended for M rows. */
 static inline const ffn_gemm_config *ffn_gemm_pick_config(ffn_gemm_kind kind, int M) {
   int n;
@@ -284,6 +296,17 @@ static inline int ffn_gemm_tiles_m(const ffn_gemm_config *c, int M) { return (M 
 static inline int ffn_gemm_tiles_n(const ffn_gemm_config *c, int N, int S) { return (S * N + c->bn - 1) / c->bn; }
 static inline int ffn_gemm_num_tiles(const ffn_gemm_config *c, int M, int N, int S) {
   return ffn_gemm_tiles_m(c, M) * ffn_gemm_tiles_n(c, N, S);
+}
+
+/* Whether a product of M rows, N columns per stream and S streams in the 257-512-row regime
+ * (whose rule is a non-persistent TMA kernel) takes the persistent ping-pong kernel `c` instead, as
+ * from 513 rows: with at least two of its tiles per SM, and for two-stream products from 385 rows
+ * (H200, `ffnc tune`, 2026-12-02: GPT GELU's up at 384 / 512 rows 94.6 / 116.6 us against 115.0 /
+ * 151.3, the 8B and 70B gate/up at 512 rows 1.14x / 1.12x; the 8B gate/up at 384 rows was fastest on
+ * the 128 x 224 tile, the downs, fewer tiles than two per SM, on the split 128 x 128 one). */
+static inline int ffn_gemm_prefer_persistent(int M, int N, int S, const ffn_gemm_config *c, int num_sms) {
+  if (c->kind != FFN_GEMM_SM90P || c->wm != c->bm || M <= (S == 1 ? 256 : 384) || M > 512 || num_sms <= 0) return 0;
+  return (long)ffn_gemm_num_tiles(c, M, N, S) >= 2L * num_sms;
 }
 
 /* Split-K workspace floats: one slab of bm*bn partial sums plus 2*bm row statistics per

@@ -421,6 +421,11 @@ LaunchChoice exec_heuristic(const PlanKernel *k, int64_t rows, int sms) {
       c.v = &k->variants[i];
       break;
     }
+  for (int i = 0; k->kind == KK_GEMM && i < k->nvariants; i++) /* 257-512 rows, many tiles: ping-pong */
+    if (!k->variants[i].b_kn && ffn_gemm_prefer_persistent((int)rows, (int)k->n, k->streams, &k->variants[i].cfg, sms)) {
+      c.v = &k->variants[i];
+      break;
+    }
   if (k->kind == KK_GEMM && k->splittable)
     c.splits = ffn_gemm_pick_splits((int)rows, (int)k->n, k->streams, (int)k->k, &c.v->cfg, sms);
   if (wgrad_wgmma(k, c.v))

@@ -1,0 +1,58 @@
+/* gemm_rule_test: the built-in rule's choice of tile configuration (runtime/exec.c: exec_heuristic,
+ * kernels/gemm_host.h: ffn_gemm_regime, ffn_gemm_prefer_persistent) on the suite's shapes, as the
+ * H200's `ffnc tune` measured them (kernels/NOTES.md, "Eleventh session": the rule at 17-64 and
+ * 257-512 rows). No GPU: the plans are compiled for sm_90 and the choices read back. */
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "plan_util.h"
+#include "runtime/rt.h"
+
+/* The configuration the rule launches for GEMM kernel `nth` (0: the first GEMM of the plan) at
+ * `rows` rows on a 132-SM card. */
+static const char *choice(const Plan *p, int nth, int64_t rows) {
+  for (int k = 0; k < p->nkernels; k++)
+    if (p->kernels[k].kind == KK_GEMM && nth-- == 0)
+      return exec_heuristic(&p->kernels[k], rows, 132).v->cfg.name;
+  return "(no such GEMM)";
+}
+
+static void expect(const Plan *p, const char *model, int nth, int64_t rows, const char *want) {
+  const char *got = choice(p, nth, rows);
+  CHECK(strcmp(got, want) == 0, "%s GEMM %d at %lld rows: %s, want %s", model, nth, (long long)rows, got, want);
+}
+
+int main(void) {
+  /* GPT GELU: one stream each. up [4096 -> 16384], down [16384 -> 4096] */
+  Plan *gpt = compile_plan("bench/suite/gpt_gelu_4096.ffn");
+  expect(gpt, "gpt", 0, 16, "sm80_16x128x128");
+  expect(gpt, "gpt", 0, 32, "sm80_16x128x128"); /* the 16-row tile serves 32 rows of one stream */
+  expect(gpt, "gpt", 0, 33, "sm80_32x128x64");
+  expect(gpt, "gpt", 0, 64, "sm80_32x128x64");
+  expect(gpt, "gpt", 1, 64, "sm80_32x128x64");
+  expect(gpt, "gpt", 0, 128, "tma_128x128x64");
+  expect(gpt, "gpt", 0, 256, "tma_128x128x64");     /* 256 tiles: fewer than two per SM */
+  expect(gpt, "gpt", 0, 384, "tmap_pp_128x128x64"); /* 384 tiles */
+  expect(gpt, "gpt", 0, 512, "tmap_pp_128x128x64");
+  expect(gpt, "gpt", 1, 384, "tma_128x128x64"); /* down: 96 tiles, split-K */
+  expect(gpt, "gpt", 1, 512, "tma_128x128x64");
+  expect(gpt, "gpt", 0, 513, "tmap_pp_128x128x64");
+  /* Llama-3-8B: gate/up two streams (the table's tiles), down one */
+  Plan *l8 = compile_plan("bench/suite/llama3_8b_layer.ffn");
+  expect(l8, "8b", 0, 32, "sm80_32x128x64");
+  expect(l8, "8b", 0, 64, "sm80_64x128x64");
+  expect(l8, "8b", 1, 64, "sm80_32x128x64");
+  expect(l8, "8b", 1, 32, "sm80_16x128x128");
+  expect(l8, "8b", 0, 384, "tma_128x224x64"); /* two streams: ping-pong from 385 rows */
+  expect(l8, "8b", 0, 512, "tmap_pp_128x128x64");
+  expect(l8, "8b", 1, 512, "tma_128x128x64");
+  /* fp8 products keep the table's regimes */
+  Plan *f8 = compile_plan("bench/suite/llama3_8b_layer_f8.ffn");
+  expect(f8, "8b fp8", 1, 64, "sm80_64x128x64");
+  expect(f8, "8b fp8", 1, 32, "sm80_32x128x64");
+  plan_destroy(gpt);
+  plan_destroy(l8);
+  plan_destroy(f8);
+  return check_result("gemm_rule_test");
+}
