@@ -21,7 +21,7 @@ cd ../..
 # the kernel cache only while it fits the carry limit with the rest (the GPU machine's 16 cores
 # compile a model in about a second anyway)
 rm -f .devcarry/cache.tar.xz
-if [ "$(du -sm build/test-kernel-cache | cut -f1)" -lt 150 ]; then
+if [ -d build/test-kernel-cache ] && [ "$(du -sm build/test-kernel-cache | cut -f1)" -lt 150 ]; then
   tar cJf .devcarry/cache.tar.xz -C build test-kernel-cache
 fi
 cp -a /usr/lib/x86_64-linux-gnu/libjansson.so.4* .devcarry/lib/ 2>/dev/null || true
