@@ -13,6 +13,17 @@ function(ffn_gpu_model_test name model)
   set_tests_properties(${name} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 ENVIRONMENT "${FFNC_GPU_ENV}")
 endfunction()
 
+# A model with its GEMMs forced onto `variants` (FFNC_GEMM_VARIANT) at `tokens`, and split-K (3
+# splits) at 7, 130 and 1000 tokens: tests NAME and NAME_split3.
+function(ffn_gpu_forced_test name model variants tokens)
+  add_test(NAME ${name} COMMAND gpu_model_test ${model})
+  set_tests_properties(${name} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
+    ENVIRONMENT "${FFNC_GPU_ENV};FFNC_GEMM_VARIANT=${variants};FFNC_TEST_TOKENS=${tokens}")
+  add_test(NAME ${name}_split3 COMMAND gpu_model_test ${model})
+  set_tests_properties(${name}_split3 PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
+    ENVIRONMENT "${FFNC_GPU_ENV};FFNC_GEMM_VARIANT=${variants};FFNC_GEMM_SPLITS=3;FFNC_TEST_TOKENS=7,130,1000")
+endfunction()
+
 ffn_gpu_model_test(gpu_llama3_tiny examples/llama3_tiny.ffn)
 ffn_gpu_model_test(gpu_llama3_tiny_O0 examples/llama3_tiny.ffn -O0)
 ffn_gpu_model_test(gpu_llama3_tiny_aot examples/llama3_tiny.ffn --aot)
@@ -46,12 +57,7 @@ endforeach()
 # warpgroups (192-row tiles): e4m3 gated and e5m2 with f16 and LayerNorm, unsplit and with 3 splits.
 foreach(cfg tmap_coop_128x256x64 tma_192x128x64)
   foreach(model f8_llama_e4m3_bf16 f8_gpt_e5m2_f16)
-    add_test(NAME gpu_${cfg}_${model} COMMAND gpu_model_test tests/gpu/models/${model}.ffn)
-    set_tests_properties(gpu_${cfg}_${model} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
-      ENVIRONMENT "${FFNC_GPU_ENV};FFNC_GEMM_VARIANT=${cfg};FFNC_TEST_TOKENS=1,7,64,130,1000,4096")
-    add_test(NAME gpu_${cfg}_${model}_split3 COMMAND gpu_model_test tests/gpu/models/${model}.ffn)
-    set_tests_properties(gpu_${cfg}_${model}_split3 PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
-      ENVIRONMENT "${FFNC_GPU_ENV};FFNC_GEMM_VARIANT=${cfg};FFNC_GEMM_SPLITS=3;FFNC_TEST_TOKENS=7,130,1000")
+    ffn_gpu_forced_test(gpu_${cfg}_${model} tests/gpu/models/${model}.ffn ${cfg} "1,7,64,130,1000,4096")
   endforeach()
 endforeach()
 
@@ -64,13 +70,7 @@ endforeach()
 foreach(model examples/llama3_tiny tests/gpu/models/gpt_bf16 tests/gpu/models/geglu_oddk_bf16
         tests/gpu/models/wide_swiglu_bf16 tests/gpu/models/f8_llama_e4m3_bf16 tests/gpu/models/f8_gpt_e5m2_f16)
   get_filename_component(base ${model} NAME)
-  set(tmac "FFNC_GEMM_VARIANT=tmac_128x128x64,tmac_128x224x64")
-  add_test(NAME gpu_tmac_${base} COMMAND gpu_model_test ${model}.ffn)
-  set_tests_properties(gpu_tmac_${base} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
-    ENVIRONMENT "${FFNC_GPU_ENV};${tmac};FFNC_TEST_TOKENS=1,7,64,130,1000,4096")
-  add_test(NAME gpu_tmac_${base}_split3 COMMAND gpu_model_test ${model}.ffn)
-  set_tests_properties(gpu_tmac_${base}_split3 PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
-    ENVIRONMENT "${FFNC_GPU_ENV};${tmac};FFNC_GEMM_SPLITS=3;FFNC_TEST_TOKENS=7,130,1000")
+  ffn_gpu_forced_test(gpu_tmac_${base} ${model}.ffn "tmac_128x128x64,tmac_128x224x64" "1,7,64,130,1000,4096")
 endforeach()
 
 # The sm_90 epilogue's 16-bit stores 4 columns (8 bytes) wide (kernels/gemm_sm90.cuh,
@@ -79,12 +79,7 @@ endforeach()
 # one, an odd width stored pair by pair) and f16 with lone 8-column groups (wgrad_tails_f16).
 foreach(cfg tma_128x128x64 tma_128x256x64 tmac_128x128x64 tmap_pp_128x128x64 tmap_coop_128x256x64)
   foreach(model epi_tails_bf16 wgrad_tails_f16)
-    add_test(NAME gpu_quads_${cfg}_${model} COMMAND gpu_model_test tests/gpu/models/${model}.ffn)
-    set_tests_properties(gpu_quads_${cfg}_${model} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
-      ENVIRONMENT "${FFNC_GPU_ENV};FFNC_GEMM_VARIANT=${cfg};FFNC_TEST_TOKENS=1,7,64,130,1000")
-    add_test(NAME gpu_quads_${cfg}_${model}_split3 COMMAND gpu_model_test tests/gpu/models/${model}.ffn)
-    set_tests_properties(gpu_quads_${cfg}_${model}_split3 PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
-      ENVIRONMENT "${FFNC_GPU_ENV};FFNC_GEMM_VARIANT=${cfg};FFNC_GEMM_SPLITS=3;FFNC_TEST_TOKENS=7,130,1000")
+    ffn_gpu_forced_test(gpu_quads_${cfg}_${model} tests/gpu/models/${model}.ffn ${cfg} "1,7,64,130,1000")
   endforeach()
 endforeach()
 file(GLOB GPU_TEST_MODELS CONFIGURE_DEPENDS ${FFNC_TEST_DIR}/gpu/models/*.ffn)
