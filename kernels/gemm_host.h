@@ -181,6 +181,13 @@ static inline const ffn_gemm_config *ffn_gemm_configs(int *count) {
        * of 6, chunks of 24, 3 CTAs per SM at 8 tokens; measured slower (70B: 208 / 282 us) */
       {"wqd8v2n_8", FFN_GEMM_WQD, 8, 64, 32, 6, 16, 24, 128, 3, 3, 8, 2},
       {"wqd8v2n_16", FFN_GEMM_WQD, 16, 64, 32, 6, 16, 24, 128, 2, 2, 16, 2},
+      /* i4 design 2 candidates for the fixed cost per CTA (kernels/NOTES.md, "Twelfth session"):
+       * wqd4v2h, 4 warps and 4 CTAs per SM (the same 16 warps, each CTA's start and finish hidden
+       * by three others streaming); wqd4v2t, rings of 2 and 3 CTAs per SM (24 warps, <= 80
+       * registers); wqd4v2d, rings of 4 (6 KB in flight per warp) */
+      {"wqd4v2h_8", FFN_GEMM_WQD, 8, 64, 64, 3, 16, 12, 128, 4, 4, 8, 2},
+      {"wqd4v2t_8", FFN_GEMM_WQD, 8, 128, 64, 2, 16, 8, 256, 3, 3, 8, 2},
+      {"wqd4v2d_8", FFN_GEMM_WQD, 8, 128, 64, 4, 16, 16, 256, 2, 2, 8, 2},
   };
   if (count) *count = (int)(sizeof table / sizeof table[0]);
   return table;
@@ -217,10 +224,10 @@ static inline int ffn_gemm_config_fits(const ffn_gemm_config *c, long long cols,
   int n;
   const ffn_gemm_config *t = ffn_gemm_configs(&n);
   for (int i = 0; i < n; i++) {
-    /* alternatives: the same kind, regime, row tile, k step and warpgroup split, another width the element type
-     * can use (ffn_gemm_config_takes) */
+    /* alternatives: the same kind, regime, row tile, k step, warpgroup split and CTAs per SM, another width
+     * the element type can use (ffn_gemm_config_takes) */
     if (&t[i] == c || t[i].kind != c->kind || t[i].max_m != c->max_m || t[i].bm != c->bm || t[i].bk != c->bk || t[i].wm != c->wm ||
-        t[i].design != c->design || !ffn_gemm_config_takes(&t[i], fp8))
+        t[i].design != c->design || t[i].ctas_per_sm != c->ctas_per_sm || !ffn_gemm_config_takes(&t[i], fp8))
       continue;
     long long other = ffn_gemm_row_cost(&t[i], cols), mine = ffn_gemm_row_cost(c, cols);
     if (other < mine || (other == mine && &t[i] < c))
