@@ -207,11 +207,11 @@ endforeach()
 
 # The i4 decode kernels the rule does not pick, forced by family name (e.g. wqd4v3_8 up to 8
 # tokens, wqd4v3_16 up to 16): gemm_wqd (wqd4), gemm_wqdl's designs 3 and 4 (the rule's design
-# 2 runs in the tests above) and design 2's other shapes (wqd4v2h/t/d, up to 8 tokens: at 13 and 16
+# 2 runs in the tests above) and design 2 with rings of 2 (wqd4v2t, up to 8 tokens: at 13 and 16
 # the rule's), on every i4 model (g32 and f32 activations run gemm_wqd in
 # gemm_wqdl's place), at 1-16 tokens, with the rule's split-K and with 3 splits (steps of 256 k:
 # splits and chunks that end inside a group, and splits with no step at all for the small K).
-foreach(variant wqd4 wqd4v3 wqd4v4 wqd4v2h wqd4v2t wqd4v2d)
+foreach(variant wqd4 wqd4v3 wqd4v4 wqd4v2t)
   foreach(m ${GPU_TEST_MODELS})
     get_filename_component(base ${m} NAME_WE)
     if(base MATCHES "^wq_.*_i4")
