@@ -218,14 +218,19 @@ static inline long long ffn_gemm_row_cost(const ffn_gemm_config *c, long long co
   return (tiles + FFN_GEMM_TUNED_SMS - 1) / FFN_GEMM_TUNED_SMS * c->bn;
 }
 
+/* Whether b is a with another width only: the same kind, regime (max_m), row tile, k step, warpgroup
+ * split (or ring depth), design and CTAs per SM. */
+static inline int ffn_gemm_width_alternative(const ffn_gemm_config *a, const ffn_gemm_config *b) {
+  return a != b && a->kind == b->kind && a->max_m == b->max_m && a->bm == b->bm && a->bk == b->bk && a->wm == b->wm &&
+         a->design == b->design && a->ctas_per_sm == b->ctas_per_sm;
+}
+
 static inline int ffn_gemm_config_fits(const ffn_gemm_config *c, long long cols, int fp8) {
   int n;
   const ffn_gemm_config *t = ffn_gemm_configs(&n);
   for (int i = 0; i < n; i++) {
-    /* alternatives: the same kind, regime, row tile, k step, warpgroup split and CTAs per SM, another width
-     * the element type can use (ffn_gemm_config_takes) */
-    if (&t[i] == c || t[i].kind != c->kind || t[i].max_m != c->max_m || t[i].bm != c->bm || t[i].bk != c->bk || t[i].wm != c->wm ||
-        t[i].design != c->design || t[i].ctas_per_sm != c->ctas_per_sm || !ffn_gemm_config_takes(&t[i], fp8))
+    /* alternatives: another width the element type can use (ffn_gemm_config_takes) */
+    if (!ffn_gemm_width_alternative(c, &t[i]) || !ffn_gemm_config_takes(&t[i], fp8))
       continue;
     long long other = ffn_gemm_row_cost(&t[i], cols), mine = ffn_gemm_row_cost(c, cols);
     if (other < mine || (other == mine && &t[i] < c))

@@ -74,15 +74,11 @@ static void check_wqdl(const ffn_gemm_config *c) {
   }
 }
 
-/* A configuration the rule does not pick must still be compiled: no other of its kind, regime,
- * row tile, k step, ring depth, design and CTAs per SM that differs only in width
- * (ffn_gemm_config_fits would compile one of the two). */
+/* A configuration the rule does not pick must still be compiled: no other that differs from it
+ * only in width (ffn_gemm_config_fits would compile one of the two). */
 static void check_compiled(const ffn_gemm_config *t, int n, int i) {
   for (int j = 0; j < n; j++)
-    CHECK(j == i || t[j].kind != t[i].kind || t[j].max_m != t[i].max_m || t[j].bm != t[i].bm ||
-              t[j].bk != t[i].bk || t[j].wm != t[i].wm || t[j].design != t[i].design ||
-              t[j].ctas_per_sm != t[i].ctas_per_sm,
-          "%s and %s: alternatives of one regime", t[i].name, t[j].name);
+    CHECK(!ffn_gemm_width_alternative(&t[i], &t[j]), "%s and %s: alternatives of one regime", t[i].name, t[j].name);
 }
 
 static void check_wqd(const ffn_gemm_config *c) {
