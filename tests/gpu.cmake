@@ -14,14 +14,18 @@ function(ffn_gpu_model_test name model)
 endfunction()
 
 # A model with its GEMMs forced onto `variants` (FFNC_GEMM_VARIANT) at `tokens`, and split-K (3
-# splits) at 7, 130 and 1000 tokens: tests NAME and NAME_split3.
+# splits) at 7, 130 and 1000 tokens, or at the optional fifth argument's: tests NAME and NAME_split3.
 function(ffn_gpu_forced_test name model variants tokens)
+  set(split_tokens 7,130,1000)
+  if(ARGC GREATER 4)
+    set(split_tokens ${ARGV4})
+  endif()
   add_test(NAME ${name} COMMAND gpu_model_test ${model})
   set_tests_properties(${name} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
     ENVIRONMENT "${FFNC_GPU_ENV};FFNC_GEMM_VARIANT=${variants};FFNC_TEST_TOKENS=${tokens}")
   add_test(NAME ${name}_split3 COMMAND gpu_model_test ${model})
   set_tests_properties(${name}_split3 PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
-    ENVIRONMENT "${FFNC_GPU_ENV};FFNC_GEMM_VARIANT=${variants};FFNC_GEMM_SPLITS=3;FFNC_TEST_TOKENS=7,130,1000")
+    ENVIRONMENT "${FFNC_GPU_ENV};FFNC_GEMM_VARIANT=${variants};FFNC_GEMM_SPLITS=3;FFNC_TEST_TOKENS=${split_tokens}")
 endfunction()
 
 ffn_gpu_model_test(gpu_llama3_tiny examples/llama3_tiny.ffn)
@@ -205,46 +209,34 @@ foreach(m ${GPU_TEST_MODELS})
   endif()
 endforeach()
 
+# Weight-only decode families forced on every test model whose name matches `pattern`, at 1-16
+# tokens, with the rule's split-K and with 3.
+function(ffn_gpu_wq_forced pattern)
+  foreach(variant ${ARGN})
+    foreach(m ${GPU_TEST_MODELS})
+      get_filename_component(base ${m} NAME_WE)
+      if(base MATCHES "${pattern}")
+        file(RELATIVE_PATH rel ${PROJECT_SOURCE_DIR} ${m})
+        ffn_gpu_forced_test(gpu_${base}_${variant} ${rel} ${variant} "1,2,7,13,16" "1,2,7,13,16")
+      endif()
+    endforeach()
+  endforeach()
+endfunction()
+
 # The i4 decode kernels the rule does not pick, forced by family name (e.g. wqd4v3_8 up to 8
 # tokens, wqd4v3_16 up to 16): gemm_wqd (wqd4), gemm_wqdl's designs 3 and 4 (the rule's design
 # 2 runs in the tests above) and design 2 with rings of 2 (wqd4v2t, up to 8 tokens: at 13 and 16
 # the rule's), on every i4 model (g32 and f32 activations run gemm_wqd in
 # gemm_wqdl's place), at 1-16 tokens, with the rule's split-K and with 3 splits (steps of 256 k:
 # splits and chunks that end inside a group, and splits with no step at all for the small K).
-foreach(variant wqd4 wqd4v3 wqd4v4 wqd4v2t)
-  foreach(m ${GPU_TEST_MODELS})
-    get_filename_component(base ${m} NAME_WE)
-    if(base MATCHES "^wq_.*_i4")
-      file(RELATIVE_PATH rel ${PROJECT_SOURCE_DIR} ${m})
-      add_test(NAME gpu_${base}_${variant} COMMAND gpu_model_test ${rel})
-      set_tests_properties(gpu_${base}_${variant} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
-        ENVIRONMENT "${FFNC_GPU_ENV};FFNC_GEMM_VARIANT=${variant};FFNC_TEST_TOKENS=1,2,7,13,16")
-      add_test(NAME gpu_${base}_${variant}_split3 COMMAND gpu_model_test ${rel})
-      set_tests_properties(gpu_${base}_${variant}_split3 PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
-        ENVIRONMENT "${FFNC_GPU_ENV};FFNC_GEMM_VARIANT=${variant};FFNC_GEMM_SPLITS=3;FFNC_TEST_TOKENS=1,2,7,13,16")
-    endif()
-  endforeach()
-endforeach()
+ffn_gpu_wq_forced("^wq_.*_i4" wqd4 wqd4v3 wqd4v4 wqd4v2t)
 
 # The i8 decode candidates on gemm_wqdl (design 2, steps of four 32-k tiles), forced by family
 # name as above (wqd8v2_8 up to 8 tokens, wqd8v2_16 up to 16; wqd8v2n: 64-row CTAs, rings of 6),
 # on every i8 model (f32 activations run gemm_wqd in gemm_wqdl's place), at 1-16 tokens, with the
 # rule's split-K and with 3 (splits of whole 128-k steps: empty splits for K = 192-260, a last
 # step with one tile of codes for K = 360).
-foreach(variant wqd8v2 wqd8v2n)
-  foreach(m ${GPU_TEST_MODELS})
-    get_filename_component(base ${m} NAME_WE)
-    if(base MATCHES "^wq_.*_i8")
-      file(RELATIVE_PATH rel ${PROJECT_SOURCE_DIR} ${m})
-      add_test(NAME gpu_${base}_${variant} COMMAND gpu_model_test ${rel})
-      set_tests_properties(gpu_${base}_${variant} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
-        ENVIRONMENT "${FFNC_GPU_ENV};FFNC_GEMM_VARIANT=${variant};FFNC_TEST_TOKENS=1,2,7,13,16")
-      add_test(NAME gpu_${base}_${variant}_split3 COMMAND gpu_model_test ${rel})
-      set_tests_properties(gpu_${base}_${variant}_split3 PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
-        ENVIRONMENT "${FFNC_GPU_ENV};FFNC_GEMM_VARIANT=${variant};FFNC_GEMM_SPLITS=3;FFNC_TEST_TOKENS=1,2,7,13,16")
-    endif()
-  endforeach()
-endforeach()
+ffn_gpu_wq_forced("^wq_.*_i8" wqd8v2 wqd8v2n)
 
 # Tensor parallel: each rank's share of Llama-tiny (TP=2) compiles with NVRTC and its plan has
 # one allreduce step per sublayer (4).
