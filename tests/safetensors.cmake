@@ -1,4 +1,4 @@
-# safetensors reader and writer (runtime/safetensors.c). The fuzzer is in fuzz_safetensors.cmake.
+# safetensors reader and writer (runtime/safetensors.c). The fuzzer is in fuzz.cmake.
 set(ST_TESTS ${FFNC_TEST_DIR}/safetensors)
 ffn_c_test(safetensors_roundtrip SOURCES ${ST_TESTS}/test_roundtrip.c LABELS safetensors)
 ffn_c_test(safetensors_malformed SOURCES ${ST_TESTS}/test_malformed.c LABELS safetensors)
