@@ -12,6 +12,7 @@
 #include "check.h"
 #include "gpu_util.h"
 #include "runtime/rt.h"
+#include "tp_util.h"
 
 enum { RANKS = 2, D = 256 };
 
@@ -29,32 +30,6 @@ typedef struct {
   ffn_status status;
   char error[1024];
 } Rank;
-
-/* Random weights of a sensible scale, the same for every model (seeded by name order). */
-static void bind(ffn_model *m, const ffn_program *whole) {
-  const Plan *p = whole->plan;
-  uint64_t state = 0x9e3779b97f4a7c15ull;
-  for (int t = 0; t < p->ntensors; t++) {
-    const PlanTensor *pt = &p->tensors[t];
-    if (pt->kind != PT_WEIGHT)
-      continue;
-    int64_t shape[FFN_MAX_RANK];
-    size_t n = 1;
-    for (int d = 0; d < pt->rank; d++)
-      n *= (size_t)(shape[d] = pt->dims[d].size);
-    uint16_t *h = malloc(2 * n);
-    double scale = pt->rank == 2 ? 1.0 / sqrt((double)pt->dims[1].size) : 0.0;
-    for (size_t i = 0; i < n; i++) {
-      state ^= state << 13, state ^= state >> 7, state ^= state << 17;
-      double u = (double)(state >> 11) / 9007199254740992.0 * 2 - 1;
-      h[i] = f32_to_bf16_bits((float)(pt->rank == 2 ? u * scale * 1.7 : 1.0 + 0.1 * u));
-    }
-    DLTensor w = {h, {kDLCPU, 0}, pt->rank, dl_of(DT_BF16), shape, NULL, 0};
-    CHECK(ffn_model_bind_weight(m, pt->name, &w) == FFN_OK, "%s", ffn_last_error());
-    free(h);
-  }
-  CHECK(ffn_model_prepare(m) == FFN_OK, "%s", ffn_last_error());
-}
 
 static ffn_status run(ffn_model *m, int64_t tokens, const uint16_t *x, uint16_t *y) {
   int64_t shape[2] = {tokens, D};
@@ -149,12 +124,12 @@ int main(void) {
   ffn_program *whole = compile_tp(path, 1, 0), *share[RANKS];
   ffn_model *mw;
   CHECK(ffn_model_create(whole, 0, &mw) == FFN_OK, "%s", ffn_last_error());
-  bind(mw, whole);
+  tp_bind_weights(mw, whole);
   Rank ranks[RANKS] = {{0}};
   for (int r = 0; r < RANKS; r++) {
     share[r] = compile_tp(path, RANKS, r);
     CHECK(ffn_model_create(share[r], r, &ranks[r].m) == FFN_OK, "%s", ffn_last_error());
-    bind(ranks[r].m, whole);
+    tp_bind_weights(ranks[r].m, whole);
     ranks[r].rank = r;
   }
   static const struct {

@@ -15,36 +15,11 @@
 #include "check.h"
 #include "gpu_util.h"
 #include "runtime/rt.h"
+#include "tp_util.h"
 
 enum { D = 256 };
 
 #define CU(call) CHECK((call) == CUDA_SUCCESS, "%s", #call)
-
-/* Random weights of a sensible scale, the same for every model (tp_api_test's). */
-static void bind(ffn_model *m, const ffn_program *whole) {
-  const Plan *p = whole->plan;
-  uint64_t state = 0x9e3779b97f4a7c15ull;
-  for (int t = 0; t < p->ntensors; t++) {
-    const PlanTensor *pt = &p->tensors[t];
-    if (pt->kind != PT_WEIGHT)
-      continue;
-    int64_t shape[FFN_MAX_RANK];
-    size_t n = 1;
-    for (int d = 0; d < pt->rank; d++)
-      n *= (size_t)(shape[d] = pt->dims[d].size);
-    uint16_t *h = malloc(2 * n);
-    double scale = pt->rank == 2 ? 1.0 / sqrt((double)pt->dims[1].size) : 0.0;
-    for (size_t i = 0; i < n; i++) {
-      state ^= state << 13, state ^= state >> 7, state ^= state << 17;
-      double u = (double)(state >> 11) / 9007199254740992.0 * 2 - 1;
-      h[i] = f32_to_bf16_bits((float)(pt->rank == 2 ? u * scale * 1.7 : 1.0 + 0.1 * u));
-    }
-    DLTensor w = {h, {kDLCPU, 0}, pt->rank, dl_of(DT_BF16), shape, NULL, 0};
-    CHECK(ffn_model_bind_weight(m, pt->name, &w) == FFN_OK, "%s", ffn_last_error());
-    free(h);
-  }
-  CHECK(ffn_model_prepare(m) == FFN_OK, "%s", ffn_last_error());
-}
 
 /* y = m(x) for T tokens on a stream of m's device; captured: the call captured into a graph
  * (after a warm-up call, as a caller would), the graph launched twice. */
@@ -123,7 +98,7 @@ static void compare(const char *what, ffn_model *m, ffn_model *whole, int64_t T,
 static ffn_model *model(const ffn_program *p, const ffn_program *whole, int tp_blocks) {
   ffn_model *m;
   CHECK(ffn_model_create(p, 0, &m) == FFN_OK, "%s", ffn_last_error());
-  bind(m, whole);
+  tp_bind_weights(m, whole);
   m->tp_blocks = tp_blocks;
   return m;
 }
