@@ -1,5 +1,6 @@
-/* plan_util.h: a model file of the source tree (a path relative to FFNC_SOURCE_DIR) compiled
- * into its launch plan for sm_90 at -O3, for the tests that look at plans. Exits on error. */
+/* plan_util.h: a file of the source tree (a path relative to FFNC_SOURCE_DIR) read, or a model
+ * compiled into its launch plan for sm_90 at -O3, for the tests that look at sources and plans.
+ * Exits on error. */
 #ifndef FFNC_TESTS_PLAN_UTIL_H
 #define FFNC_TESTS_PLAN_UTIL_H
 
@@ -8,16 +9,42 @@
 
 #include "codegen/driver.h"
 
-/* A model of the source tree (FFNC_SOURCE_DIR/rel) compiled with options o: its plan, and its
- * optimized graph in *graph when graph is not NULL. Exits on any error. */
-static inline Plan *compile_plan_opts(const char *rel, const DriverOptions *o, Graph **graph) {
-  char path[4096], *text, err[512];
-  size_t len;
-  snprintf(path, sizeof path, "%s/%s", getenv("FFNC_SOURCE_DIR") ? getenv("FFNC_SOURCE_DIR") : ".", rel);
-  if (read_file(path, &text, &len, err, sizeof err) != 0) {
+/* rel relative to the source tree (FFNC_SOURCE_DIR, else .; absolute paths, such as generated
+ * models, as they are), in malloc'd memory. */
+static inline char *source_path(const char *rel) {
+  const char *root = getenv("FFNC_SOURCE_DIR");
+  char *p = malloc(4096);
+  if (!p) {
+    fprintf(stderr, "out of host memory\n");
+    exit(1);
+  }
+  if (rel[0] == '/')
+    snprintf(p, 4096, "%s", rel);
+  else
+    snprintf(p, 4096, "%s/%s", root ? root : ".", rel);
+  return p;
+}
+
+/* The text of a file of the source tree (source_path), its length in *len when len is not NULL.
+ * Exits on error. */
+static inline char *source_text(const char *rel, size_t *len) {
+  char *path = source_path(rel), *text, err[512];
+  size_t n;
+  if (read_file(path, &text, &n, err, sizeof err) != 0) {
     fprintf(stderr, "%s\n", err);
     exit(1);
   }
+  free(path);
+  if (len)
+    *len = n;
+  return text;
+}
+
+/* A model of the source tree (FFNC_SOURCE_DIR/rel) compiled with options o: its plan, and its
+ * optimized graph in *graph when graph is not NULL. Exits on any error. */
+static inline Plan *compile_plan_opts(const char *rel, const DriverOptions *o, Graph **graph) {
+  size_t len;
+  char *text = source_text(rel, &len), *path = source_path(rel);
   Diags d;
   diags_init(&d);
   Plan *p = NULL;
@@ -27,6 +54,7 @@ static inline Plan *compile_plan_opts(const char *rel, const DriverOptions *o, G
   }
   diags_free(&d);
   free(text);
+  free(path);
   return p;
 }
 

@@ -21,6 +21,7 @@
 #include "runtime/dlpack_dtype.h"
 #include "runtime/randinit.h"
 #include "runtime/safetensors.h"
+#include "plan_util.h" /* source_path */
 
 #define SKIP 77
 
@@ -479,17 +480,6 @@ static inline int reference(const Graph *g, const TensorSet *w, const TensorSet 
     return -1;
   }
   return 0;
-}
-
-/* rel relative to the source tree (absolute paths, such as generated models, as they are). */
-static inline char *source_path(const char *rel) {
-  const char *root = getenv("FFNC_SOURCE_DIR");
-  char *p = malloc(4096);
-  if (rel[0] == '/')
-    snprintf(p, 4096, "%s", rel);
-  else
-    snprintf(p, 4096, "%s/%s", root ? root : ".", rel);
-  return p;
 }
 
 #endif

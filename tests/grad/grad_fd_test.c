@@ -10,6 +10,7 @@
  * bf16 input cannot be perturbed by h). */
 #include "codegen/driver.h"
 #include "interp/util.h"
+#include "plan_util.h"
 
 enum { T = 3 };
 
@@ -122,15 +123,6 @@ static void check_model(const char *label, const char *text, const char *fuse) {
   free(t);
 }
 
-static char *example(const char *rel) {
-  char path[1024], *text, err[512];
-  size_t len;
-  snprintf(path, sizeof path, "%s/%s", getenv("FFNC_SOURCE_DIR") ? getenv("FFNC_SOURCE_DIR") : ".", rel);
-  if (read_file(path, &text, &len, err, sizeof err) != 0)
-    die("%s", err);
-  return text;
-}
-
 #define HEAD "model m\ndim T\ndim D = 6\ndim N = 4\ninput x : [T, D] f32\ninput y : [T, D] f32\n"
 
 int main(void) {
@@ -148,14 +140,14 @@ int main(void) {
                             "gate, up = chunk(y, 2)\no = p * silu(r)\noutput o\noutput up\n", NULL);
   const char *examples[] = {"examples/llama3_tiny.ffn", "examples/phi3_tiny.ffn", "examples/gpt2_tiny.ffn"};
   for (int i = 0; i < 3; i++) {
-    char *text = example(examples[i]);
+    char *text = source_text(examples[i], NULL);
     check_model(examples[i], text, NULL);
     free(text);
   }
-  char *fused = example("examples/llama3_tiny.ffn");
+  char *fused = source_text("examples/llama3_tiny.ffn", NULL);
   check_model("llama3_tiny with fuse ffn 0..3", fused, "0..3");
   free(fused);
-  fused = example("examples/gpt2_tiny.ffn"); /* layernorm with bias: the fold's rowsum */
+  fused = source_text("examples/gpt2_tiny.ffn", NULL); /* layernorm with bias: the fold's rowsum */
   check_model("gpt2_tiny with fuse ffn 0..2", fused, "0..2");
   free(fused);
   printf("worst relative error %.3g\n", worst);

@@ -10,6 +10,7 @@
  * naming them. (That the recompute gradients are right is grad_fd_test's job.) */
 #include "codegen/driver.h"
 #include "interp/util.h"
+#include "plan_util.h"
 #include "runtime/randinit.h"
 
 static double urand(unsigned *s) { return (double)(*s = *s * 1103515245u + 12345u) / 4294967296.0 * 2 - 1; }
@@ -198,15 +199,6 @@ static void check_model(const char *label, const char *text, const char *fuse, c
   graph_destroy(prog), graph_destroy(fwd), graph_destroy(rec), graph_destroy(keep);
 }
 
-static char *example(const char *rel) {
-  char path[1024], *text, err[512];
-  size_t len;
-  snprintf(path, sizeof path, "%s/%s", getenv("FFNC_SOURCE_DIR") ? getenv("FFNC_SOURCE_DIR") : ".", rel);
-  if (read_file(path, &text, &len, err, sizeof err) != 0)
-    die("%s", err);
-  return text;
-}
-
 int main(void) {
   static const struct {
     const char *file, *fuse, *name;
@@ -219,7 +211,7 @@ int main(void) {
       {"tests/gpu/models/layernorm_f32.ffn", NULL, NULL},
   };
   for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
-    char *text = example(models[i].file), label[256];
+    char *text = source_text(models[i].file, NULL), label[256];
     snprintf(label, sizeof label, "%s%s%s", models[i].file, models[i].fuse ? " fuse ffn " : "",
              models[i].fuse ? models[i].fuse : "");
     check_model(label, text, models[i].fuse, models[i].name);

@@ -13,6 +13,7 @@
  * largest measured, per type. */
 #include "codegen/driver.h"
 #include "interp/util.h"
+#include "plan_util.h"
 
 enum { T = 64 };
 
@@ -100,19 +101,10 @@ static void check_model(const char *label, const char *text, DType t, double bou
   free(tw);
 }
 
-static char *example(const char *rel) {
-  char path[1024], *text, err[512];
-  size_t len;
-  snprintf(path, sizeof path, "%s/%s", getenv("FFNC_SOURCE_DIR") ? getenv("FFNC_SOURCE_DIR") : ".", rel);
-  if (read_file(path, &text, &len, err, sizeof err) != 0)
-    die("%s", err);
-  return text;
-}
-
 int main(void) {
   static const char *models[] = {"examples/llama3_tiny.ffn", "examples/phi3_tiny.ffn", "tests/gpu/models/gpt_bf16.ffn"};
   for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
-    char *text = example(models[i]);
+    char *text = source_text(models[i], NULL);
     check_model(models[i], text, DT_BF16, 3e-2);
     check_model(models[i], text, DT_F16, 4e-3);
     free(text);
