@@ -10,6 +10,7 @@
  * suppressed error are dropped with it.
  */
 #include "frontend.h"
+#include "ir/fnv.h"
 
 #include <limits.h>
 #include <stdarg.h>
@@ -83,12 +84,7 @@ static void putf(Diags *d, const char *fmt, va_list ap) {
 
 static void putstr(Diags *d, const char *s) { put(d, s, strlen(s)); }
 
-static uint64_t hash_key(const char *p) {
-  uint64_t h = 1469598103934665603ull;
-  for (; *p; p++)
-    h = (h ^ (unsigned char)*p) * 1099511628211ull;
-  return h;
-}
+static uint64_t hash_key(const char *p) { return ffn_fnv_str(p, FFN_FNV_OFFSET); }
 
 /* Returns true if key was already reported; remembers it otherwise. `seen` is an open
  * addressing table (capseen a power of two): a loop that inlines a broken block thousands

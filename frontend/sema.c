@@ -26,6 +26,7 @@
  */
 #include "ast.h"
 #include "ir/size_limits.h"
+#include "ir/fnv.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -520,12 +521,7 @@ static Node *as_node(Sema *s, Val v, Span at) {
   return n;
 }
 
-static uint64_t hash_str(const char *p) {
-  uint64_t h = 1469598103934665603ull;
-  for (; *p; p++)
-    h = (h ^ (unsigned char)*p) * 1099511628211ull;
-  return h;
-}
+static uint64_t hash_str(const char *p) { return ffn_fnv_str(p, FFN_FNV_OFFSET); }
 
 /* Same as ir_weight (one node per tensor name, a second declaration must agree), with a
  * hash table: a loop may declare thousands of weights. */

@@ -26,6 +26,7 @@
  * cache_untrusted() says why (the library prints nothing; ffnc prints a note).
  */
 #include "rt.h"
+#include "../ir/fnv.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -103,30 +104,23 @@ const char *cache_directory(void) {
   return cache.usable ? cache.dir : NULL;
 }
 
-static uint64_t fnv(const void *data, size_t n, uint64_t h) {
-  const unsigned char *s = data;
-  for (size_t i = 0; i < n; i++)
-    h = (h ^ s[i]) * 1099511628211ull;
-  return h;
-}
-static const uint64_t FNV_OFFSET = 1469598103934665603ull;
 
 static bool entry_path(const char *key, size_t keylen, char *buf, size_t len) {
   pthread_once(&cache_once, resolve);
   if (!cache.usable)
     return false;
-  snprintf(buf, len, "%s/%016llx%016llx.bin", cache.dir, (unsigned long long)fnv(key, keylen, FNV_OFFSET),
-           (unsigned long long)fnv(key, keylen, 0x84222325cbf29ce4ull));
+  snprintf(buf, len, "%s/%016llx%016llx.bin", cache.dir, (unsigned long long)ffn_fnv(key, keylen, FFN_FNV_OFFSET),
+           (unsigned long long)ffn_fnv(key, keylen, FFN_FNV_OFFSET2));
   return true;
 }
 
 /* The checksum of an entry: its lengths, kind, key and image. */
 static uint64_t entry_sum(uint64_t klen, uint64_t ilen, unsigned char ptx, const void *key, const void *img) {
-  uint64_t h = fnv(&klen, 8, FNV_OFFSET);
-  h = fnv(&ilen, 8, h);
-  h = fnv(&ptx, 1, h);
-  h = fnv(key, (size_t)klen, h);
-  return fnv(img, (size_t)ilen, h);
+  uint64_t h = ffn_fnv(&klen, 8, FFN_FNV_OFFSET);
+  h = ffn_fnv(&ilen, 8, h);
+  h = ffn_fnv(&ptx, 1, h);
+  h = ffn_fnv(key, (size_t)klen, h);
+  return ffn_fnv(img, (size_t)ilen, h);
 }
 
 static bool ptx_terminated(const void *img, size_t size) { return size > 0 && ((const char *)img)[size - 1] == 0; }

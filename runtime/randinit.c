@@ -1,5 +1,6 @@
 /* randinit.c: see randinit.h. */
 #include "randinit.h"
+#include "../ir/fnv.h"
 
 #include <math.h>
 #include <stdbool.h>
@@ -24,10 +25,7 @@ static double rng_normal(Rng *r) {
 }
 
 static uint64_t hash_name(const char *s, uint64_t seed) {
-  uint64_t h = 1469598103934665603ull ^ (seed * 0x9e3779b97f4a7c15ull);
-  for (; *s; s++)
-    h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return h;
+  return ffn_fnv_str(s, FFN_FNV_OFFSET ^ (seed * 0x9e3779b97f4a7c15ull));
 }
 
 /* Whether n reads the gradient of an output (an input `grad.*` of a backward graph); seen[id]

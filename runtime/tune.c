@@ -15,6 +15,7 @@
 #include "rt.h"
 
 #include "../ir/size_limits.h"
+#include "../ir/fnv.h"
 
 #include <dirent.h>
 #include <math.h>
@@ -28,18 +29,11 @@ enum { WARMUP = 2, SAMPLES = 7, MAX_BATCH = 50, MAX_CANDIDATES = PLAN_MAX_VARIAN
 
 static const int64_t default_rows[] = {1, 16, 64, 128, 256, 512, 1024, 4096, 8192};
 
-static uint64_t fnv(const void *data, size_t n, uint64_t h) {
-  const unsigned char *s = data;
-  for (size_t i = 0; i < n; i++)
-    h = (h ^ s[i]) * 1099511628211ull;
-  return h;
-}
-
 /* ---- keys ---- */
 
 static void mix(uint64_t h[2], const void *data, size_t n) {
-  h[0] = fnv(data, n, h[0]);
-  h[1] = fnv(data, n, h[1]);
+  h[0] = ffn_fnv(data, n, h[0]);
+  h[1] = ffn_fnv(data, n, h[1]);
 }
 
 /* Kernel `kernel`'s generated text, its section of the plan's source less the heading and the
@@ -66,7 +60,7 @@ static bool mix_source(uint64_t h[2], const char *src, int kernel) {
 
 void tune_kernel_id(const ffn_program *p, int kernel, char out[33]) {
   const PlanKernel *k = &p->plan->kernels[kernel];
-  uint64_t h[2] = {1469598103934665603ull, 0x84222325cbf29ce4ull};
+  uint64_t h[2] = {FFN_FNV_OFFSET, FFN_FNV_OFFSET2};
   char head[160];
   int n = snprintf(head, sizeof head, "%s n %lld k %lld streams %d splittable %d variants %d", p->plan->arch,
                    (long long)k->n, (long long)k->k, k->streams, (int)k->splittable, k->nvariants);

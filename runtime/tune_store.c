@@ -1,6 +1,7 @@
 /* tune_store.c: the file format of tuned GEMM choices (tune.h): writing, strict parsing,
  * checking against the loading model's key, and the bucket a call uses. No CUDA here. */
 #include "tune.h"
+#include "../ir/fnv.h"
 
 #include <errno.h>
 #include <math.h>
@@ -14,13 +15,6 @@
 static const char MAGIC[] = "ffnc-tune 1\n";
 enum { MAX_FILE = 64 * 1024 };
 
-static uint64_t fnv(const void *data, size_t n, uint64_t h) {
-  const unsigned char *s = data;
-  for (size_t i = 0; i < n; i++)
-    h = (h ^ s[i]) * 1099511628211ull;
-  return h;
-}
-static const uint64_t FNV_OFFSET = 1469598103934665603ull;
 
 /* Text fields are one line each: a name with a line break or a control byte (no device
  * has one) is written with '?' in its place, and then matches no key. */
@@ -60,7 +54,7 @@ char *tune_format(const TuneEntry *e) {
     free(out);
     return NULL;
   }
-  snprintf(out + at, cap - at, "sum %016llx\n", (unsigned long long)fnv(out, at, FNV_OFFSET));
+  snprintf(out + at, cap - at, "sum %016llx\n", (unsigned long long)ffn_fnv(out, at, FFN_FNV_OFFSET));
   return out;
 }
 
@@ -156,7 +150,7 @@ int tune_parse(const char *text, size_t len, const TuneKey *want, TuneEntry *out
   char *hex_end;
   errno = 0;
   unsigned long long stored = strtoull(line + 4, &hex_end, 16);
-  if (*hex_end || errno || fnv(text, (size_t)(sum - text), FNV_OFFSET) != stored)
+  if (*hex_end || errno || ffn_fnv(text, (size_t)(sum - text), FFN_FNV_OFFSET) != stored)
     return fail(why, whylen, "damaged (checksum mismatch)");
 
   /* the key lines must be exactly the loading model's */
@@ -199,8 +193,8 @@ void tune_path(const char *dir, const TuneKey *k, char *buf, size_t len) {
   char text[2048];
   int n = key_lines(k, text, sizeof text);
   size_t m = n < 0 ? 0 : (size_t)n < sizeof text ? (size_t)n : sizeof text - 1;
-  snprintf(buf, len, "%s/tune-%016llx%016llx.txt", dir, (unsigned long long)fnv(text, m, FNV_OFFSET),
-           (unsigned long long)fnv(text, m, 0x84222325cbf29ce4ull));
+  snprintf(buf, len, "%s/tune-%016llx%016llx.txt", dir, (unsigned long long)ffn_fnv(text, m, FFN_FNV_OFFSET),
+           (unsigned long long)ffn_fnv(text, m, FFN_FNV_OFFSET2));
 }
 
 int tune_save(const char *dir, const TuneEntry *e, char *why, size_t whylen) {
