@@ -53,13 +53,7 @@ static int run_graph_cpu(const Graph *g, const AnalyzeInput *in, float **outs, s
   return 0;
 }
 
-static int fail_status(ffn_status s) {
-  if (s == FFN_ERR_SOURCE)
-    fputs(ffn_last_error(), stderr);
-  else
-    cli_error("analyze: %s", ffn_last_error());
-  return cli_status_exit(s);
-}
+static int fail_status(ffn_status s) { return cli_fail("analyze", NULL, s); }
 
 /* The program's inputs from the calibration file, as host DLTensors. */
 static int gpu_inputs(const ffn_program *p, const AnalyzeInput *in, DLTensor *dl) {

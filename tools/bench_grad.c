@@ -67,13 +67,7 @@ typedef struct {
   bool check_ok;
 } GradResult;
 
-static void die(const char *file, ffn_status s) {
-  if (s == FFN_ERR_SOURCE)
-    fputs(ffn_last_error(), stderr);
-  else
-    cli_error("bench: %s: %s", file, ffn_last_error());
-  exit(cli_status_exit(s));
-}
+static void die(const char *file, ffn_status s) { exit(cli_fail("bench", file, s)); }
 
 static void run_fwd(void *p, int rot, CUstream s) {
   Step *st = p;

@@ -25,13 +25,7 @@
 static const CuApi *cu;
 static const NcclApi *nccl;
 
-static void die(const char *file, ffn_status s) {
-  if (s == FFN_ERR_SOURCE)
-    fputs(ffn_last_error(), stderr);
-  else
-    cli_error("bench: %s: %s", file, ffn_last_error());
-  exit(cli_status_exit(s));
-}
+static void die(const char *file, ffn_status s) { exit(cli_fail("bench", file, s)); }
 
 enum { MAX_IO = 16 };
 

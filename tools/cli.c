@@ -27,6 +27,16 @@ void cli_error(const char *fmt, ...) {
   fputc('\n', stderr);
 }
 
+int cli_fail(const char *cmd, const char *file, ffn_status s) {
+  if (s == FFN_ERR_SOURCE)
+    fputs(ffn_last_error(), stderr);
+  else if (file)
+    cli_error("%s: %s: %s", cmd, file, ffn_last_error());
+  else
+    cli_error("%s: %s", cmd, ffn_last_error());
+  return cli_status_exit(s);
+}
+
 void cli_parser_init(CliParser *p, const char *cmd, const CliOpt *opts, int argc, char **argv) {
   *p = (CliParser){.cmd = cmd, .opts = opts, .argc = argc, .argv = argv, .next = 1};
 }

@@ -108,6 +108,9 @@ int cli_lookup_st(void *ctx, const char *name, RawTensor *out);
 
 /* Prints "ffnc: error: ..." to stderr. */
 void cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The library's last error for status s on stderr (a source diagnostic as the front end wrote it,
+ * anything else as "ffnc: error: CMD: [FILE: ]message"), and the exit status for s. */
+int cli_fail(const char *cmd, const char *file, ffn_status s);
 
 /* cmd_build.c: the exit status for an API status (cli.md: 1 files, 2 usage, 3 device), and
  * the API options for the compile arguments (with the NVRTC step's report: a line per program

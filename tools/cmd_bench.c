@@ -925,13 +925,8 @@ static int compile_models(const BenchArgs *b, Model *models) {
         models[m].type = models[m].g->outputs[i].node->dtype;
     fprintf(stderr, "bench: compiling %s\n", b->files[m]);
     ffn_status s = compile_model(&models[m], &b->ca);
-    if (s != FFN_OK) {
-      if (s == FFN_ERR_SOURCE)
-        fputs(ffn_last_error(), stderr);
-      else
-        cli_error("bench: %s", ffn_last_error());
-      return cli_status_exit(s);
-    }
+    if (s != FFN_OK)
+      return cli_fail("bench", NULL, s);
   }
   return -1;
 }
