@@ -443,10 +443,10 @@ static PlanKernel gemm_kernel(Kgen *k, Buf *body) {
      * rows the extra launch costs more than it saves (measured: 128 tokens 3-7% slower). */
     bool ext = tc && c->max_m == 0 && gr->stats > 0 && !k->f8; /* fp8: the quantizer's statistics */
     emit_gemm_entry(k, c, ext, body);
-    int max_m = ffn_gemm_regime(c, (int)gr->streams, tc && !k->f8 && !k->wq_bits);
+    ffn_gemm_config cfg = *c; /* the regime this product serves with it */
+    cfg.max_m = ffn_gemm_regime(c, (int)gr->streams, tc && !k->f8 && !k->wq_bits);
     pk.variants[pk.nvariants++] = (KernelVariant){
-        .threads = c->threads, .smem = (int)ffn_gemm_smem_bytes(c, (int)dtype_bytes(t, 1)), .max_m = max_m, .cfg = *c, .ext_stats = ext};
-    pk.variants[pk.nvariants - 1].cfg.max_m = max_m;
+        .threads = c->threads, .smem = (int)ffn_gemm_smem_bytes(c, (int)dtype_bytes(t, 1)), .max_m = cfg.max_m, .cfg = cfg, .ext_stats = ext};
   }
   return pk;
 }
