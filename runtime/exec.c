@@ -362,6 +362,7 @@ static ffn_status acquire(ffn_model *m, CUstream stream, size_t tiles, size_t re
   size_t ncounters = tiles > w->ncounters ? tiles : w->ncounters;
   bool grow = w->size < counters_bytes(ncounters) + rest || ncounters > w->ncounters;
   if (st == FFN_OK && grow) {
+    const bool regrow = w->base != 0;
     /* the old allocation may still be read by work queued earlier (never the case for a
      * capture, which only takes a workspace that is large enough or a new one) */
     if (w->base) {
@@ -373,7 +374,10 @@ static ffn_status acquire(ffn_model *m, CUstream stream, size_t tiles, size_t re
       w->base = 0;
       w->size = w->ncounters = 0;
     }
-    size_t size = counters_bytes(ncounters) + rest + rest / 4; /* room for more tokens next time */
+    /* exactly what this call needs the first time (a fixed-shape loop, training or a fixed batch,
+     * keeps no unused headroom); a quarter more when a later call outgrows it (room for more
+     * tokens next time, so that growing token counts reallocate a few times, not at every call) */
+    size_t size = counters_bytes(ncounters) + rest + (regrow ? rest / 4 : 0);
     if (st == FFN_OK && (r = m->cu->cuMemAlloc(&w->base, size)) == CUDA_ERROR_OUT_OF_MEMORY &&
         size > counters_bytes(ncounters) + rest) /* without the headroom, it may still fit */
       r = m->cu->cuMemAlloc(&w->base, size = counters_bytes(ncounters) + rest);
