@@ -301,21 +301,26 @@ template <int S> __device__ __forceinline__ bool gemm_brow_valid(int row, int N)
 
 // Split-K arrival. Every thread has written its partials to ws; returns true (in every thread) in
 // the CTA that arrives last for this tile, which then reads the other partials. The counter is reset
-// by that CTA, so each launch leaves it zero. Pattern: CUDA sample threadFenceReduction.
+// by that CTA, so each launch leaves it zero. One thread fences, after the barrier (the barrier
+// orders the CTA's writes before it, and the fence is cumulative: release before the count, acquire
+// after it, the second barrier handing that on), as CUTLASS's semaphores do, instead of every thread
+// (each thread's fence.sc waited for the memory system: 0.36 cycles per issued instruction of the
+// i4 decode kernel, kernels/NOTES.md "Call 2").
 __device__ __forceinline__ bool gemm_splitk_arrive(unsigned *counter, int splits) {
   __shared__ unsigned s_is_last;
-  __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) {
+    __threadfence();
     unsigned prev = atomicAdd(counter, 1u);
     unsigned last = prev == (unsigned)(splits - 1);
-    if (last) atomicExch(counter, 0u);
+    if (last) {
+      atomicExch(counter, 0u);
+      __threadfence();
+    }
     s_is_last = last;
   }
   __syncthreads();
-  bool last = s_is_last != 0;
-  if (last) __threadfence();
-  return last;
+  return s_is_last != 0;
 }
 
 } // namespace ffn
