@@ -183,7 +183,8 @@ __device__ __forceinline__ void gemm_wqd(const GemmArgs &g, const float *__restr
   // LAST: the split's last tile, whose second 32-k block may lie past K.
   auto tile = [&](int i, int d, const T *at, auto last) { // i: a step
     constexpr bool LAST = decltype(last)::value;
-    copy(i + DEPTH - 1, (d + DEPTH - 1) % DEPTH); // into the slot step i - 1 was read from
+    if (I4) __syncwarp(); // every lane has read step i - 1's scales (other lanes copied them) ...
+    copy(i + DEPTH - 1, (d + DEPTH - 1) % DEPTH); // ... before its slot is refilled
     cp_async_wait<DEPTH - 1>();                   // step i has landed (this lane's part) ...
     if (I4) __syncwarp();                         // ... and the warp's scales
     if (!active) return;
