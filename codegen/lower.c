@@ -607,7 +607,8 @@ static const struct {
 } wgrad_forms[] = {{"", DT_NONE, false}, {"_bf16", DT_BF16, false}, {"_f32acc", DT_F32, true}, {"_bf16acc", DT_BF16, true}};
 
 /* The kernel of a weight gradient on sm_90: entry points on the same slots, matmul_at_sm90 on
- * wgmma (kernels/grad_sm90.cuh, the tiles of ffn_wgrad_config), the variant the runtime launches,
+ * wgmma (kernels/grad_sm90.cuh, the tiles of ffn_wgrad_config; operands a and b, args.p[0] and [1],
+ * read through the tensor maps of the second argument, runtime/exec.c: wgrad_maps), the variant the runtime launches,
  * then `mma_call` (matmul_at_tc), kept for comparison (FFNC_WGRAD=mma, runtime/exec.c), then the
  * direct forms of wgrad_forms (variants with `out` set, same tiles). */
 static int wgrad_sm90_kernel(Gen *G, const Node *n, const char *mma_call, int64_t K, int64_t N, const char *what) {
@@ -623,12 +624,13 @@ static int wgrad_sm90_kernel(Gen *G, const Node *n, const char *mma_call, int64_
                          .out = wgrad_forms[f].out, .accumulate = wgrad_forms[f].accumulate};
     v->cfg.name = arena_printf(G->g->arena, "%s%s", c->name, wgrad_forms[f].suffix);
     buf_printf(&body,
-               "extern \"C\" __global__ void __launch_bounds__(%d, 1) @_%s(const __grid_constant__ ffn::KArgs args) {\n"
+               "extern \"C\" __global__ void __launch_bounds__(%d, 1) @_%s(const __grid_constant__ ffn::KArgs args, "
+               "const __grid_constant__ ffn::TmaMaps t) {\n"
                "  extern __shared__ __align__(128) char smem[];\n"
                "  ffn::pdl_entry();\n"
-               "  ffn::matmul_at_sm90<%d, %d, %d, %d, %s>((const %s *)args.p[0], (const %s *)args.p[1], (%s *)args.p[2], "
+               "  ffn::matmul_at_sm90<%d, %d, %d, %d, %s, %s>(&t, (%s *)args.p[2], "
                "args.m, %lld, %lld, args.splits, args.ws, args.counters, smem);\n}\n",
-               c->threads, v->cfg.name, c->bm, c->bn, c->bk, c->stages, v->accumulate ? "true" : "false", t, t,
+               c->threads, v->cfg.name, c->bm, c->bn, c->bk, c->stages, v->accumulate ? "true" : "false", t,
                gen_ctype(out), (long long)K, (long long)N);
     if (f == 0) {
       buf_printf(&body, "extern \"C\" __global__ void __launch_bounds__(256) @_mma(const __grid_constant__ ffn::KArgs args) {\n"

@@ -19,10 +19,13 @@
 // wgmma m64nBNk16, BT / 16 of them per stage, descriptors from wgmma_desc_sw128_mn. No transposes and
 // no extra memory; matmul_at_tc (grad.cuh) does the same with ldmatrix .trans and mma.sync.
 //
-// Warp specialization as in gemm_sm90: warpgroup 0 copies the stages with 16-byte cp.async (zero
-// fill past the tokens and the columns), each thread's cp.async.mbarrier.arrive.noinc completing the
-// stage's "full" barrier; warpgroups 1 and 2 consume, one wgmma group in flight, and hand a stage back
+// Warp specialization as in gemm_sm90: one thread of warpgroup 0 loads the stages with the Tensor
+// Memory Accelerator (a box {64 columns, BT tokens} per block through tensor maps of a and b,
+// runtime/exec.c: wgrad_maps; zeros past the tokens and the columns), each stage's "full" barrier
+// completing on its bytes; warpgroups 1 and 2 consume, one wgmma group in flight, and hand a stage back
 // on its "empty" barrier (one arrival per consumer warp) once the group that read it has completed.
+// (A cp.async producer of 128 threads fed the tiles before: 181-187 us per 8B wgrad kernel at 1024
+// tokens against TMA's 173-177, kernels/NOTES.md "Thirteenth session".)
 // Persistent as gemm_sm90p's cooperative kernel: each CTA loops over the work items (output tile,
 // split) blockIdx.x, + gridDim.x, ..., and the producer runs on into the next item's tokens while the
 // consumers store the current tile, so that a tile starts with a full ring.
@@ -71,56 +74,38 @@ template <int BM, int BN, int BT> struct WgradStage {
   static constexpr int BYTES = (A_BLOCKS + B_BLOCKS) * BLOCK;
 };
 
-// Producer warpgroup (threads 0-127): thread t copies 16-byte chunk t % 8 of token rows t / 8,
-// t / 8 + 16, ... of every block of every stage, in the CTA's item order.
-template <int BM, int BN, int BT, int STAGES, class T>
-__device__ __forceinline__ void wgrad_produce(const T *__restrict__ a, const T *__restrict__ b, long long rows, int K,
-                                              int N, int splits, u32 sbase, u32 bars) {
+// Producer (thread 0 of warpgroup 0): each block of a stage is one TMA box {64 columns, BT tokens} of
+// a [rows, K] or b [rows, N], landing in the 128B-swizzled layout above (zeros outside, their bytes
+// counted all the same); the stage's "full" barrier completes on its bytes.
+template <int BM, int BN, int BT, int STAGES>
+__device__ __forceinline__ void wgrad_produce(const TmaMaps *t, long long rows, int K, int N, int splits, u32 sbase,
+                                              u32 bars) {
   typedef WgradStage<BM, BN, BT> St;
-  constexpr int RPP = 16; // token rows per pass: 8 threads per 128-byte row
-  static_assert(BT % RPP == 0, "whole producer passes");
-  const int tid = threadIdx.x, ch = tid % 8, r0 = tid / 8;
-  const u32 dst0 = sbase + (u32)(r0 * 128 + ((ch ^ (r0 & 7)) << 4)); // RPP % 8 == 0: one swizzle for all passes
+  if (threadIdx.x != 0) return;
   const int tiles_m = (K + BM - 1) / BM, tiles_n = (N + BN - 1) / BN, items = tiles_m * tiles_n * splits;
   const int ktiles = (int)((rows + BT - 1) / BT);
+  if (ktiles > 0) { // no tokens: no maps (wgrad_maps) and nothing to load
+    tma_prefetch_map(&t->a);
+    tma_prefetch_map(&t->b);
+  }
   int s = 0, loaded = 0; // ring slot; stages filled so far, saturating at STAGES
   u32 phase = 0;
   for (int w = blockIdx.x; w < items; w += gridDim.x) {
     const WgradItem it = wgrad_item<BM, BN>(w, tiles_m, tiles_n, ktiles, splits);
-    u32 a_ok = 0, b_ok = 0; // blocks whose chunk ch lies inside a's / b's columns (K, N % 8 == 0)
-#pragma unroll
-    for (int cb = 0; cb < St::A_BLOCKS; ++cb)
-      if (it.m0 + cb * 64 + ch * 8 < K) a_ok |= 1u << cb;
-#pragma unroll
-    for (int cb = 0; cb < St::B_BLOCKS; ++cb)
-      if (it.n0 + cb * 64 + ch * 8 < N) b_ok |= 1u << cb;
     for (int j = 0; j < it.nk; ++j) {
       if (loaded == STAGES) mbar_wait<true>(bars + 8 * (STAGES + s), phase ^ 1u); // the slot's last stage released
       else ++loaded;
-      const long long t0 = (long long)(it.kt0 + j) * BT + r0;
-      const u32 dst = dst0 + (u32)(s * St::BYTES);
+      const u32 full = bars + 8 * s, dst = sbase + (u32)(s * St::BYTES);
+      const int t0 = (it.kt0 + j) * BT;
+      mbar_expect_tx(full, St::BYTES);
 #pragma unroll
-      for (int i = 0; i < BT / RPP; ++i) {
-        const long long t = t0 + i * RPP;
-        const bool in = t < rows;
-        const T *pa = a + t * K + it.m0 + ch * 8, *pb = b + t * N + it.n0 + ch * 8;
+      for (int cb = 0; cb < St::A_BLOCKS; ++cb) tma_load_2d(dst + cb * St::BLOCK, &t->a, it.m0 + cb * 64, t0, full);
 #pragma unroll
-        for (int cb = 0; cb < St::A_BLOCKS; ++cb) {
-          const bool ok = in && ((a_ok >> cb) & 1);
-          cp_async16(dst + cb * St::BLOCK + i * RPP * 128, ok ? (const void *)(pa + cb * 64) : (const void *)a, ok);
-        }
-#pragma unroll
-        for (int cb = 0; cb < St::B_BLOCKS; ++cb) {
-          const bool ok = in && ((b_ok >> cb) & 1);
-          cp_async16(dst + St::A_BYTES + cb * St::BLOCK + i * RPP * 128, ok ? (const void *)(pb + cb * 64) : (const void *)b,
-                     ok);
-        }
-      }
-      cp_async_mbar_arrive(bars + 8 * s);
+      for (int cb = 0; cb < St::B_BLOCKS; ++cb)
+        tma_load_2d(dst + St::A_BYTES + cb * St::BLOCK, &t->b, it.n0 + cb * 64, t0, full);
       if (++s == STAGES) s = 0, phase ^= 1u;
     }
   }
-  cp_async_wait_all();
 }
 
 // A pair of adjacent outputs of a row, the first at an even column (N % 8 == 0: both inside, the
@@ -278,11 +263,11 @@ __device__ __forceinline__ void wgrad_consume(TO *__restrict__ out, long long ro
 
 // Shared memory (dynamic, gemm_sm90_smem_bytes<BM, BN, BT, STAGES>() bytes): the ring of STAGES
 // stages, then the mbarriers (full[s] at +8s, empty[s] at +8(STAGES + s)) and the split-K flag; the
-// base is realigned to 1024 bytes (the swizzle atom). ACC: out += a^T b (f32 or bf16 out).
-template <int BM, int BN, int BT, int STAGES, bool ACC = false, class T, class TO>
-__device__ __forceinline__ void matmul_at_sm90(const T *__restrict__ a, const T *__restrict__ b, TO *__restrict__ out,
-                                               long long rows, int K, int N, int splits, float *ws, unsigned *counters,
-                                               char *smem) {
+// base is realigned to 1024 bytes (the swizzle atom). ACC: out += a^T b (f32 or bf16 out). t: the
+// tensor maps of a and b (T, their 16-bit type, is named by the caller).
+template <int BM, int BN, int BT, int STAGES, bool ACC, class T, class TO>
+__device__ __forceinline__ void matmul_at_sm90(const TmaMaps *t, TO *__restrict__ out, long long rows, int K, int N,
+                                               int splits, float *ws, unsigned *counters, char *smem) {
   typedef WgradStage<BM, BN, BT> St;
   static_assert(BM == 128, "two consumer warpgroups of 64 output rows");
   static_assert(BN == 128 || BN == 256, "BN: 128 or 256 (wgmma_ss_mn)");
@@ -300,15 +285,15 @@ __device__ __forceinline__ void matmul_at_sm90(const T *__restrict__ a, const T 
   if (tid == 0) {
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
-      mbar_init(bars + 8 * s, 128);          // one arrival per producer thread
-      mbar_init(bars + 8 * (STAGES + s), 8); // one per consumer warp
+      mbar_init(bars + 8 * s, 1);            // the producer's expect_tx
+      mbar_init(bars + 8 * (STAGES + s), 8); // one arrival per consumer warp
     }
     fence_barrier_init();
   }
   __syncthreads();
   if (wg == 0) {
     setmaxnreg_dec<56>(); // 56 x 128 + 224 x 256 <= 65536: the SM's registers, one CTA
-    wgrad_produce<BM, BN, BT, STAGES>(a, b, rows, K, N, splits, sbase, bars);
+    wgrad_produce<BM, BN, BT, STAGES>(t, rows, K, N, splits, sbase, bars);
   } else {
     setmaxnreg_inc<224>(); // the 64 x 256 f32 accumulator alone is 128 per thread
     wgrad_consume<BM, BN, BT, STAGES, ACC, T>(out, rows, K, N, splits, ws, counters, sbase, bars, flag);
@@ -317,8 +302,8 @@ __device__ __forceinline__ void matmul_at_sm90(const T *__restrict__ a, const T 
 
 #else // not sm_90a
 
-template <int BM, int BN, int BT, int STAGES, bool ACC = false, class T, class TO>
-__device__ __forceinline__ void matmul_at_sm90(const T *, const T *, TO *, long long, int, int, int, float *, unsigned *,
+template <int BM, int BN, int BT, int STAGES, bool ACC, class T, class TO>
+__device__ __forceinline__ void matmul_at_sm90(const TmaMaps *, TO *, long long, int, int, int, float *, unsigned *,
                                                char *) {
   static_assert(sizeof(T) == 0, "matmul_at_sm90 needs the sm_90a target (--gpu-architecture=sm_90a)");
 }

@@ -684,22 +684,15 @@ ffn_status exec_allreduce(ExecRun *run, int step, CUstream stream) {
   return FFN_OK;
 }
 
-/* The tensor map of a TMA GEMM's operand (b: 0 for A, 1 for B): a row-major [rows, K] matrix of
- * 16-bit units (fp8 codes in pairs) at ptr, loaded in the configuration's boxes with the 128-byte
- * swizzle the wgmma descriptors expect, zeros outside; with kn, B as a row-major [K, rows] matrix
- * (the variant's b_kn: gemm_sm90p.cuh, B_KN). */
-static ffn_status tma_map(const ffn_model *m, const PlanKernel *k, const ffn_gemm_config *c, int b, bool kn,
-                          CUdeviceptr ptr, long long rows, TmaMap *map) {
+/* A tensor map over a row-major [rows, cols] matrix of 16-bit units at ptr (fp8 codes in pairs),
+ * loaded in boxes of box0 columns by box1 rows with the 128-byte swizzle the wgmma descriptors
+ * expect, zeros outside; `what` names the operand in the error. */
+static ffn_status encode_map(const ffn_model *m, TmaMap *map, CUdeviceptr ptr, long long cols, long long rows,
+                             unsigned box0, unsigned box1, const char *what) {
   _Static_assert(sizeof(TmaMap) == sizeof(CUtensorMap) && _Alignof(TmaMap) == _Alignof(CUtensorMap),
                  "TmaMap is a CUtensorMap");
-  unsigned box[2];
-  ffn_gemm_tma_box(c, b, box);
-  cuuint64_t dims[2] = {(cuuint64_t)k->k, (cuuint64_t)rows}, stride[1] = {(cuuint64_t)k->k * 2};
-  if (b && kn) { /* B [K, N], N contiguous: boxes of 64 columns (128 bytes) by a k-tile, BN / 64 per stage */
-    box[0] = 64, box[1] = (unsigned)c->bk;
-    dims[0] = (cuuint64_t)rows, dims[1] = (cuuint64_t)k->k, stride[0] = (cuuint64_t)rows * 2;
-  }
-  cuuint32_t boxd[2] = {box[0], box[1]}, estride[2] = {1, 1};
+  cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, stride[1] = {(cuuint64_t)cols * 2};
+  cuuint32_t boxd[2] = {box0, box1}, estride[2] = {1, 1};
   CUresult r = m->cu->cuTensorMapEncodeTiled((CUtensorMap *)map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, (void *)ptr, dims,
                                              stride, boxd, estride, CU_TENSOR_MAP_INTERLEAVE_NONE,
                                              CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
@@ -709,9 +702,37 @@ static ffn_status tma_map(const ffn_model *m, const PlanKernel *k, const ffn_gem
   const char *name = NULL;
   m->cu->cuGetErrorName(r, &name);
   return rt_error(FFN_ERR_CUDA,
-                  "cuTensorMapEncodeTiled failed: %s (operand %c of a matrix product: %lld x %lld 16-bit units at %#llx, "
-                  "%s tiles; TMA needs a 16-byte aligned address)",
-                  name ? name : "?", b ? 'B' : 'A', rows, (long long)k->k, (unsigned long long)ptr, c->name);
+                  "cuTensorMapEncodeTiled failed: %s (%s: %lld x %lld 16-bit units at %#llx; TMA needs a 16-byte "
+                  "aligned address)",
+                  name ? name : "?", what, rows, cols, (unsigned long long)ptr);
+}
+
+/* The tensor map of a TMA GEMM's operand (b: 0 for A, 1 for B): a row-major [rows, K] matrix in
+ * the configuration's boxes; with kn, B as a row-major [K, rows] matrix (the variant's b_kn:
+ * gemm_sm90p.cuh, B_KN), in boxes of 64 columns (128 bytes) by a k-tile, BN / 64 per stage. */
+static ffn_status tma_map(const ffn_model *m, const PlanKernel *k, const ffn_gemm_config *c, int b, bool kn,
+                          CUdeviceptr ptr, long long rows, TmaMap *map) {
+  char what[96];
+  snprintf(what, sizeof what, "operand %c of a matrix product, %s tiles", b ? 'B' : 'A', c->name);
+  if (b && kn)
+    return encode_map(m, map, ptr, rows, k->k, 64, (unsigned)c->bk, what);
+  unsigned box[2];
+  ffn_gemm_tma_box(c, b, box);
+  return encode_map(m, map, ptr, k->k, rows, box[0], box[1], what);
+}
+
+/* The tensor maps of a wgmma weight gradient's operands (kernels/grad_sm90.cuh: wgrad_produce):
+ * a [rows, K] and b [rows, N] (rows = tokens), boxes of 64 columns by a stage of tokens. No tokens:
+ * no maps (no stage is loaded). */
+static ffn_status wgrad_maps(const ffn_model *m, const PlanKernel *k, const ffn_gemm_config *c, const CUdeviceptr ptr[2],
+                             long long rows, TmaMaps *maps) {
+  memset(maps, 0, sizeof *maps);
+  ffn_status st = FFN_OK;
+  if (rows > 0)
+    st = encode_map(m, &maps->a, ptr[0], k->k, rows, 64, (unsigned)c->bk, "operand a of a weight gradient");
+  if (rows > 0 && st == FFN_OK)
+    st = encode_map(m, &maps->b, ptr[1], k->n, rows, 64, (unsigned)c->bk, "operand b of a weight gradient");
+  return st;
 }
 
 /* cuLaunchKernel, or with programmatic stream serialization when `chain` (the kernel's start
@@ -779,7 +800,12 @@ ffn_status exec_step(ExecRun *run, int s) {
   CUfunction f = m->funcs[m->func_base[ps->kernel] + (int)(c.v - k->variants)];
   TmaMaps maps;
   void *params[] = {&args, &maps};
-  if (ffn_gemm_tma(&c.v->cfg)) {
+  if (wgrad_wgmma(k, c.v)) {
+    const CUdeviceptr ab[2] = {run->ptr[ps->args[0]], run->ptr[ps->args[1]]};
+    ffn_status st = wgrad_maps(m, k, &c.v->cfg, ab, c.m, &maps);
+    if (st != FFN_OK)
+      return st;
+  } else if (ffn_gemm_tma(&c.v->cfg)) {
     ffn_status st = tma_map(m, k, &c.v->cfg, 0, false, run->ptr[ps->args[0]], c.m, &maps.a);
     if (st == FFN_OK)
       st = tma_map(m, k, &c.v->cfg, 1, c.v->b_kn, run->ptr[ps->args[1]], (long long)k->streams * k->n, &maps.b);
