@@ -32,12 +32,8 @@ int main(int argc, char **argv) {
       grad = true;
   }
   require_gpu();
-  char *path = source_path(argv[1]), *text, err[512];
   size_t len;
-  if (read_file(path, &text, &len, err, sizeof err) != 0) {
-    printf("FAIL: %s\n", err);
-    return 1;
-  }
+  char *path = source_path(argv[1]), *text = source_text(argv[1], &len);
   Diags d;
   diags_init(&d);
   DriverOptions dopt = {.sm = 90, .opt_level = opt, .grad = grad};

@@ -14,10 +14,8 @@
 
 int main(void) {
   require_gpu();
-  char *path = source_path("examples/llama3_tiny.ffn"), *text, err[512];
   size_t len;
-  if (read_file(path, &text, &len, err, sizeof err) != 0)
-    return printf("FAIL: %s\n", err), 1;
+  char *path = source_path("examples/llama3_tiny.ffn"), *text = source_text("examples/llama3_tiny.ffn", &len);
   Diags d;
   diags_init(&d);
   DriverOptions dopt = {.sm = 90, .opt_level = 3};

@@ -95,12 +95,8 @@ static void *worker(void *arg) {
 
 int main(void) {
   require_gpu();
-  char *path = source_path("examples/llama3_tiny.ffn"), *text, err[512];
   size_t len;
-  if (read_file(path, &text, &len, err, sizeof err) != 0) {
-    printf("FAIL: %s\n", err);
-    return 1;
-  }
+  char *path = source_path("examples/llama3_tiny.ffn"), *text = source_text("examples/llama3_tiny.ffn", &len);
   Diags d;
   diags_init(&d);
   Graph *g = frontend_compile_string(text, len, path, NULL, &d);

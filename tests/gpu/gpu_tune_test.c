@@ -166,12 +166,8 @@ int main(int argc, char **argv) {
   unsetenv("FFNC_NO_TUNE");
   unsetenv("FFNC_GEMM_VARIANT");
   unsetenv("FFNC_GEMM_SPLITS");
-  char *path = source_path(argv[1]), *text, err[512];
   size_t len;
-  if (read_file(path, &text, &len, err, sizeof err) != 0) {
-    printf("FAIL: %s\n", err);
-    return 1;
-  }
+  char *path = source_path(argv[1]), *text = source_text(argv[1], &len);
   Diags d;
   diags_init(&d);
   DriverOptions dopt = {.sm = 90, .opt_level = 3};

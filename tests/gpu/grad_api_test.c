@@ -220,12 +220,8 @@ int main(int argc, char **argv) {
       direct = atoi(argv[++a]);
     else
       model = argv[a];
-  char *path = source_path(model), *text, err[512];
   size_t len;
-  if (read_file(path, &text, &len, err, sizeof err) != 0) {
-    printf("FAIL: %s\n", err);
-    return 1;
-  }
+  char *path = source_path(model), *text = source_text(model, &len);
   Diags d;
   diags_init(&d);
   DriverOptions dopt = {.sm = 90, .opt_level = 3, .grad = true};

@@ -125,12 +125,9 @@ static int check_refusals(ffn_model *bwd, CUstream s, DLTensor *in, int nin, int
 
 int main(int argc, char **argv) {
   require_gpu();
-  char *path = source_path(argc > 1 ? argv[1] : "examples/llama3_tiny.ffn"), *text, err[512];
+  const char *rel = argc > 1 ? argv[1] : "examples/llama3_tiny.ffn";
   size_t len;
-  if (read_file(path, &text, &len, err, sizeof err) != 0) {
-    printf("FAIL: %s\n", err);
-    return 1;
-  }
+  char *path = source_path(rel), *text = source_text(rel, &len);
   Graph *gf = graph(text, len, path, false, true), *gk = graph(text, len, path, true, true);
   Graph *gr = graph(text, len, path, true, false);
   uint64_t seed = test_seed();

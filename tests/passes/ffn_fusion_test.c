@@ -27,11 +27,8 @@ static double rel_l2(const RefTensor *a, const RefTensor *b) {
 }
 
 static Graph *load(const char *rel, bool fused, Diags *d, char **text, size_t *len) {
-  char *path = source_path(rel), err[512];
-  if (read_file(path, text, len, err, sizeof err) != 0) {
-    printf("FAIL: %s\n", err);
-    exit(1);
-  }
+  char *path = source_path(rel);
+  *text = source_text(rel, len);
   DriverOptions o = {.sm = 90, .opt_level = 3};
   Graph *g = fused ? driver_model_graph(*text, *len, path, &o, d) : frontend_compile_string(*text, *len, path, NULL, d);
   if (!g) {

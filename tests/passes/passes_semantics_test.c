@@ -39,12 +39,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: passes_semantics_test MODEL.ffn [--grad]\n");
     return 2;
   }
-  char *path = source_path(argv[1]), *text, err[512];
   size_t len;
-  if (read_file(path, &text, &len, err, sizeof err) != 0) {
-    printf("FAIL: %s\n", err);
-    return 1;
-  }
+  char *path = source_path(argv[1]), *text = source_text(argv[1], &len);
   Diags d;
   diags_init(&d);
   DriverOptions o = {.sm = 90, .opt_level = 3, .grad = argc > 2};
