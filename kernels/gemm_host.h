@@ -428,8 +428,8 @@ static inline int ffn_gemm_pick_splits(int M, int N, int S, int K, const ffn_gem
  *
  * out [K, N] = a^T b summed over the T tokens of a [T, K] and b [T, N] (both 16-bit, K % 8 == N % 8
  * == 0): tiles of bm x bn outputs (bm of a's columns, bn of b's), bk tokens per stage of a `stages`-deep
- * TMA-fed ring (one producer thread; kernels/grad_sm90.cuh), one producer and two consumer warpgroups (384 threads), at most one CTA per SM, each
- * looping over the (tile, split) work items. It is described as an FFN_GEMM_SM90 configuration with
+ * ring that one producer thread fills by TMA, two consumer warpgroups (384 threads in all), at most
+ * one CTA per SM, each looping over the (tile, split) work items. It is described as an FFN_GEMM_SM90 configuration with
  * M = K, S = 1 and the tokens as the inner dim: its shared memory (ffn_gemm_smem_bytes), tiles, split-K
  * workspace and counters (ffn_gemm_ws_floats, ffn_gemm_num_tiles) are those formulas. The sm_90 kernel
  * of a weight gradient (codegen/lower.c) carries it as its first variant's cfg. */
