@@ -31,6 +31,7 @@
  * are visible, before it reads or writes any tensor. So the runtime may launch a plan's kernel
  * that follows another of its kernels with CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION:
  * its start (launch, shared memory, barriers, tensor maps) overlaps the tail of the one before.
+ * It does so for a GEMM after a GEMM that fills the GPU (runtime/rt.h: ffn_model.pdl).
  * Plans for older archs launch plainly. */
 #define FFN_PDL_MIN_ARCH 90
 

@@ -231,7 +231,6 @@ __device__ __forceinline__ void wgrad_consume(TO *__restrict__ out, long long ro
     int prev = 0;
     for (int j = 0; j < it.nk; ++j) {
       mbar_wait<true>(bars + 8 * s, phase);
-      fence_proxy_async(); // unneeded since TMA feeds the ring (async-proxy writes); to drop in a GPU-tested change
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < BT / 16; ++kk) { // 16 tokens = two 1024-byte atoms of every block

@@ -431,7 +431,7 @@ static ffn_status load_module(ffn_model *m) {
   CU_CHECK(cu, cu->cuDeviceGetAttribute(&m->sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, m->dev));
   int target = atoi(p->arch + 3);
   const char *pdl = getenv("FFNC_PDL");
-  m->pdl = target >= FFN_PDL_MIN_ARCH && major * 10 + minor >= FFN_PDL_MIN_ARCH && pdl && strcmp(pdl, "1") == 0;
+  m->pdl = target >= FFN_PDL_MIN_ARCH && major * 10 + minor >= FFN_PDL_MIN_ARCH && !(pdl && strcmp(pdl, "0") == 0);
   /* a cubin runs on its own major version at an equal or higher minor */
   for (int i = 0; i < prog->nimages; i++)
     if (!prog->images[i].ptx && (target / 10 != major || target % 10 > minor))

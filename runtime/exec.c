@@ -751,7 +751,7 @@ static CUresult launch(const ffn_model *m, CUfunction f, const unsigned grid[3],
 
 ffn_status exec_step(ExecRun *run, int s) {
   ffn_model *m = run->m;
-  bool chain = run->chain && m->pdl;
+  bool chain = run->chain && m->pdl; /* a GEMM after a large GEMM (rt.h: ffn_model.pdl) */
   run->chain = false;
   const Plan *p = m->prog->plan;
   const PlanStep *ps = &p->steps[s];
@@ -784,8 +784,9 @@ ffn_status exec_step(ExecRun *run, int s) {
                            sp, NULL);
     if (r != CUDA_SUCCESS)
       return cu_fail(m->cu, r, "cu->cuLaunchKernel()");
-    chain = m->pdl; /* after ffn_row_stats, a plain kernel that waited for everything before it */
+    chain = false; /* ffn_row_stats came between */
   }
+  chain = chain && k->kind == KK_GEMM;
   unsigned grid[3] = {1, 1, 1};
   if (k->kind == KK_GEMM)
     ffn_gemm_launch_grid(&c.v->cfg, (int)c.m, (int)k->n, k->streams, c.splits, m->sms, grid);
@@ -815,7 +816,12 @@ ffn_status exec_step(ExecRun *run, int s) {
   r = launch(m, f, grid, (unsigned)c.v->threads, (unsigned)c.v->smem, run->stream, params, chain);
   if (r != CUDA_SUCCESS)
     return cu_fail(m->cu, r, chain ? "cu->cuLaunchKernelEx(programmatic stream serialization)" : "cu->cuLaunchKernel()");
-  run->chain = true;
+  /* the next GEMM may start during this one's tail only if this one fills >= 3/4 of the SMs'
+   * resident CTA slots: into the room a smaller grid leaves, the next one's CTAs would be placed
+   * at once, to wait beside it, and that slowed it (kernels/NOTES.md, fourteenth session) */
+  long long ctas = (long long)grid[0] * grid[1] * grid[2];
+  long long slots = (long long)m->sms * (c.v->cfg.ctas_per_sm > 1 ? c.v->cfg.ctas_per_sm : 1);
+  run->chain = k->kind == KK_GEMM && 4 * ctas >= 3 * slots;
   return FFN_OK;
 }
 

@@ -279,9 +279,11 @@ struct ffn_model {
   CUdevice dev;
   CUcontext ctx;
   int sms;
-  /* a plan kernel that follows another on the stream overlaps its tail (abi.cuh: FFN_PDL_MIN_ARCH;
-   * the plan's arch and the device's from it, and FFNC_PDL=1: off by default, measured no faster
-   * and 10 us slower for the 8B fp8 sublayer at one token, kernels/NOTES.md) */
+  /* a plan GEMM that follows a GEMM filling >= 3/4 of the SMs' CTA slots starts during its tail
+   * (programmatic dependent launch, abi.cuh: FFN_PDL_MIN_ARCH; the plan's arch and the device's
+   * from it; FFNC_PDL=0 turns it off; exec.c: exec_step). Weight-only decode 1-6% faster, bf16 ~1%;
+   * after a rowwise kernel (fp8's quantizers) or a smaller GEMM it measured 7-18% slower
+   * (kernels/NOTES.md, fourteenth session) */
   bool pdl;
   CUmodule *modules;  /* one per program image */
   int nmodules;
@@ -386,7 +388,7 @@ typedef struct {
   CUdeviceptr extra; /* exec_begin_extra's bytes for the caller, 256-byte aligned */
   Workspace *w;
   bool pushed;
-  bool chain; /* the last thing exec_step enqueued on stream is a plan kernel (m->pdl: the next may overlap it) */
+  bool chain; /* the last thing exec_step enqueued on stream is a plan GEMM (m->pdl: a GEMM after it may overlap it) */
 } ExecRun;
 
 ffn_status exec_begin(ffn_model *m, CUstream stream, const DLTensor *inputs, int ninputs, const DLTensor *outputs,
