@@ -1,5 +1,5 @@
 #!/bin/sh
-# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [grad] [wqdl8] ...
+# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [grad] [wqdl8] [pdl] ...
 # What one call on the lent GPU machine runs, with a build made here and carried there (that
 # machine has no flex, bison or jansson headers). The build has absolute paths under
 # /work/main, so the copy is linked there first; the kernel cache in build/test-kernel-cache
@@ -248,6 +248,20 @@ for part in "$@"; do
       --models llama3_8b_layer,llama3_70b_layer --tokens 1024,8192 --reps 10 --json "$out/torch_grad.json" \
       >"$out/torch_grad.txt" 2>&1
     echo "torch grad peer: exit $?"; grep -E "^\|" "$out/torch_grad.txt"; tail -3 "$out/torch_grad.txt"
+    ;;
+  pdl)
+    # programmatic dependent launch (on by default) against FFNC_PDL=0, alternately, in one process
+    # each: the decode rows it was measured on and the prefill rows it was not (kernels/NOTES.md,
+    # "Fourteenth session")
+    s=/work/main/bench/suite
+    for v in on off on off; do
+      if [ $v = off ]; then export FFNC_PDL=0; else unset FFNC_PDL; fi
+      timeout 100 ./ffnc bench $s/llama3_8b_4layers.ffn $s/llama3_8b_layer.ffn $s/llama3_8b_layer_i4g128.ffn \
+        $s/gpt_gelu_4096.ffn $s/llama3_70b_layer.ffn --tokens 1,16,1024,8192 --no-ceilings --reps 10 >>"$out/pdl_$v.txt" 2>&1
+      echo "pdl $v: exit $?"
+    done
+    unset FFNC_PDL
+    grep -E "^/|^ +[0-9]+ +ffnc" "$out/pdl_on.txt" | head -40
     ;;
   bench)
     timeout 420 sh /work/main/bench/run_suite.sh /work/main/build/ffnc "$out" >"$out/bench.log" 2>&1
