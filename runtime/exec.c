@@ -736,8 +736,9 @@ static ffn_status wgrad_maps(const ffn_model *m, const PlanKernel *k, const ffn_
 }
 
 /* The most waves of its grid a GEMM's work may take for the next GEMM to start in its tail
- * (exec_step). */
-enum { PDL_WAVES = 4 };
+ * (exec_step): above the 1024-token products of the suite (4-14), below the 8192-token ones
+ * (30-110). */
+enum { PDL_WAVES = 16 };
 
 /* cuLaunchKernel, or with programmatic stream serialization when `chain` (the kernel's start
  * overlaps the tail of the plan kernel before it: abi.cuh, FFN_PDL_MIN_ARCH) */
@@ -824,7 +825,8 @@ ffn_status exec_step(ExecRun *run, int s) {
    * resident CTA slots: into the room a smaller grid leaves, the next one's CTAs would be placed
    * at once, to wait beside it, and that slowed it (kernels/NOTES.md, fourteenth session); and
    * only if this one's work is at most PDL_WAVES waves of that grid: behind a long persistent
-   * GEMM the tail is a small part, and chaining cost 1% (70B at 8192 tokens; fifteenth session) */
+   * GEMM the tail is a small part, and chaining cost 4-8% (8B and GPT at 8192 tokens, 30-55
+   * waves; at 1024 tokens, 4-14 waves, it gains up to 1.4%: fifteenth session) */
   if (k->kind == KK_GEMM) {
     unsigned all[3];
     ffn_gemm_grid(&c.v->cfg, (int)c.m, (int)k->n, k->streams, c.splits, all);
