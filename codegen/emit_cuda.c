@@ -213,6 +213,26 @@ static const char *binary_op(Op op) {
   return fn[op];
 }
 
+/* A norm of the group, per element: x * rstd * g (+ b), or (x - mean) * rstd * g (+ b), its
+ * statistics' names in n->aux (emit_row_part). */
+static const char *norm_value(Kgen *k, Scope *es, Node *n) {
+  char **st = n->aux;
+  if (!st || es->kind != SC_ELEM) {
+    fail(k->G, n, "internal error: a norm read before its statistics");
+    return "0.f";
+  }
+  const char *x = value(k, es, n->args[0]), *gain = value(k, es, n->args[1]);
+  const char *bias = n->nargs == 3 ? value(k, es, n->args[2]) : NULL;
+  char *var = arena_printf(k->G->g->arena, "t%d", k->nvars++);
+  emit_line(k, es, n);
+  if (st[1])
+    buf_printf(es->out, "%sconst float %s = (%s - %s) * %s * %s", es->indent, var, x, st[1], st[0], gain);
+  else
+    buf_printf(es->out, "%sconst float %s = %s * %s * %s", es->indent, var, x, st[0], gain);
+  buf_printf(es->out, "%s%s;\n", bias ? " + " : "", bias ? bias : "");
+  return memo_put(&es->memo, n->id, var);
+}
+
 /* Variable holding member n's value in scope s (emitting its computation if needed). Members
  * that are statistics or norms are set up by the group's generator before this is called. */
 static const char *value(Kgen *k, Scope *s, Node *n) {
@@ -226,6 +246,8 @@ static const char *value(Kgen *k, Scope *s, Node *n) {
     return known;
   if (s->kind == SC_ELEM && is_row_shaped(k, n) && s->parent)
     return value(k, s->parent, n);
+  if (n->op == OP_RMSNORM || n->op == OP_LAYERNORM)
+    return norm_value(k, s, n);
   const char *args[3];
   for (int i = 0; i < n->nargs && i < 3 && n->op != OP_SLICE && n->op != OP_CONCAT; i++)
     args[i] = value(k, s, n->args[i]);
@@ -688,9 +710,11 @@ static bool is_stat_or_norm(Op op) {
 
 #define ELEM_INDENT "        "
 
-/* x, the operand of statistic or norm n, computed in a pass of its own (its text into pass). */
-static const char *stat_operand(Kgen *k, Node *n, Buf *pass) {
-  Scope ps = {.kind = SC_ELEM, .out = pass, .indent = ELEM_INDENT, .col = "col"};
+/* x, the operand of statistic or norm n, computed in a pass of its own (its text into pass). It
+ * may read the row's earlier statistics (row scope rs: the mean of dxhat * xhat in the RMSNorm
+ * backward reads rstd), each pass then one more over the row. */
+static const char *stat_operand(Kgen *k, Scope *rs, Node *n, Buf *pass) {
+  Scope ps = {.kind = SC_ELEM, .parent = rs, .out = pass, .indent = ELEM_INDENT, .col = "col"};
   k->pass_slots = 0;
   const char *x = value(k, &ps, n->args[0]);
   memo_free(&ps.memo);
@@ -699,11 +723,11 @@ static const char *stat_operand(Kgen *k, Node *n, Buf *pass) {
 
 /* The statistics of norm or statistic n: rstd<id> (and mean<id> for layernorm), one pass over
  * the row for the sum of squares, two for layernorm (the variance around the mean, as the
- * reference computes it). Returns id. */
-static int emit_row_stats(Kgen *k, Buf *rowb, Node *n, bool ln) {
+ * reference computes it), one for a mean alone (ln_mean). Returns id. */
+static int emit_row_stats(Kgen *k, Scope *rs, Node *n, bool ln) {
   long long N = (long long)k->ncols;
-  Buf pass = {0};
-  const char *x = stat_operand(k, n, &pass);
+  Buf *rowb = rs->out, pass = {0};
+  const char *x = stat_operand(k, rs, n, &pass);
   int id = k->nvars++;
   char eps[64];
   literal(eps, sizeof eps, n->fval);
@@ -716,10 +740,13 @@ static int emit_row_stats(Kgen *k, Buf *rowb, Node *n, bool ln) {
     buf_printf(rowb, "    const float rstd%d = 1.0f / sqrtf(s%d / %lld.0f + %s);\n", id, id, N, eps);
     return id;
   }
+  buf_printf(rowb, "    const float mean%d = s%d / %lld.0f;\n", id, id, N);
+  if (n->op == OP_LN_MEAN)
+    return id;
   Buf pass2 = {0};
-  const char *x2 = stat_operand(k, n, &pass2);
+  const char *x2 = stat_operand(k, rs, n, &pass2);
   buf_printf(&pass2, ELEM_INDENT "const float d = %s - mean%d;\n" ELEM_INDENT "q%d += d * d;\n", x2, id, id);
-  buf_printf(rowb, "    const float mean%d = s%d / %lld.0f;\n    float q%d = 0.f;\n", id, id, N, id);
+  buf_printf(rowb, "    float q%d = 0.f;\n", id);
   emit_pass(k, rowb, NULL, pass2.s, NULL);
   buf_printf(rowb, "    q%d = ffn::row_sum<TPR, THREADS>(q%d, red);\n", id, id);
   buf_printf(rowb, "    const float rstd%d = 1.0f / sqrtf(q%d / %lld.0f + %s);\n", id, id, N, eps);
@@ -728,7 +755,7 @@ static int emit_row_stats(Kgen *k, Buf *rowb, Node *n, bool ln) {
 }
 
 /* Per-row code: the statistics first. A statistic's own value goes into row scope rs; a norm is
- * per element, so its statistics' names wait in the node (n->aux: rstd, mean) for emit_norms. */
+ * per element, so its statistics' names wait in the node (n->aux: rstd, mean) for norm_value (emit_norms). */
 static void emit_row_part(Kgen *k, Scope *rs) {
   Arena *arena = k->G->g->arena;
   for (int i = 0; i < k->gr->nodes.len; i++) {
@@ -736,7 +763,7 @@ static void emit_row_part(Kgen *k, Scope *rs) {
     if (!is_stat_or_norm(n->op))
       continue;
     bool ln = n->op == OP_LAYERNORM || n->op == OP_LN_MEAN || n->op == OP_LN_RSTD;
-    int id = emit_row_stats(k, rs->out, n, ln);
+    int id = emit_row_stats(k, rs, n, ln);
     char *var = arena_printf(arena, "t%d", k->nvars++);
     if (n->op == OP_RMS_RSTD || n->op == OP_LN_RSTD)
       buf_printf(rs->out, "    const float %s = rstd%d;\n", var, id);
@@ -752,23 +779,12 @@ static void emit_row_part(Kgen *k, Scope *rs) {
   }
 }
 
-/* Norms, per element: x * rstd * g (+ b), or (x - mean) * rstd * g (+ b). */
+/* The group's norms, per element, first (their operands' slots before the stored tensors'). */
 static void emit_norms(Kgen *k, Scope *es) {
   for (int i = 0; i < k->gr->nodes.len; i++) {
     Node *n = k->gr->nodes.items[i];
-    if (n->op != OP_RMSNORM && n->op != OP_LAYERNORM)
-      continue;
-    char **st = n->aux;
-    const char *x = value(k, es, n->args[0]), *gain = value(k, es, n->args[1]);
-    const char *bias = n->nargs == 3 ? value(k, es, n->args[2]) : NULL;
-    char *var = arena_printf(k->G->g->arena, "t%d", k->nvars++);
-    emit_line(k, es, n);
-    if (st[1])
-      buf_printf(es->out, "%sconst float %s = (%s - %s) * %s * %s", es->indent, var, x, st[1], st[0], gain);
-    else
-      buf_printf(es->out, "%sconst float %s = %s * %s * %s", es->indent, var, x, st[0], gain);
-    buf_printf(es->out, "%s%s;\n", bias ? " + " : "", bias ? bias : "");
-    memo_put(&es->memo, n->id, var);
+    if (n->op == OP_RMSNORM || n->op == OP_LAYERNORM)
+      value(k, es, n);
   }
 }
 

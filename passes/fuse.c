@@ -13,7 +13,9 @@
  *     and what reads them goes to a rowwise kernel that reads the product's output instead;
  *   - anything else joins the newest rowwise group of its shape (independent elementwise ops
  *     over the same rows share one kernel) or starts one (norms, elementwise chains, slices
- *     and concatenations along the last dim of tensors in memory);
+ *     and concatenations along the last dim of tensors in memory). A rowwise kernel makes one
+ *     pass over the row per statistic, in order, so a statistic may read earlier ones (the
+ *     RMSNorm backward: the mean of dxhat * xhat, where xhat = x * rstd);
  *   - the sums over tokens of backward graphs (matmul_at, sum_to) and transposes computed at
  *     run time are a kernel each (GK_SINGLE), reading their operands from memory.
  * Statistics, and values computed only from statistics and constants (the mean * colsum
@@ -62,8 +64,6 @@ typedef struct {
   Users users;
   Group **groups;
   int ngroups, cap;
-  /* by node id: 1 if the node depends on a statistic computed in its own (rowwise) group */
-  unsigned char *after_stats;
   /* by node id of a matrix product: 1 if its epilogue reads no full-shape operand (epilogue_fits) */
   unsigned char *plain;
   bool regroup; /* a product became plain: the grouping is done again (pass_fuse) */
@@ -244,9 +244,7 @@ static bool can_join(Fuser *f, Group *g, Node *n) {
       return stat && x == g->a;
     }
     if (!shape_eq(&x->shape, &g->shape))
-      return false;
-    if (x->group == g->id && f->after_stats[x->id])
-      return false; /* a second statistics pass over the row: another kernel */
+      return false; /* a statistic of a value that needs earlier ones of the row is one more pass */
   } else if (!shape_eq(&n->shape, &g->shape) && !shape_eq(&n->shape, &rs)) {
     return false;
   }
@@ -261,11 +259,6 @@ static void join(Fuser *f, Group *g, Node *n) {
     if (pending(n->args[i]))
       join(f, g, n->args[i]);
   add(f, g, n);
-  bool dep = is_stat(n->op) || is_norm(n->op);
-  for (int i = 0; i < n->nargs; i++)
-    if (n->args[i]->group == g->id && f->after_stats[n->args[i]->id])
-      dep = true;
-  f->after_stats[n->id] = g->kind == GK_ROWWISE && dep;
   if (g->kind == GK_GEMM && is_stat(n->op)) {
     int need = n->op == OP_RMS_RSTD ? 1 : 2;
     if (g->stats < need)
@@ -615,7 +608,6 @@ static int make_groups(Fuser *f, int len) {
 static void clear_groups(Fuser *f, int len) {
   for (int i = 0; i < len; i++)
     GRAPH_NODE(f->c->g, i)->group = -1;
-  memset(f->after_stats, 0, (size_t)f->c->g->next_id + 1);
   f->ngroups = 0;
   f->regroup = false;
 }
@@ -625,7 +617,7 @@ int pass_fuse(Compile *c) {
   if (c->opt_level > 0 && copy_input_values(c) != 0)
     return -1;
   size_t ids = (size_t)gr->next_id + 1;
-  Fuser f = {c, users_build(gr), NULL, 0, 0, ffn_xcalloc(ids, 1), ffn_xcalloc(ids, 1), false};
+  Fuser f = {c, users_build(gr), NULL, 0, 0, ffn_xcalloc(ids, 1), false};
   int len = gr->nodes.len; /* the weight nodes gemm_weights appends are constants: no group */
   int rc = make_groups(&f, len);
   while (rc == 0 && f.regroup) { /* each round makes one more product plain */
@@ -641,7 +633,6 @@ int pass_fuse(Compile *c) {
     c->ngroups = f.ngroups;
   }
   free(f.groups);
-  free(f.after_stats);
   free(f.plain);
   users_free(&f.users);
   return rc;

@@ -735,6 +735,11 @@ static ffn_status wgrad_maps(const ffn_model *m, const PlanKernel *k, const ffn_
   return st;
 }
 
+/* The most waves of its grid a GEMM's work may take for the next GEMM to start in its tail
+ * (exec_step): above the 1024-token products of the suite (4-14), below the 8192-token ones
+ * (30-110). */
+enum { PDL_WAVES = 16 };
+
 /* cuLaunchKernel, or with programmatic stream serialization when `chain` (the kernel's start
  * overlaps the tail of the plan kernel before it: abi.cuh, FFN_PDL_MIN_ARCH) */
 static CUresult launch(const ffn_model *m, CUfunction f, const unsigned grid[3], unsigned threads, unsigned smem,
@@ -818,10 +823,17 @@ ffn_status exec_step(ExecRun *run, int s) {
     return cu_fail(m->cu, r, chain ? "cu->cuLaunchKernelEx(programmatic stream serialization)" : "cu->cuLaunchKernel()");
   /* the next GEMM may start during this one's tail only if this one fills >= 3/4 of the SMs'
    * resident CTA slots: into the room a smaller grid leaves, the next one's CTAs would be placed
-   * at once, to wait beside it, and that slowed it (kernels/NOTES.md, fourteenth session) */
-  long long ctas = (long long)grid[0] * grid[1] * grid[2];
-  long long slots = (long long)m->sms * (c.v->cfg.ctas_per_sm > 1 ? c.v->cfg.ctas_per_sm : 1);
-  run->chain = k->kind == KK_GEMM && 4 * ctas >= 3 * slots;
+   * at once, to wait beside it, and that slowed it (kernels/NOTES.md, fourteenth session); and
+   * only if this one's work is at most PDL_WAVES waves of that grid: behind a long persistent
+   * GEMM the tail is a small part, and chaining cost 4-8% (8B and GPT at 8192 tokens, 30-55
+   * waves; at 1024 tokens, 4-14 waves, it gains up to 1.4%: fifteenth session) */
+  if (k->kind == KK_GEMM) {
+    unsigned all[3];
+    ffn_gemm_grid(&c.v->cfg, (int)c.m, (int)k->n, k->streams, c.splits, all);
+    long long ctas = (long long)grid[0] * grid[1] * grid[2], items = (long long)all[0] * all[1] * all[2];
+    long long slots = (long long)m->sms * (c.v->cfg.ctas_per_sm > 1 ? c.v->cfg.ctas_per_sm : 1);
+    run->chain = 4 * ctas >= 3 * slots && items <= PDL_WAVES * ctas;
+  }
   return FFN_OK;
 }
 
