@@ -279,7 +279,8 @@ struct ffn_model {
   CUdevice dev;
   CUcontext ctx;
   int sms;
-  /* a plan GEMM that follows a GEMM filling >= 3/4 of the SMs' CTA slots starts during its tail
+  /* a plan GEMM that follows a GEMM filling >= 3/4 of the SMs' CTA slots, with at most PDL_WAVES
+   * (16) waves of work (exec.c), starts during its tail
    * (programmatic dependent launch, abi.cuh: FFN_PDL_MIN_ARCH; the plan's arch and the device's
    * from it; FFNC_PDL=0 turns it off; exec.c: exec_step). Weight-only decode 1-6% faster, bf16 ~1%;
    * after a rowwise kernel (fp8's quantizers) or a smaller GEMM it measured 7-18% slower
