@@ -755,7 +755,7 @@ static int emit_row_stats(Kgen *k, Scope *rs, Node *n, bool ln) {
 }
 
 /* Per-row code: the statistics first. A statistic's own value goes into row scope rs; a norm is
- * per element, so its statistics' names wait in the node (n->aux: rstd, mean) for norm_value (emit_norms). */
+ * per element, so its statistics' names wait in the node (n->aux: rstd, mean) for norm_value. */
 static void emit_row_part(Kgen *k, Scope *rs) {
   Arena *arena = k->G->g->arena;
   for (int i = 0; i < k->gr->nodes.len; i++) {

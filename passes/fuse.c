@@ -243,8 +243,9 @@ static bool can_join(Fuser *f, Group *g, Node *n) {
        * GEMM tile does not have */
       return stat && x == g->a;
     }
+    /* (a statistic of a value that reads earlier statistics of the row is one more pass) */
     if (!shape_eq(&x->shape, &g->shape))
-      return false; /* a statistic of a value that needs earlier ones of the row is one more pass */
+      return false;
   } else if (!shape_eq(&n->shape, &g->shape) && !shape_eq(&n->shape, &rs)) {
     return false;
   }
