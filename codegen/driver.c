@@ -78,7 +78,7 @@ Graph *driver_model_graph(const char *text, size_t len, const char *name, const 
 
 int driver_compile_graph(Graph *g, const SourceFile *src, const DriverOptions *o, Diags *d, Plan **plan) {
   Compile c = {.g = g, .src = src, .diags = d, .arch = o->sm, .opt_level = o->opt_level, .tp = o->tp,
-               .tp_rank = o->tp_rank};
+               .tp_rank = o->tp_rank, .weights_as_stored = grad_graph(o) == GRAD_FORWARD && o->keep};
   int rc = passes_run(&c, o->dump_after, o->dump ? o->dump : stdout);
   if (rc == 0 && plan)
     rc = codegen_cuda(&c, plan);

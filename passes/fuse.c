@@ -110,19 +110,48 @@ static bool read_by_stat(const Users *us, const Node *n) {
   return false;
 }
 
+/* Whether operand a of elementwise o is a value every kernel can read from memory for o: a
+ * run-time input, or, in the training forward (weights_as_stored: no gate/up merge) and for a
+ * function of one value, an output of the program (its kernel stores it anyway: the saved gate,
+ * whose silu is then computed by the up product's epilogue that reads it, not stored by the
+ * gate's). */
+static bool in_memory(const Fuser *f, const Node *o, const Node *a) {
+  if (a->op == OP_INPUT)
+    return true;
+  if (!f->c->weights_as_stored)
+    return false;
+  int values = 0;
+  for (int i = 0; i < o->nargs; i++)
+    values += !ir_is_const(o->args[i]);
+  if (values != 1 || ir_is_const(a) || a->id >= f->users.n || !f->users.is_output[a->id] || o->id >= f->users.n)
+    return false;
+  /* ... and only where every reader of o also reads a value made after it (the up product),
+   * whose kernel can take o along; else o stays with a's kernel (GELU in the up's epilogue) */
+  const PtrVec *rs = &f->users.by_id[o->id];
+  for (int j = 0; j < rs->len; j++) {
+    const Node *r = rs->items[j];
+    bool later = false;
+    for (int i = 0; i < r->nargs; i++)
+      later |= r->args[i] != o && !ir_is_const(r->args[i]) && r->args[i]->id > o->id;
+    if (!later)
+      return false;
+  }
+  return rs->len > 0;
+}
+
 /* How many run-time inputs an elementwise value reads through the elementwise values no kernel
  * has taken (each counted as often as it is read). A value of inputs floats only up to
  * MAX_FLOATING_INPUTS of them: the SwiGLU derivative reads gate and up; a residual stream of saved
  * products (x + d0 + b0 + d1 + ...) would otherwise be recomputed whole by every reader. */
 enum { MAX_FLOATING_INPUTS = 2 };
-static int input_reads(const Node *o) {
+static int input_reads(const Fuser *f, const Node *o) {
   int n = 0;
   for (int i = 0; i < o->nargs && n <= MAX_FLOATING_INPUTS; i++) {
     const Node *a = o->args[i];
-    if (a->op == OP_INPUT)
+    if (in_memory(f, o, a))
       n++;
     else if (a->group < 0 && !ir_is_const(a) && is_elementwise(a))
-      n += input_reads(a);
+      n += input_reads(f, a);
   }
   return n;
 }
@@ -138,9 +167,9 @@ static bool floating(const Fuser *f, const Node *o) {
     return true;
   if (!is_elementwise(o))
     return false;
-  bool inputs = f->c->opt_level > 0 && !read_by_stat(&f->users, o) && input_reads(o) <= MAX_FLOATING_INPUTS;
+  bool inputs = f->c->opt_level > 0 && !read_by_stat(&f->users, o) && input_reads(f, o) <= MAX_FLOATING_INPUTS;
   for (int i = 0; i < o->nargs; i++)
-    if (!ir_is_const(o->args[i]) && !(o->args[i]->op == OP_INPUT && inputs) && !floating(f, o->args[i]))
+    if (!ir_is_const(o->args[i]) && !(in_memory(f, o, o->args[i]) && inputs) && !floating(f, o->args[i]))
       return false;
   return true;
 }

@@ -82,11 +82,24 @@ static Node *transposed(Grad *G, Node *b) { return b->op == OP_TRANSPOSE ? b->ar
 
 /* dy as the products of the forward product mm read it: rounded to the type of mm's operands
  * when both have the same 16-bit type (the rule at the top of the file) */
-static Node *product_grad(Grad *G, const Node *mm, Node *dy) {
+static bool product_16bit(const Node *mm) {
   DType t = mm->args[0]->dtype;
-  if ((t != DT_BF16 && t != DT_F16) || mm->args[1]->dtype != t)
-    return dy;
-  return pass_new(G->c, OP_CAST, t, &dy, 1, NULL);
+  return (t == DT_BF16 || t == DT_F16) && mm->args[1]->dtype == t;
+}
+
+static Node *product_grad(Grad *G, const Node *mm, Node *dy) {
+  return product_16bit(mm) ? pass_new(G->c, OP_CAST, mm->args[0]->dtype, &dy, 1, NULL) : dy;
+}
+
+/* The gradient da = dy b^T of the 16-bit operand a of a 16-bit product mm, when a is a value
+ * of the graph (not an input or a weight, whose gradients are outputs): rounded to a's type, as
+ * an autograd of 16-bit tensors holds it (the keep backward's dh = dY Wd of Llama: stored in
+ * bf16, half the bytes of f32 between its product and the kernel that reads it). */
+static Node *value_grad(Grad *G, const Node *mm, Node *da) {
+  const Node *a = mm->args[0];
+  if (!product_16bit(mm) || a->op == OP_INPUT || a->op == OP_WEIGHT)
+    return da;
+  return pass_new(G->c, OP_CAST, a->dtype, &da, 1, NULL);
 }
 
 static Node *row_mean(Grad *G, Node *v) { return new1(G, OP_LN_MEAN, v); }
@@ -182,7 +195,7 @@ static int backprop(Grad *G, Node *n, Node *dy) {
     if (da || db)
       dy = product_grad(G, n, dy);
     if (da)
-      accumulate(G, a, new2(G, OP_MATMUL, dy, transposed(G, b)));
+      accumulate(G, a, value_grad(G, n, new2(G, OP_MATMUL, dy, transposed(G, b))));
     if (db)
       accumulate(G, b, new2(G, OP_MATMUL_AT, a, dy));
     return 0;

@@ -61,6 +61,9 @@ typedef struct {
   int ngroups;
   bool broken;           /* a pass built an invalid node (pass_new reported it) */
   int tp, tp_rank;        /* tensor parallel: ranks (1: none) and this program's rank */
+  /* the training forward of the keep policy: its products read the weights as they lie (no
+   * normfold, no gateup: no load-time copy for an optimizer step to make stale) */
+  bool weights_as_stored;
   struct StatTable *stats; /* normfold's statistics nodes by (op, x, eps) while it runs, else NULL */
 } Compile;
 

@@ -58,6 +58,8 @@ int passes_run(Compile *c, const char *dump_after, FILE *dump) {
       continue;
     if (pipeline[i].fn == pass_tp && c->tp <= 1)
       continue; /* not a step of an ordinary compile: its dumps stay as they were */
+    if (c->weights_as_stored && (pipeline[i].fn == pass_normfold || pipeline[i].fn == pass_gateup))
+      continue; /* both make load-time copies of weights */
     if (pipeline[i].fn(c) != 0 || c->broken)
       return -1;
     if (verify(c, pipeline[i].name) != 0)

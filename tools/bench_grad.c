@@ -19,6 +19,8 @@
  * y and dy, both models' workspaces as the calls left them (the pool's allocations), and the
  * load-time copies of the weights both models keep (norm gains folded, gate/up merged, the
  * transposed 16-bit weights of the backward's input-gradient products), each also printed alone.
+ * Once per model: the time of preparing both models again, which a step that changes the
+ * weights adds (the Python bridge's weight rule: the copies are made anew after an optimizer step).
  */
 #include "bench.h"
 #include "runtime/dlpack_dtype.h"
@@ -45,6 +47,7 @@ typedef struct {
   CUdeviceptr *wdev;
   int nw;
   size_t param_bytes;
+  double prepare_us; /* both models prepared again (time_prepare) */
 } GradModel;
 
 /* One token count's tensors: the program's inputs x and outputs y; the backward graph's inputs
@@ -318,11 +321,38 @@ static GradResult bench_one(GradModel *md, int64_t tokens, int reps, double bf16
 
 static double mib(size_t b) { return (double)b / (1024.0 * 1024.0); }
 
+static int cmp_double(const void *p, const void *q) {
+  double a = *(const double *)p, b = *(const double *)q;
+  return (a > b) - (a < b);
+}
+
+/* What changed weights cost before the next step: both models prepared again (the load-time
+ * copies made anew; ffn_model_prepare synchronizes), as the Python bridge does after every
+ * optimizer step. Median of 5, host clock. */
+static double time_prepare(GradModel *md) {
+  enum { N = 5 };
+  double t[N];
+  for (int i = 0; i < N; i++) {
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    for (int m = 0; m < 2; m++) {
+      ffn_status s = ffn_model_prepare(md->model[m]);
+      if (s != FFN_OK)
+        die(md->file, s);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    t[i] = (double)(b.tv_sec - a.tv_sec) * 1e6 + (double)(b.tv_nsec - a.tv_nsec) * 1e-3;
+  }
+  qsort(t, N, sizeof t[0], cmp_double);
+  return t[N / 2];
+}
+
 static void print_grad_results(const GradModel *md, const GradResult *r, int n, bool keep) {
   printf("\n%s: training step (%s)\n", md->file,
          keep ? "keep: fwd, the training forward writing the saved tensors; bwd, the backward graph reading them"
               : "fwd: the program; bwd: its backward graph, recomputing the forward");
-  printf("parameters %.1f MiB\n", mib(md->param_bytes));
+  printf("parameters %.1f MiB; preparing both models again (after a weight update) %.1f us\n", mib(md->param_bytes),
+         md->prepare_us);
   printf("%7s %10s %10s %11s %8s %10s %6s %10s %9s %9s %7s %9s %9s  %s\n", "tokens", "fwd_us", "bwd_us", "fwd+bwd_us",
          "TFLOP/s", "floor_us", "%floor", "extra_MiB", "ws_MiB", "copy_MiB", "io_MiB", "saved_MiB", "grads_MiB", "check");
   for (int i = 0; i < n; i++)
@@ -357,8 +387,8 @@ static void write_grad_json(const char *path, const char *card, double bf16_tflo
       json_object_set_new(o, "grad_bytes", json_integer((json_int_t)r->grad_bytes));
       json_array_append_new(rs, o);
     }
-    json_t *mo = json_pack("{s:s, s:I, s:o}", "model", models[m].file, "param_bytes",
-                           (json_int_t)models[m].param_bytes, "results", rs);
+    json_t *mo = json_pack("{s:s, s:I, s:f, s:o}", "model", models[m].file, "param_bytes",
+                           (json_int_t)models[m].param_bytes, "prepare_us", models[m].prepare_us, "results", rs);
     json_array_append_new(ms, mo);
   }
   json_object_set_new(root, "models", ms);
@@ -394,6 +424,7 @@ int bench_grad(const CompileArgs *ca, const char *const *files, int nfiles, cons
     res[m] = calloc((size_t)ntokens, sizeof(GradResult));
     for (int k = 0; k < ntokens; k++)
       res[m][k] = bench_one(md, tokens[k], reps, bf16_tflops, s, &failed);
+    md->prepare_us = time_prepare(md);
     print_grad_results(md, res[m], ntokens, ca->keep);
     fflush(stdout);
     for (int i = 0; i < 2; i++) {

@@ -77,9 +77,10 @@ static void check_epilogues(const char *model, bool grad, bool keep) {
 }
 
 /* llama3_tiny's keep backward (F = 704, 4 layers): the dgrad GEMMs of F columns store their
- * product alone; the one launch per layer that reads the layer's saved gate and up reads the f32
- * dgrad too, and writes three bf16 [T, F] tensors (h for the wgrad of down, the derivative's halves
- * for the products of gate and up, rounded to 16 bits as the epilogue did). */
+ * product alone; the one launch per layer that reads the layer's saved gate and up reads that
+ * dgrad too (dh, rounded to bf16: passes/grad.c, value_grad), and writes three bf16 [T, F]
+ * tensors (h for the wgrad of down, the derivative's halves for the products of gate and up,
+ * rounded to 16 bits as the epilogue did). */
 static void check_keep_swiglu(void) {
   DriverOptions o = {.sm = 90, .opt_level = 3, .grad = true, .keep = true};
   Plan *p = compile_plan_opts("examples/llama3_tiny.ffn", &o, NULL);
@@ -98,19 +99,33 @@ static void check_keep_swiglu(void) {
     for (int i = 0; i < st->nargs; i++) {
       const PlanTensor *t = &p->tensors[st->args[i]];
       saved += t->kind == PT_INPUT && strncmp(t->name, "saved.", 6) == 0 && rows_of(p, st->args[i], 704);
-      dgrad += reads(p, s, st->args[i]) && t->kind == PT_SCRATCH && t->dtype == DT_F32 && rows_of(p, st->args[i], 704);
+      dgrad += reads(p, s, st->args[i]) && t->kind == PT_SCRATCH && t->dtype == DT_BF16 && rows_of(p, st->args[i], 704);
       written += !reads(p, s, st->args[i]) && t->dtype == DT_BF16 && rows_of(p, st->args[i], 704);
     }
     if (saved == 0)
       continue; /* a weight gradient */
     CHECK(saved == 2 && dgrad == 1 && written == 3,
-          "llama3_tiny keep backward: step %d reads %d saved tensors and %d f32 [T, F], writes %d bf16 [T, F]", s,
+          "llama3_tiny keep backward: step %d reads %d saved tensors and %d bf16 [T, F] dh, writes %d bf16 [T, F]", s,
           saved, dgrad, written);
     derivative++;
   }
   CHECK(plain == 4 && derivative == 4, "llama3_tiny keep backward: %d plain dgrad GEMMs of F columns, %d readers of saved", plain,
         derivative);
   plan_destroy(p);
+}
+
+/* The training forward of the keep policy reads the weights as they are bound (passes/passmgr.c:
+ * weights_as_stored): no load-time copy for an optimizer step to make stale (Llama and GPT
+ * sublayers with torch's [out, in] weights; Phi-3's one gate_up weight is still interleaved for
+ * the SwiGLU epilogue, and [in, out] f32 weights still transposed for the SIMT GEMM). */
+static void check_keep_forward_copies(void) {
+  const char *models[] = {"examples/llama3_tiny.ffn", "bench/suite/gpt_gelu_4096.ffn", "bench/suite/llama3_8b_layer.ffn"};
+  for (size_t m = 0; m < sizeof models / sizeof *models; m++) {
+    DriverOptions o = {.sm = 90, .opt_level = 3, .keep = true};
+    Plan *p = compile_plan_opts(models[m], &o, NULL);
+    CHECK(p->nprep == 0, "%s --keep: %d load-time steps in the training forward, expected none", models[m], p->nprep);
+    plan_destroy(p);
+  }
 }
 
 int main(void) {
@@ -148,5 +163,6 @@ int main(void) {
     for (int mode = 0; mode < 4; mode++)
       check_epilogues(models[m], mode >= 2, mode % 2 == 1);
   check_keep_swiglu();
+  check_keep_forward_copies();
   return check_result("plan_structure_test");
 }
