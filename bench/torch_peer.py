@@ -16,10 +16,15 @@ ffnc is faster). Before timing, each torch variant is checked against eager in f
 sublayers and the 4-layer stack): a step is y = f(x); y.backward(dy) with bf16 Parameters and x
 requiring grad, gradients set to None first (as zero_grad does), timed eager and torch.compile'd
 (Inductor, dynamic token count: one compile per model), each checked against eager's gradients; and the peak
-extra memory of a step: torch.cuda.max_memory_allocated() during it, less what was allocated
-before it, plus x and dy, less the gradients (every parameter's and x's), which is what
-`ffnc bench --grad` reports as its peak extra memory (x, y, dy, workspaces, weight copies). With
---ffnc (the JSON of `ffnc bench --grad`) ffnc's fwd+bwd time and memory are printed beside.
+extra memory of a step, what `ffnc bench --grad` reports as its own (x, y, dy, workspaces,
+saved tensors, weight copies; its gradient tensors exist throughout and are not counted): from
+the caching allocator's trace of the step (torch.cuda.memory._record_memory_history), the most
+bytes held at once by the step's allocations that do not survive it (the gradients do), plus x
+and dy. torch's gradients appear one by one during the backward, so the simpler figure printed
+before the seventeenth session, max_memory_allocated() less the memory before the step and all
+the gradients, undercounts wherever the peak comes before the last gradient (it is kept as
+`*_peak_extra_lower_bytes`). With --ffnc (the JSON of `ffnc bench --grad`) ffnc's fwd+bwd time
+and memory are printed beside.
 
 Not a dependency of ffnc: only the bench's peer.
 """
@@ -227,6 +232,41 @@ def nbytes(t):
     return t.numel() * t.element_size()
 
 
+def transient_peak(step):
+    """The most bytes held at once, during step(), by its allocations that step() frees again
+    (from the caching allocator's trace; the allocations alive at the end, the gradients, are left
+    out), or None where the trace is not available."""
+    mem = torch.cuda.memory
+    torch.cuda.synchronize()
+    try:
+        mem._record_memory_history(max_entries=1000000)
+    except Exception as e:  # noqa: BLE001 (an API of torch's that may move)
+        print(f"no allocator trace ({e}): peak extra memory as a lower bound only", flush=True)
+        return None
+    try:
+        step()
+        torch.cuda.synchronize()
+        events = mem._snapshot()["device_traces"][torch.cuda.current_device()]
+    finally:
+        mem._record_memory_history(enabled=None)
+    live, survivors = {}, set()
+    for i, e in enumerate(events):  # allocations still alive at the end: the gradients
+        if e["action"] == "alloc":
+            live[e["addr"]] = i
+        elif e["action"] in ("free_requested", "free_completed"):
+            live.pop(e["addr"], None)
+    survivors = set(live.values())
+    held, cur, peak = {}, 0, 0
+    for i, e in enumerate(events):
+        if e["action"] == "alloc" and i not in survivors:
+            held[e["addr"]] = e["size"]
+            cur += e["size"]
+            peak = max(peak, cur)
+        elif e["action"] in ("free_requested", "free_completed") and e["addr"] in held:
+            cur -= held.pop(e["addr"])
+    return peak
+
+
 def bench_grad_model(name, fn, d, tokens, reps, ours):
     params = leaves(fn)
     for p in params:
@@ -238,7 +278,7 @@ def bench_grad_model(name, fn, d, tokens, reps, ours):
         x = torch.randn(t, d, generator=gen, device="cuda").bfloat16().requires_grad_(True)
         dy = torch.randn(t, d, generator=gen, device="cuda").bfloat16()
         grads = params + [x]
-        res, mem, check = {}, {}, {}
+        res, mem, lower, check = {}, {}, {}, {}
         for variant, f in (("eager", fn), ("compile", compiled)):
             def step():
                 for p in grads:
@@ -259,13 +299,18 @@ def bench_grad_model(name, fn, d, tokens, reps, ours):
             step()
             torch.cuda.synchronize()
             grad_bytes = sum(nbytes(p.grad) for p in grads)
-            mem[variant] = torch.cuda.max_memory_allocated() - before + nbytes(x) + nbytes(dy) - grad_bytes
+            lower[variant] = torch.cuda.max_memory_allocated() - before + nbytes(x) + nbytes(dy) - grad_bytes
+            for p in grads:
+                p.grad = None
+            peak = transient_peak(step)
+            mem[variant] = lower[variant] if peak is None else peak + nbytes(x) + nbytes(dy)
             res[variant] = time_calls(lambda r: step(), 1, reps)
         del want
         best = min(res, key=res.get)
         rows.append(dict(model=name, tokens=t, mode="grad", eager_us=round(res["eager"], 2),
                          compile_us=round(res["compile"], 2), best=best, best_us=round(res[best], 2),
                          eager_peak_extra_bytes=mem["eager"], compile_peak_extra_bytes=mem["compile"],
+                         eager_peak_extra_lower_bytes=lower["eager"], compile_peak_extra_lower_bytes=lower["compile"],
                          compile_check_rel_err=check["compile"],
                          param_bytes=sum(nbytes(p) for p in params)))
         mine = ours.get((name, t))

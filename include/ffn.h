@@ -167,6 +167,11 @@ FFN_API ffn_status ffn_program_output_info(const ffn_program *p, int i, ffn_tens
 /* Weights the program reads (tensor names as in the weights file). */
 FFN_API int ffn_program_num_weights(const ffn_program *p);
 FFN_API const char *ffn_program_weight_name(const ffn_program *p, int i);
+/* Load-time steps ffn_model_prepare runs: weight copies made from the bound weights (norm gains
+ * folded, gate/up merged, quantized codes). 0: the kernels read the weights as bound, so weights
+ * changed in place (an optimizer step) need no ffn_model_prepare before the next run. The keep
+ * policy's training forward of a bf16 Llama-style sublayer has none. */
+FFN_API int ffn_program_num_load_steps(const ffn_program *p);
 
 /* ---- models: a program loaded on a device, with weights ---- */
 

@@ -329,6 +329,7 @@ const char *ffn_program_arch(const ffn_program *p) { return p ? p->plan->arch : 
 int ffn_program_num_kernels(const ffn_program *p) { return p ? p->plan->nkernels : 0; }
 int ffn_program_num_inputs(const ffn_program *p) { return p ? p->plan->ninputs : 0; }
 int ffn_program_num_outputs(const ffn_program *p) { return p ? p->plan->noutputs : 0; }
+int ffn_program_num_load_steps(const ffn_program *p) { return p ? p->plan->nprep : 0; }
 
 static const char *find_name(const Plan *p, PlanTensorKind kind, int index) {
   for (int t = 0; t < p->ntensors; t++)

@@ -82,8 +82,8 @@ def device_count():
     return _lib_handle.ffn_device_count(why, len(why))
 
 
-def _options(arch, precision, ffn_fusion, opt_level, grad):
-    if arch is None and not precision and not ffn_fusion and opt_level is None and not grad:
+def _options(arch, precision, ffn_fusion, opt_level, grad, keep):
+    if arch is None and not precision and not ffn_fusion and opt_level is None and not grad and not keep:
         return None
     opt = ctypes.c_void_p()
     _check(_lib_handle.ffn_options_create(ctypes.byref(opt)))
@@ -98,14 +98,16 @@ def _options(arch, precision, ffn_fusion, opt_level, grad):
             _check(_lib_handle.ffn_options_set_opt_level(opt, opt_level))
         if grad:
             _check(_lib_handle.ffn_options_set_grad(opt, 1))
+        if keep:
+            _check(_lib_handle.ffn_options_set_grad_policy(opt, 1))  # FFN_GRAD_KEEP
     except FFNCError:
         _lib_handle.ffn_options_destroy(opt)
         raise
     return opt
 
 
-def _compile(call, arch, precision, ffn_fusion, opt_level, grad):
-    opt = _options(arch, precision, ffn_fusion, opt_level, grad)
+def _compile(call, arch, precision, ffn_fusion, opt_level, grad, keep):
+    opt = _options(arch, precision, ffn_fusion, opt_level, grad, keep)
     handle = ctypes.c_void_p()
     try:
         _check(call(opt, ctypes.byref(handle)))
@@ -115,20 +117,24 @@ def _compile(call, arch, precision, ffn_fusion, opt_level, grad):
     return Program(handle)
 
 
-def compile(source, filename="<string>", *, arch=None, precision=None, ffn_fusion=None, opt_level=None, grad=False):
+def compile(source, filename="<string>", *, arch=None, precision=None, ffn_fusion=None, opt_level=None, grad=False,
+            keep=False):
     """Compile .ffn source text (NVRTC, through the kernel cache). arch: "sm_90"...; precision:
     {"weights": "f8e4m3"...}; ffn_fusion: [(first, last)...]; opt_level: 0..3; grad: the backward
     graph instead (inputs: the program's, then "grad.OUT" per output; outputs: "grad.NAME", f32,
-    per input and weight). Raises CompileError with the diagnostics."""
+    per input and weight). keep: the keep policy (ffn_options_set_grad_policy): without grad the
+    training forward (outputs: the program's, then the saved tensors "saved.NAME"), with grad the
+    backward graph that reads them (inputs: the program's, "grad.OUT", then the same "saved.NAME").
+    Raises CompileError with the diagnostics."""
     data = source.encode()
     return _compile(lambda opt, out: _lib_handle.ffn_program_compile(data, len(data), filename.encode(), opt, out),
-                    arch, precision, ffn_fusion, opt_level, grad)
+                    arch, precision, ffn_fusion, opt_level, grad, keep)
 
 
-def compile_file(path, *, arch=None, precision=None, ffn_fusion=None, opt_level=None, grad=False):
+def compile_file(path, *, arch=None, precision=None, ffn_fusion=None, opt_level=None, grad=False, keep=False):
     """Compile a .ffn file; see compile()."""
     return _compile(lambda opt, out: _lib_handle.ffn_program_compile_file(str(path).encode(), opt, out),
-                    arch, precision, ffn_fusion, opt_level, grad)
+                    arch, precision, ffn_fusion, opt_level, grad, keep)
 
 
 def load(path):
@@ -197,6 +203,12 @@ class Program:
     @property
     def num_kernels(self):
         return _lib_handle.ffn_program_num_kernels(self._handle)
+
+    @property
+    def num_load_steps(self):
+        """Load-time steps Model.prepare runs (weight copies); 0: the kernels read the weights as
+        bound, so weights changed in place need no prepare (ffn_program_num_load_steps)."""
+        return _lib_handle.ffn_program_num_load_steps(self._handle)
 
     def save(self, path):
         """Ahead-of-time output: load() reads it back without NVRTC."""

@@ -75,6 +75,22 @@ class Api(unittest.TestCase):
         self.assertEqual(len(names), 1 + 4 * 4)  # x and four weights in each of four layers
         self.assertTrue(all(o["dtype"] == "float32" for o in prog.outputs))
 
+    def test_keep_policy_interface(self):
+        fwd = ffnc.compile_file(TINY, arch="sm_90", keep=True)
+        bwd = ffnc.compile_file(TINY, arch="sm_90", grad=True, keep=True)
+        outs = [o["name"] for o in fwd.outputs]
+        self.assertEqual(outs[0], "x")
+        self.assertIn("saved.model.layers.0.mlp.gate_proj", outs)
+        saved = [n for n in outs if n.startswith("saved.")]
+        self.assertEqual(len(saved), len(outs) - 1)
+        # the backward graph reads the same saved tensors, in the same order, after grad.x
+        self.assertEqual([i["name"] for i in bwd.inputs], ["x", "grad.x"] + saved)
+        # the keep policy reads the weights as bound (no load-time copies: an optimizer step
+        # needs no prepare); the recompute forward folds and merges them
+        self.assertEqual(fwd.num_load_steps, 0)
+        self.assertEqual(bwd.num_load_steps, 0)
+        self.assertGreater(tiny("sm_90").num_load_steps, 0)
+
     def test_bad_option_is_an_error(self):
         with self.assertRaises(ffnc.FFNCError):
             ffnc.compile_file(TINY, precision={"nonsense": "f32"})

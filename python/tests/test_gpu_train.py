@@ -1,6 +1,6 @@
 """GPU: training through ffnc.autograd.FFN (the forward program and its compiled backward graph)
 against torch autograd of the same math: every gradient of a tiny f32 Llama-style stack and of
-examples/llama3_tiny.ffn (bf16), the weight rule (Parameters changed in place or replaced are
+examples/llama3_tiny.ffn (bf16), under both policies (recompute, keep), the weight rule (Parameters changed in place or replaced are
 re-derived before the next forward), Model.run_grad writing and accumulating, and two training
 loops (SGD and Adam, 300 steps each, a synthetic regression onto a teacher network) whose loss
 curves must match torch's step by step. ctest: gpu_python_train; exits 77 where there is no torch
@@ -139,6 +139,24 @@ class Gradients(unittest.TestCase):
             # tolerance of gpu_util.h's bf16 gradients against the source (3%)
             self.compare(module, list(w), w, torch_bf16, x, 3e-2, "bf16")
 
+    def test_bf16_keep_against_torch(self):
+        """The keep policy: the training forward saves the gate and up products, the backward
+        graph reads them; no load-time copies (an optimizer step needs no prepare)."""
+        w = bf16_weights(SEED)
+        module = FFN(TINY, weights=w, keep=True)
+        self.assertFalse(module._copies)
+        for tokens in (1, 7, 64, 1000):
+            g = torch.Generator("cuda").manual_seed(SEED + tokens)
+            x = torch.randn(tokens, BF_D, device="cuda", generator=g).to(torch.bfloat16)
+            self.compare(module, list(w), w, torch_bf16, x, 3e-2, "bf16 keep")
+
+    def test_f32_keep_against_torch(self):
+        w = f32_weights(SEED)
+        module = FFN(source=TINY_F32, weights=w, keep=True)
+        for tokens in (1, 7, 64, 1000):
+            x = torch.randn(tokens, D, device="cuda", generator=torch.Generator("cuda").manual_seed(SEED + tokens))
+            self.compare(module, list(w), w, torch_f32, x, 1e-4, "f32 keep")
+
     def test_input_without_grad(self):
         w = f32_weights(SEED)
         module = FFN(source=TINY_F32, weights=w)
@@ -150,8 +168,12 @@ class Gradients(unittest.TestCase):
             self.assertLess(rel_l2(module.parameter(name).grad, wb[name].grad), 1e-4, name)
 
     def test_weights_changed_are_rederived(self):
+        for keep in (False, True):  # with copies to make again, and reading the Parameters as they are
+            self.weights_changed(keep)
+
+    def weights_changed(self, keep):
         w = f32_weights(SEED)
-        module = FFN(source=TINY_F32, weights=w)
+        module = FFN(source=TINY_F32, weights=w, keep=keep)
         x = torch.randn(5, D, device="cuda")
         with torch.no_grad():
             module.parameter("layers.0.gate").mul_(1.5)       # in place: the version counter moves
@@ -160,7 +182,7 @@ class Gradients(unittest.TestCase):
             w["layers.0.gate"] = w["layers.0.gate"] * 1.5
             w["layers.1.norm"] = torch.full((D,), 0.5)
             want = torch_f32(x, {k: v.cuda() for k, v in w.items()})
-        self.assertLess(rel_l2(got, want), 1e-5)
+        self.assertLess(rel_l2(got, want), 1e-5, f"keep={keep}")
 
     def test_run_grad_write_then_accumulate(self):
         prog = ffnc.compile(TINY_F32, grad=True)
@@ -198,10 +220,10 @@ class TrainingLoop(unittest.TestCase):
     # the same loop in f64: within 5e-7 over 300 steps, seeds 1, 17, 12345, on the CPU).
     TOL = 1e-3
 
-    def train(self, make_optimizer, label):
+    def train(self, make_optimizer, label, keep=False):
         teacher = {k: v.cuda() for k, v in f32_weights(SEED + 100).items()}
         start = f32_weights(SEED + 200)
-        ours, theirs = FFN(source=TINY_F32, weights=start), TorchFFN(start)
+        ours, theirs = FFN(source=TINY_F32, weights=start, keep=keep), TorchFFN(start)
         curves = []
         for module in (ours, theirs):
             opt = make_optimizer(module.parameters())
@@ -231,6 +253,11 @@ class TrainingLoop(unittest.TestCase):
 
     def test_adam(self):
         losses = self.train(lambda p: torch.optim.Adam(p, lr=2e-3), "Adam")
+        self.assertLess(sum(losses[-20:]) / 20, 0.7 * sum(losses[:20]) / 20)
+
+    def test_adam_keep(self):
+        """The keep policy: nothing re-derived after a step (the kernels read the Parameters)."""
+        losses = self.train(lambda p: torch.optim.Adam(p, lr=2e-3), "Adam, keep", keep=True)
         self.assertLess(sum(losses[-20:]) / 20, 0.7 * sum(losses[:20]) / 20)
 
 
