@@ -554,6 +554,8 @@ ffn_status ffn_model_create(const ffn_program *prog, int device, ffn_model **out
     s = load_module(m);
     if (s == FFN_OK)
       s = tune_load_model(m);
+    if (s == FFN_OK && !(m->pool = pool_create(cu, m->ctx)))
+      s = FFN_ERR_OUT_OF_MEMORY;
     CUcontext c;
     cu->cuCtxPopCurrent(&c);
   }
@@ -571,8 +573,8 @@ void ffn_model_destroy(ffn_model *m) {
   const CuApi *cu = m->cu;
   if (m->owns_comm) /* after our runs: it waits for their collectives */
     nccl_api(NULL, 0)->CommDestroy(m->comm);
+  pool_release(m->pool); /* while the context is ours: the last reference frees its memory */
   if (m->ctx && cu->cuCtxPushCurrent(m->ctx) == CUDA_SUCCESS) {
-    exec_free_workspaces(m);
     for (int t = 0; t < m->prog->plan->ntensors; t++)
       if (m->owned[t] && m->tensor[t])
         cu->cuMemFree(m->tensor[t]);

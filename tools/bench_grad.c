@@ -287,8 +287,8 @@ static double forward_flops(const Graph *g, int64_t tokens) {
 
 static size_t workspace_bytes(const ffn_model *m) {
   size_t bytes = 0;
-  for (int i = 0; i < m->nws; i++)
-    bytes += m->ws[i]->size;
+  for (int i = 0; i < m->pool->nws; i++)
+    bytes += m->pool->ws[i]->size;
   return bytes;
 }
 
