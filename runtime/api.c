@@ -632,6 +632,20 @@ ffn_status ffn_model_set_communicator(ffn_model *m, void *nccl_comm) {
   return FFN_OK;
 }
 
+ffn_status ffn_model_share_workspace(ffn_model *m, ffn_model *with) {
+  ARG(m && with, "NULL argument");
+  ARG(m != with, "a model cannot share its workspace with itself");
+  if (m->ctx != with->ctx) /* a workspace is memory of one context */
+    return rt_error(FFN_ERR_INVALID_ARGUMENT, "ffn_model_share_workspace: the models are on different CUDA devices "
+                    "(the first on device %d, the second on device %d)", m->device, with->device);
+  if (m->pool == with->pool)
+    return FFN_OK;
+  pool_retain(with->pool);
+  pool_release(m->pool); /* waits for m's calls in flight when it frees their workspaces */
+  m->pool = with->pool;
+  return FFN_OK;
+}
+
 size_t model_weight_bytes(const ffn_model *m) {
   const Plan *p = m->prog->plan;
   size_t bytes = 0;
