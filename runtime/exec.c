@@ -353,7 +353,7 @@ static ffn_status add_workspace(ffn_model *m, Workspace **out) {
 
 /* w, taken by a call of m, reallocated for ncounters split-K counters and `rest` bytes. */
 static ffn_status grow_workspace(ffn_model *m, Workspace *w, size_t ncounters, size_t rest) {
-  const bool regrow = w->base != 0;
+  const bool regrow = w->base != 0 && w->sized_by == m;
   CUresult r;
   /* the old allocation may still be read by work queued earlier (never the case for a
    * capture, which only takes a workspace that is large enough or a new one) */
@@ -367,8 +367,11 @@ static ffn_status grow_workspace(ffn_model *m, Workspace *w, size_t ncounters, s
       return cu_fail(m->cu, r, "cu->cuMemFree()");
   }
   /* exactly what this call needs the first time (a fixed-shape loop, training or a fixed batch,
-   * keeps no unused headroom); a quarter more when a later call outgrows it (room for more
-   * tokens next time, so that growing token counts reallocate a few times, not at every call) */
+   * keeps no unused headroom); a quarter more when a later call of the model that sized it
+   * outgrows it (room for more tokens next time, so that growing token counts reallocate a few
+   * times, not at every call). In a shared pool (ffn_model_share_workspace) a call of another
+   * model outgrowing it is a larger need, not a growing one: the backward graph's call after the
+   * training forward's gets exactly its size, which then serves both at every step. */
   size_t need = counters_bytes(ncounters) + rest, size = need + (regrow ? rest / 4 : 0);
   if ((r = m->cu->cuMemAlloc(&w->base, size)) == CUDA_ERROR_OUT_OF_MEMORY && size > need)
     r = m->cu->cuMemAlloc(&w->base, size = need); /* without the headroom, it may still fit */
@@ -378,6 +381,7 @@ static ffn_status grow_workspace(ffn_model *m, Workspace *w, size_t ncounters, s
     return cu_fail(m->cu, r, "cu->cuMemAlloc()");
   w->size = size;
   w->ncounters = ncounters;
+  w->sized_by = m;
   return FFN_OK;
 }
 

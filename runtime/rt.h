@@ -264,6 +264,7 @@ typedef struct {
   size_t ncounters;     /* capacity of the counters region at base */
   CUstream last_stream;
   CUevent done;         /* recorded after the last run that used it */
+  const ffn_model *sized_by; /* whose call last allocated it (acquire's headroom; never dereferenced) */
   bool busy;            /* taken by a run being enqueued */
   bool pinned;          /* baked into a captured CUDA graph: never handed out again */
   /* A call cut into row blocks (tp_overlap.c) whose first block holds this workspace: its
