@@ -9,10 +9,12 @@ weights are torch Parameters, differentiated by ffnc's compiled backward graph.
         loss.backward()                     # backward: the compiled backward graph (ffn_model_run_grad)
         opt.step(); opt.zero_grad()         # the next forward re-derives the weights' load-time copies
 
-Two models share the Parameters' memory: the program (forward) and its backward graph, which
-recomputes the forward values it needs from the inputs (the memory-saving policy: the forward
-saves only its inputs for backward, no [T, F] intermediates). Gradients come for every input and
-Parameter that requires one, in its own dtype (f32 or bf16; others through f32).
+Two models share the Parameters' memory and one workspace (their calls' scratch memory: the
+backward runs after the forward, so one the size of the larger need serves both): the program
+(forward) and its backward graph, which recomputes the forward values it needs from the inputs
+(the memory-saving policy: the forward saves only its inputs for backward, no [T, F]
+intermediates). Gradients come for every input and Parameter that requires one, in its own
+dtype (f32 or bf16; others through f32).
 
 The weight rule. Both models use the Parameters' memory in place, but their kernels read copies
 made at load time (ffn_model_prepare: norm gains folded into the projections, gate and up
@@ -133,7 +135,7 @@ class FFN(torch.nn.Module):
             grad_program = _compile(source, grad=True, **options)
         self.device = torch.device(device)
         self._forward_model = program.to(self.device)
-        self._grad_model = grad_program.to(self.device)
+        self._grad_model = grad_program.to(self.device).share_workspace(self._forward_model)
         self._input_names = [i["name"] for i in program.inputs]
         self._num_inputs = len(self._input_names)
         self._weight_names = program.weights
