@@ -27,7 +27,8 @@
  * Training: compile the program's backward graph (ffn_options_set_grad) and let
  * ffn_model_run_grad write or accumulate the gradients into your f32/bf16 tensors (below);
  * with ffn_options_set_grad_policy(o, FFN_GRAD_KEEP), a training forward keeps what the
- * backward needs instead of the backward recomputing it.
+ * backward needs instead of the backward recomputing it; ffn_model_share_workspace lets the two
+ * models use one workspace.
  *
  * Every function returns an ffn_status; on failure ffn_last_error() describes what went
  * wrong (which CUDA/NVRTC call failed and why, which tensor is missing...). The CUDA driver
@@ -315,6 +316,25 @@ FFN_API const char *ffn_model_tuning(const ffn_model *m);
 enum { FFN_GRAD_ACCUMULATE = 1 };
 FFN_API ffn_status ffn_model_run_grad(ffn_model *m, struct CUstream_st *stream, const DLTensor *inputs, int ninputs,
                                       const DLTensor *grads, int ngrads, unsigned flags);
+
+/* One workspace for two models. Each call takes device scratch memory, its workspace (the
+ * call's intermediate values, split-K partials, staged gradients), which the model keeps for its
+ * next calls and grows to the largest call so far. A training forward and its backward graph run
+ * one after the other on a stream, so their two workspaces are never in use at once: let them
+ * share one, the size of the larger need, instead of holding both:
+ *
+ *   ffn_model_share_workspace(bwd_model, fwd_model);
+ *
+ * From then on m's calls take their workspaces where with's do (with's own, or those it shares in
+ * turn); m's former ones are freed unless another model still shares them (the host waits for
+ * the work queued on them first). Calls in flight at once on different streams still take a
+ * workspace each; calls one after the other on a stream take turns in one. Both models must be on
+ * the same device, else FFN_ERR_INVALID_ARGUMENT naming both devices; m and with must be non-NULL
+ * and distinct (FFN_ERR_INVALID_ARGUMENT). Allowed at any time, but not while a call of m is being
+ * enqueued on another thread (as binding weights); a CUDA graph captured from m's calls before
+ * must not be replayed after it (its workspace may be freed). The shared workspace is freed with
+ * the last model that uses it, whatever the order of ffn_model_destroy. */
+FFN_API ffn_status ffn_model_share_workspace(ffn_model *m, ffn_model *with);
 
 /* ---- devices and versions ---- */
 

@@ -555,6 +555,8 @@ ffn_status ffn_model_create(const ffn_program *prog, int device, ffn_model **out
     s = load_module(m);
     if (s == FFN_OK)
       s = tune_load_model(m);
+    if (s == FFN_OK && !(m->pool = pool_create(cu, m->ctx)))
+      s = FFN_ERR_OUT_OF_MEMORY;
     CUcontext c;
     cu->cuCtxPopCurrent(&c);
   }
@@ -572,8 +574,8 @@ void ffn_model_destroy(ffn_model *m) {
   const CuApi *cu = m->cu;
   if (m->owns_comm) /* after our runs: it waits for their collectives */
     nccl_api(NULL, 0)->CommDestroy(m->comm);
+  pool_release(m->pool); /* while the context is ours: the last reference frees its memory */
   if (m->ctx && cu->cuCtxPushCurrent(m->ctx) == CUDA_SUCCESS) {
-    exec_free_workspaces(m);
     for (int t = 0; t < m->prog->plan->ntensors; t++)
       if (m->owned[t] && m->tensor[t])
         cu->cuMemFree(m->tensor[t]);
@@ -628,6 +630,20 @@ ffn_status ffn_model_set_communicator(ffn_model *m, void *nccl_comm) {
     NCCL_CHECK(nccl, nccl->CommDestroy(m->comm));
   m->comm = comm;
   m->owns_comm = false;
+  return FFN_OK;
+}
+
+ffn_status ffn_model_share_workspace(ffn_model *m, ffn_model *with) {
+  ARG(m && with, "NULL argument");
+  ARG(m != with, "a model cannot share its workspace with itself");
+  if (m->ctx != with->ctx) /* a workspace is memory of one context */
+    return rt_error(FFN_ERR_INVALID_ARGUMENT, "ffn_model_share_workspace: the models are on different CUDA devices "
+                    "(the first on device %d, the second on device %d)", m->device, with->device);
+  if (m->pool == with->pool)
+    return FFN_OK;
+  pool_retain(with->pool);
+  pool_release(m->pool); /* waits for m's calls in flight when it frees their workspaces */
+  m->pool = with->pool;
   return FFN_OK;
 }
 

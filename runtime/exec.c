@@ -288,9 +288,12 @@ static ffn_status check_tensor(const Plan *p, int t, const DLTensor *d, const ch
 
 static size_t counters_bytes(size_t n) { return (n * 4 + 255) / 256 * 256; }
 
-/* Takes a workspace for a call on `stream` with `tiles` split-K counters and `rest` bytes after
- * them: a free one whose last use has finished, or one last used on this stream (the stream
- * is made to wait for that use, so a recycled stream handle is safe too), else a new one.
+/* Takes a workspace of m's pool for a call on `stream` with `tiles` split-K counters and `rest`
+ * bytes after them: a free one whose last use has finished, or one last used on this stream (the
+ * stream is made to wait for that use, so a recycled stream handle is safe too), else a new one.
+ * The pool may be shared with other models (ffn_model_share_workspace): their calls one after
+ * the other on a stream take turns in one workspace; calls in flight at once on different
+ * streams take one each.
  *
  * A call being captured into a CUDA graph keeps its workspace for good (pinned): the graph's
  * replays use it whenever they run, so nothing else may. It takes the one a warm-up call on the
@@ -308,52 +311,95 @@ static ffn_status workspace_oom(ffn_model *m, size_t need) {
                   (double)need / gib, (double)free_b / gib, (double)total / gib);
 }
 
+/* A workspace of m's pool that the call may take (see acquire), or NULL; under the pool's lock. */
+static Workspace *find_free(const ffn_model *m, CUstream stream, bool capturing, size_t tiles, size_t rest) {
+  const WorkspacePool *pool = m->pool;
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < pool->nws; i++) {
+      Workspace *c = pool->ws[i];
+      if (c->busy)
+        continue;
+      if (capturing ? pass == 1 && c->last_stream == stream && c->ncounters >= tiles &&
+                          c->size >= counters_bytes(c->ncounters) + rest
+                    : pass ? c->last_stream == stream : m->cu->cuEventQuery(c->done) == CUDA_SUCCESS)
+        return c;
+    }
+  return NULL;
+}
+
+/* A new workspace without memory, added to m's pool; under the pool's lock. */
+static ffn_status add_workspace(ffn_model *m, Workspace **out) {
+  WorkspacePool *pool = m->pool;
+  if (pool->nws == pool->capws) {
+    int cap = pool->capws ? pool->capws * 2 : 4;
+    Workspace **ws = realloc(pool->ws, sizeof(Workspace *) * (size_t)cap);
+    if (!ws)
+      return rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
+    pool->ws = ws;
+    pool->capws = cap;
+  }
+  Workspace *w = calloc(1, sizeof *w);
+  if (!w)
+    return rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
+  CUresult r = m->cu->cuEventCreate(&w->done, CU_EVENT_DISABLE_TIMING);
+  if (r != CUDA_SUCCESS) {
+    free(w);
+    return cu_fail(m->cu, r, "cu->cuEventCreate()");
+  }
+  pool->ws[pool->nws++] = w;
+  *out = w;
+  return FFN_OK;
+}
+
+/* w, taken by a call of m, reallocated for ncounters split-K counters and `rest` bytes. */
+static ffn_status grow_workspace(ffn_model *m, Workspace *w, size_t ncounters, size_t rest) {
+  const bool regrow = w->base != 0 && w->sized_by == m;
+  CUresult r;
+  /* the old allocation may still be read by work queued earlier (never the case for a
+   * capture, which only takes a workspace that is large enough or a new one) */
+  if (w->base) {
+    r = m->cu->cuEventSynchronize(w->done);
+    if (r == CUDA_SUCCESS)
+      r = m->cu->cuMemFree(w->base);
+    w->base = 0;
+    w->size = w->ncounters = 0;
+    if (r != CUDA_SUCCESS)
+      return cu_fail(m->cu, r, "cu->cuMemFree()");
+  }
+  /* exactly what this call needs the first time (a fixed-shape loop, training or a fixed batch,
+   * keeps no unused headroom); a quarter more when a later call of the model that sized it
+   * outgrows it (room for more tokens next time, so that growing token counts reallocate a few
+   * times, not at every call). In a shared pool (ffn_model_share_workspace) a call of another
+   * model outgrowing it is a larger need, not a growing one: the backward graph's call after the
+   * training forward's gets exactly its size, which then serves both at every step. */
+  size_t need = counters_bytes(ncounters) + rest, size = need + (regrow ? rest / 4 : 0);
+  if ((r = m->cu->cuMemAlloc(&w->base, size)) == CUDA_ERROR_OUT_OF_MEMORY && size > need)
+    r = m->cu->cuMemAlloc(&w->base, size = need); /* without the headroom, it may still fit */
+  if (r == CUDA_ERROR_OUT_OF_MEMORY)
+    return workspace_oom(m, size);
+  if (r != CUDA_SUCCESS)
+    return cu_fail(m->cu, r, "cu->cuMemAlloc()");
+  w->size = size;
+  w->ncounters = ncounters;
+  w->sized_by = m;
+  return FFN_OK;
+}
+
 static ffn_status acquire(ffn_model *m, CUstream stream, size_t tiles, size_t rest, Workspace **out) {
   CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
   CUresult r = m->cu->cuStreamIsCapturing(stream, &capture);
   if (r != CUDA_SUCCESS)
     return cu_fail(m->cu, r, "cu->cuStreamIsCapturing()");
   bool capturing = capture != CU_STREAM_CAPTURE_STATUS_NONE;
-  pthread_mutex_lock(&m->lock);
-  Workspace *w = NULL;
-  for (int pass = 0; pass < 2 && !w; pass++)
-    for (int i = 0; i < m->nws && !w; i++) {
-      Workspace *c = m->ws[i];
-      if (c->busy)
-        continue;
-      if (capturing ? pass == 1 && c->last_stream == stream && c->ncounters >= tiles &&
-                          c->size >= counters_bytes(c->ncounters) + rest
-                    : pass ? c->last_stream == stream : m->cu->cuEventQuery(c->done) == CUDA_SUCCESS)
-        w = c;
-    }
-  ffn_status st = FFN_OK;
-  if (!w) {
-    if (m->nws == m->capws) {
-      int cap = m->capws ? m->capws * 2 : 4;
-      Workspace **ws = realloc(m->ws, sizeof(Workspace *) * (size_t)cap);
-      if (!ws)
-        st = rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
-      else {
-        m->ws = ws;
-        m->capws = cap;
-      }
-    }
-    if (st == FFN_OK && !(w = calloc(1, sizeof *w)))
-      st = rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
-    r = st == FFN_OK ? m->cu->cuEventCreate(&w->done, CU_EVENT_DISABLE_TIMING) : CUDA_SUCCESS;
-    if (r != CUDA_SUCCESS) {
-      free(w);
-      w = NULL;
-      st = cu_fail(m->cu, r, "cu->cuEventCreate()");
-    }
-    if (st == FFN_OK)
-      m->ws[m->nws++] = w;
-  }
-  if (w) {
+  WorkspacePool *pool = m->pool;
+  pthread_mutex_lock(&pool->lock);
+  Workspace *w = find_free(m, stream, capturing, tiles, rest);
+  ffn_status st = w ? FFN_OK : add_workspace(m, &w);
+  if (st == FFN_OK) {
     w->busy = true;
     w->pinned = capturing;
   }
-  pthread_mutex_unlock(&m->lock);
+  pthread_mutex_unlock(&pool->lock);
   if (st != FFN_OK)
     return st;
   if (!capturing && m->cu->cuEventQuery(w->done) != CUDA_SUCCESS &&
@@ -361,55 +407,95 @@ static ffn_status acquire(ffn_model *m, CUstream stream, size_t tiles, size_t re
     st = cu_fail(m->cu, r, "cu->cuStreamWaitEvent()");
   size_t ncounters = tiles > w->ncounters ? tiles : w->ncounters;
   bool grow = w->size < counters_bytes(ncounters) + rest || ncounters > w->ncounters;
-  if (st == FFN_OK && grow) {
-    const bool regrow = w->base != 0;
-    /* the old allocation may still be read by work queued earlier (never the case for a
-     * capture, which only takes a workspace that is large enough or a new one) */
-    if (w->base) {
-      r = m->cu->cuEventSynchronize(w->done);
-      if (r == CUDA_SUCCESS)
-        r = m->cu->cuMemFree(w->base);
-      if (r != CUDA_SUCCESS)
-        st = cu_fail(m->cu, r, "cu->cuMemFree()");
-      w->base = 0;
-      w->size = w->ncounters = 0;
-    }
-    /* exactly what this call needs the first time (a fixed-shape loop, training or a fixed batch,
-     * keeps no unused headroom); a quarter more when a later call outgrows it (room for more
-     * tokens next time, so that growing token counts reallocate a few times, not at every call) */
-    size_t size = counters_bytes(ncounters) + rest + (regrow ? rest / 4 : 0);
-    if (st == FFN_OK && (r = m->cu->cuMemAlloc(&w->base, size)) == CUDA_ERROR_OUT_OF_MEMORY &&
-        size > counters_bytes(ncounters) + rest) /* without the headroom, it may still fit */
-      r = m->cu->cuMemAlloc(&w->base, size = counters_bytes(ncounters) + rest);
-    if (st == FFN_OK && r == CUDA_ERROR_OUT_OF_MEMORY)
-      st = workspace_oom(m, size);
-    else if (st == FFN_OK && r != CUDA_SUCCESS)
-      st = cu_fail(m->cu, r, "cu->cuMemAlloc()");
-    if (st == FFN_OK) {
-      w->size = size;
-      w->ncounters = ncounters;
-    }
-  }
+  if (st == FFN_OK && grow)
+    st = grow_workspace(m, w, ncounters, rest);
   if (st == FFN_OK && (grow || capturing) &&
       (r = m->cu->cuMemsetD8Async(w->base, 0, counters_bytes(w->ncounters), stream)) != CUDA_SUCCESS)
     st = cu_fail(m->cu, r, "cu->cuMemsetD8Async()");
   if (st != FFN_OK) {
-    pthread_mutex_lock(&m->lock);
+    pthread_mutex_lock(&pool->lock);
     w->busy = false;
     w->pinned = false;
-    pthread_mutex_unlock(&m->lock);
+    pthread_mutex_unlock(&pool->lock);
     return st;
   }
   *out = w;
   return FFN_OK;
 }
 
-static void release(ffn_model *m, Workspace *w, CUstream stream, bool recorded) {
-  pthread_mutex_lock(&m->lock);
+static void release(WorkspacePool *pool, Workspace *w, CUstream stream, bool recorded) {
+  pthread_mutex_lock(&pool->lock);
   if (recorded)
     w->last_stream = stream;
   w->busy = w->pinned;
-  pthread_mutex_unlock(&m->lock);
+  pthread_mutex_unlock(&pool->lock);
+}
+
+/* w's device memory, events and side stream, with its context current */
+static void free_workspace_device(const CuApi *cu, Workspace *w) {
+  if (w->done) /* a call still in flight on some stream reads it until then */
+    cu->cuEventSynchronize(w->done);
+  if (w->base)
+    cu->cuMemFree(w->base);
+  if (w->done)
+    cu->cuEventDestroy(w->done);
+  if (w->side) /* its work is done: the call joined it before recording done */
+    cu->cuStreamDestroy(w->side);
+  if (w->computed)
+    cu->cuEventDestroy(w->computed);
+  for (int b = 0; b < TP_MAX_BLOCKS; b++)
+    if (w->reduced[b])
+      cu->cuEventDestroy(w->reduced[b]);
+}
+
+void exec_free_workspaces(WorkspacePool *p) {
+  const CuApi *cu = p->cu;
+  /* a context that cannot be made current is gone, and its memory with it */
+  bool pushed = p->nws && cu->cuCtxPushCurrent(p->ctx) == CUDA_SUCCESS;
+  for (int i = 0; i < p->nws; i++) {
+    if (pushed)
+      free_workspace_device(cu, p->ws[i]);
+    free(p->ws[i]);
+  }
+  if (pushed) {
+    CUcontext popped;
+    cu->cuCtxPopCurrent(&popped);
+  }
+  free(p->ws);
+  p->ws = NULL;
+  p->nws = p->capws = 0;
+}
+
+WorkspacePool *pool_create(const CuApi *cu, CUcontext ctx) {
+  WorkspacePool *p = calloc(1, sizeof *p);
+  if (!p) {
+    rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
+    return NULL;
+  }
+  pthread_mutex_init(&p->lock, NULL);
+  p->refs = 1;
+  p->cu = cu;
+  p->ctx = ctx;
+  return p;
+}
+
+void pool_retain(WorkspacePool *p) {
+  pthread_mutex_lock(&p->lock);
+  p->refs++;
+  pthread_mutex_unlock(&p->lock);
+}
+
+void pool_release(WorkspacePool *p) {
+  if (!p)
+    return;
+  pthread_mutex_lock(&p->lock);
+  bool last = --p->refs == 0;
+  pthread_mutex_unlock(&p->lock);
+  if (!last)
+    return;
+  exec_free_workspaces(p);
+  pthread_mutex_destroy(&p->lock);
+  free(p);
 }
 
 /* Whether variant v of kernel k is the wgmma weight gradient (kernels/grad_sm90.cuh): its grid,
@@ -866,7 +952,7 @@ ffn_status exec_end(ExecRun *run, ffn_status st) {
     bool recorded = r == CUDA_SUCCESS && !run->w->pinned;
     if (r != CUDA_SUCCESS && st == FFN_OK)
       st = cu_fail(m->cu, r, "cu->cuEventRecord()");
-    release(m, run->w, run->stream, recorded);
+    release(m->pool, run->w, run->stream, recorded);
     run->w = NULL;
   }
   if (run->pushed) {
@@ -918,27 +1004,4 @@ ffn_status exec_run(ffn_model *m, CUstream stream, const DLTensor *inputs, int n
   for (int s = 0; s < m->prog->plan->nsteps && st == FFN_OK; s++)
     st = exec_step(&run, s);
   return exec_end(&run, st);
-}
-
-void exec_free_workspaces(ffn_model *m) {
-  for (int i = 0; i < m->nws; i++) {
-    Workspace *w = m->ws[i];
-    if (w->done)
-      m->cu->cuEventSynchronize(w->done);
-    if (w->base)
-      m->cu->cuMemFree(w->base);
-    if (w->done)
-      m->cu->cuEventDestroy(w->done);
-    if (w->side) /* its work is done: the call joined it before recording done */
-      m->cu->cuStreamDestroy(w->side);
-    if (w->computed)
-      m->cu->cuEventDestroy(w->computed);
-    for (int b = 0; b < TP_MAX_BLOCKS; b++)
-      if (w->reduced[b])
-        m->cu->cuEventDestroy(w->reduced[b]);
-    free(w);
-  }
-  free(m->ws);
-  m->ws = NULL;
-  m->nws = m->capws = 0;
 }

@@ -264,6 +264,7 @@ typedef struct {
   size_t ncounters;     /* capacity of the counters region at base */
   CUstream last_stream;
   CUevent done;         /* recorded after the last run that used it */
+  const ffn_model *sized_by; /* whose call last allocated it (acquire's headroom; never dereferenced) */
   bool busy;            /* taken by a run being enqueued */
   bool pinned;          /* baked into a captured CUDA graph: never handed out again */
   /* A call cut into row blocks (tp_overlap.c) whose first block holds this workspace: its
@@ -272,6 +273,26 @@ typedef struct {
   CUstream side;
   CUevent computed, reduced[TP_MAX_BLOCKS];
 } Workspace;
+
+/* The workspaces a model's calls take (exec.c: acquire): its own, or one shared with other
+ * models on its context (ffn_model_share_workspace). A training forward and its backward graph
+ * run one after the other on a stream, so with one pool they take turns in one workspace the
+ * size of the larger need instead of holding two. Each model holds a reference; the last one
+ * dropped frees the workspaces. */
+typedef struct WorkspacePool {
+  pthread_mutex_t lock; /* guards refs, the array and every Workspace's busy, pinned, last_stream */
+  int refs;
+  const CuApi *cu;
+  CUcontext ctx;        /* the workspaces' memory is this context's: it is pushed to free them */
+  Workspace **ws;       /* entries never move: a call holds a pointer to its own */
+  int nws, capws;
+} WorkspacePool;
+
+/* exec.c: a new pool holding one reference (NULL: out of host memory, said through rt_error);
+ * pool_release drops one, the last frees the pool as exec_free_workspaces does. */
+WorkspacePool *pool_create(const CuApi *cu, CUcontext ctx);
+void pool_retain(WorkspacePool *p);
+void pool_release(WorkspacePool *p);
 
 struct ffn_model {
   const ffn_program *prog;
@@ -329,9 +350,8 @@ struct ffn_model {
    * what loading or tuning them found (ffn_model_tuning). */
   struct TunedKernel *tuned;
   char tuning[1024];
-  pthread_mutex_t lock; /* guards the workspace pool */
-  Workspace **ws;       /* entries never move: a call holds a pointer to its own */
-  int nws, capws;
+  pthread_mutex_t lock; /* guards grad_store's lookup at the first ffn_model_run_grad */
+  WorkspacePool *pool;  /* never NULL once created; shared after ffn_model_share_workspace */
 };
 
 /* api.c: kernel `name` of the program's modules (FFN_ERR_IO naming it where none has it) */
@@ -413,7 +433,10 @@ ffn_status exec_prepare(ffn_model *m);
 size_t model_weight_bytes(const ffn_model *m);
 ffn_status exec_run(ffn_model *m, CUstream stream, const DLTensor *inputs, int ninputs, const DLTensor *outputs,
                     int noutputs);
-void exec_free_workspaces(ffn_model *m);
+/* Waits for every workspace of p to be done with and frees them (p stays, empty): at the last
+ * reference, and in the bench between token counts so that each count's figure is its own.
+ * With no call of p's models being enqueued. */
+void exec_free_workspaces(WorkspacePool *p);
 /* tp_overlap.c: a checked call of a plan with a row dim (tp_row_dim) cut into blocks (rows
  * [starts[b], starts[b+1]) of every input and output), enqueued in tp_schedule's order */
 ffn_status tp_run_blocks(ffn_model *m, CUstream stream, const DLTensor *inputs, int ninputs, const DLTensor *outputs,

@@ -144,7 +144,8 @@ endforeach()
 ffn_c_test(grad_keep_test SOURCES ${FFNC_TEST_DIR}/grad/grad_keep_test.c LABELS grad)
 # The keep policy on the GPU: the training forward's outputs and saved tensors, then the backward
 # graph reading them through ffn_model_run_grad, against the CPU reference at 1, 64 and 1000 tokens
-# (outputs poisoned first, seed printed), and the refusals of missing or misshapen saved tensors.
+# (outputs poisoned first, seed printed), and the refusals of missing or misshapen saved tensors;
+# then again with the two models sharing one workspace (ffn_model_share_workspace), one after the pair.
 add_executable(grad_keep_gpu_test gpu/grad_keep_test.c)
 target_include_directories(grad_keep_gpu_test PRIVATE ${PROJECT_SOURCE_DIR} ${FFNC_TEST_DIR})
 target_link_libraries(grad_keep_gpu_test PRIVATE ffn)

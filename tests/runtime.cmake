@@ -51,5 +51,8 @@ ffn_c_test(tune_sim_test SOURCES runtime/tune_sim_test.c LABELS runtime
                 bench/suite/llama3_8b_layer_f8.ffn bench/suite/llama3_8b_4layers.ffn examples/llama3_tiny.ffn)
 # the built-in rule's tile configuration per row count on the suite's shapes (no GPU)
 ffn_c_test(gemm_rule_test SOURCES runtime/gemm_rule_test.c LABELS runtime)
-# ffn_model_run_grad's argument checks on a backward graph's plan (no GPU)
+# ffn_model_run_grad's argument checks on a backward graph's plan, ffn_model_share_workspace's (no GPU)
 ffn_c_test(grad_args_test SOURCES runtime/grad_args_test.c LABELS "runtime;grad")
+# Workspace pools (runtime/exec.c) on a fake driver: a model's own, and one shared by a forward
+# and its backward graph (ffn_model_share_workspace): sizes, headroom, references (no GPU)
+ffn_c_test(workspace_pool_test SOURCES runtime/workspace_pool_test.c LABELS "runtime;grad")

@@ -16,9 +16,12 @@
  * TFLOP/s counts the step's model FLOPs, 3x the forward products' (forward, input and weight
  * gradients; the recomputation is not counted), the floor is those FLOPs at cuBLASLt's measured
  * bf16 rate. Peak extra memory: what a step holds beyond the parameters and the gradients: x,
- * y and dy, both models' workspaces as the calls left them (the pool's allocations), and the
- * load-time copies of the weights both models keep (norm gains folded, gate/up merged, the
- * transposed 16-bit weights of the backward's input-gradient products), each also printed alone.
+ * y and dy, the workspace as the calls left it, and the load-time copies of the weights both
+ * models keep (norm gains folded, gate/up merged, the transposed 16-bit weights of the backward's
+ * input-gradient products), each also printed alone. The two models share one workspace
+ * (ffn_model_share_workspace: the larger call's size, counted once), as a training loop should
+ * have them; it is freed between token counts, so that each count's figure is what its own calls
+ * need, not a smaller count's allocation grown with headroom.
  * Once per model: the time of preparing both models again, which a step that changes the
  * weights adds (the Python bridge's weight rule: the copies are made anew after an optimizer step).
  */
@@ -144,6 +147,9 @@ static void setup_grad_model(GradModel *md) {
     if (s != FFN_OK)
       die(md->file, s);
   }
+  ffn_status shared = ffn_model_share_workspace(md->model[1], md->model[0]);
+  if (shared != FFN_OK)
+    die(md->file, shared);
   Graph *g = md->g;
   md->wdev = calloc((size_t)g->nodes.len + 1, sizeof(CUdeviceptr));
   for (int i = 0; i < g->nodes.len; i++) {
@@ -285,11 +291,25 @@ static double forward_flops(const Graph *g, int64_t tokens) {
   return flops;
 }
 
-static size_t workspace_bytes(const ffn_model *m) {
+static size_t pool_bytes(const WorkspacePool *p) {
   size_t bytes = 0;
-  for (int i = 0; i < m->nws; i++)
-    bytes += m->ws[i]->size;
+  for (int i = 0; i < p->nws; i++)
+    bytes += p->ws[i]->size;
   return bytes;
+}
+
+/* The device memory of both models' workspaces, a pool they share counted once. */
+static size_t workspace_bytes(const GradModel *md) {
+  const WorkspacePool *fwd = md->model[0]->pool, *bwd = md->model[1]->pool;
+  return pool_bytes(fwd) + (bwd != fwd ? pool_bytes(bwd) : 0);
+}
+
+/* Both models' workspaces freed once the stream's work is done: the next token count's calls
+ * allocate exactly what they need. */
+static void free_workspaces(GradModel *md, CUstream s) {
+  CK(cu->cuStreamSynchronize(s));
+  for (int m = 0; m < 2; m++)
+    exec_free_workspaces(md->model[m]->pool);
 }
 
 static GradResult bench_one(GradModel *md, int64_t tokens, int reps, double bf16_tflops, CUstream s, int *failed) {
@@ -308,11 +328,12 @@ static GradResult bench_one(GradModel *md, int64_t tokens, int reps, double bf16
   double flops = 3.0 * forward_flops(md->g, tokens);
   r.tflops = flops / (r.step_us * 1e-6) / 1e12;
   r.floor_us = flops / (bf16_tflops * 1e12) * 1e6;
-  r.ws_bytes = workspace_bytes(md->model[0]) + workspace_bytes(md->model[1]);
+  r.ws_bytes = workspace_bytes(md);
   r.derived_bytes = model_weight_bytes(md->model[0]) + model_weight_bytes(md->model[1]);
   r.io_bytes = st->io_bytes;
   r.grad_bytes = st->all_grad_bytes;
   r.saved_bytes = st->saved_bytes;
+  free_workspaces(md, s);
   for (int i = 0; i < st->nbufs; i++)
     cu->cuMemFree(st->bufs[i]);
   free(st);

@@ -100,6 +100,7 @@ def _declare(lib):
         "ffn_model_prepare": (S, [P]),
         "ffn_model_run": (S, [P, P, T, I, T, I]),
         "ffn_model_run_grad": (S, [P, P, T, I, T, I, ctypes.c_uint]),
+        "ffn_model_share_workspace": (S, [P, P]),
         "ffn_model_output_shape": (S, [P, I, T, I, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(I)]),
         "ffn_device_count": (I, [ctypes.c_char_p, ctypes.c_size_t]),
         "ffn_version": (C, []),

@@ -114,6 +114,16 @@ class Model:
             self._prepared = True
         return self
 
+    def share_workspace(self, other):
+        """Take the workspace of this model's calls (their device scratch memory) where `other`'s
+        calls take theirs from now on (ffn_model_share_workspace): models whose calls run one
+        after the other on a stream, as a training forward and its backward graph, then hold one
+        workspace the size of the larger need instead of two. Both on one device. Returns self."""
+        if not isinstance(other, Model):
+            raise TypeError(f"ffnc: share_workspace takes a Model, got {type(other).__name__}")
+        _check(_lib_handle.ffn_model_share_workspace(self._handle, other._handle))
+        return self
+
     # ---- running ----
 
     def _stream_handle(self, stream, torch):

@@ -7,17 +7,18 @@ weights are torch Parameters, differentiated by ffnc's compiled backward graph.
     for x, target in batches:
         loss = loss_fn(ffn(x), target)      # forward: the compiled program
         loss.backward()                     # backward: the compiled backward graph (ffn_model_run_grad)
-        opt.step(); opt.zero_grad()         # the next forward re-derives the weights' load-time copies
+        opt.step(); opt.zero_grad()         # see the weight rule below
 
-Two models share the Parameters' memory: the program (forward) and its backward graph. By
-default the backward graph recomputes the forward values it needs from the inputs (the
-memory-saving policy: the forward saves only its inputs for backward, no [T, F] intermediates).
-With keep=True (the keep policy, ffnc.compile(keep=True)) the forward is the training forward,
-which also writes the outputs of the matrix products the backward reads (for a bf16 SwiGLU
-sublayer the gate and up products, 2 F x 2 bytes per token), saved for backward; the backward
-graph reads them instead of running those products again (Llama-3-8B sublayer at 1024 tokens,
-H200: 1.58 ms fwd+bwd against 1.9-2.0 recomputing). Gradients come for every input and Parameter
-that requires one, in its own dtype (f32 or bf16; others through f32).
+Two models share the Parameters' memory and one workspace (their calls' scratch memory: the
+backward runs after the forward, so one the size of the larger need serves both): the program
+(forward) and its backward graph. By default the backward graph recomputes the forward values it
+needs from the inputs (the memory-saving policy: the forward saves only its inputs for backward,
+no [T, F] intermediates). With keep=True (the keep policy, ffnc.compile(keep=True)) the forward
+is the training forward, which also writes the outputs of the matrix products the backward reads
+(for a bf16 SwiGLU sublayer the gate and up products, 2 F x 2 bytes per token), saved for
+backward; the backward graph reads them instead of running those products again. Gradients come
+for every input and Parameter that requires one, in its own dtype (f32 or bf16; others through
+f32).
 
 The weight rule. Both models use the Parameters' memory in place. Some programs' kernels read
 copies made at load time (ffn_model_prepare: norm gains folded into the projections, gate and
@@ -143,7 +144,7 @@ class FFN(torch.nn.Module):
             grad_program = _compile(source, grad=True, keep=keep, **options)
         self.device = torch.device(device)
         self._forward_model = program.to(self.device)
-        self._grad_model = grad_program.to(self.device)
+        self._grad_model = grad_program.to(self.device).share_workspace(self._forward_model)
         self._input_names = [i["name"] for i in program.inputs]
         self._num_inputs = len(self._input_names)
         self._num_outputs = sum(not o["name"].startswith("saved.") for o in program.outputs) if keep else \

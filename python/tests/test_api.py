@@ -123,6 +123,12 @@ class Api(unittest.TestCase):
         self.assertEqual(cm.exception.status, "no_device")
         self.assertIn("no CUDA", str(cm.exception))
 
+    def test_share_workspace_refuses_null_models(self):
+        # refused before anything touches a device, so no GPU is needed
+        lib = ffnc._lib_handle
+        self.assertEqual(lib.ffn_model_share_workspace(None, None), 1)  # invalid_argument
+        self.assertIn("ffn_model_share_workspace", lib.ffn_last_error().decode())
+
     def test_device_names(self):
         self.assertEqual(ffnc._parse_device("cuda:1"), 1)
         self.assertEqual(ffnc._parse_device("cuda"), 0)

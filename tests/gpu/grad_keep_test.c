@@ -12,6 +12,9 @@
  * backward graph on the CPU: the same values as keep there, grad_keep_test in tests/grad) and with
  * the keep backward graph's reference fed the GPU's own saved tensors (the backward alone, the
  * program's tolerance). Then the refusals: the saved tensors left out, one with a wrong shape.
+ * Then every token count again with the backward graph sharing the training forward's workspace
+ * (ffn_model_share_workspace), against the same references with the same tolerances, and the
+ * shared pool holding one workspace after each forward and backward pair on the stream.
  * The seed is printed (FFNC_TEST_SEED replays it). Exits 77 (skip) where there is no GPU. */
 #include "gpu/gpu_util.h"
 #include "runtime/rt.h"
@@ -123,6 +126,130 @@ static int check_refusals(ffn_model *bwd, CUstream s, DLTensor *in, int nin, int
   return rc;
 }
 
+/* What every token count's check reads: the graphs of the training forward (gf), of the keep
+ * backward (gk) and of the recompute backward (gr: the source's gradients), the forward's
+ * weights, the seed and the stream. */
+typedef struct {
+  Graph *gf, *gk, *gr;
+  const TensorSet *wf;
+  uint64_t seed;
+  DType narrow;
+  CUstream s;
+} Case;
+
+/* The training forward then the backward at `tokens` tokens (the k-th count) on c->s, against the
+ * reference; with `shared` the two models share one workspace, and after the pair it must be
+ * one. Returns the number of failures (exits on one that stops the test). */
+static int check_tokens(const Case *c, ffn_model *fwd, ffn_model *bwd, int64_t tokens, int k, bool shared) {
+  Graph *gf = c->gf, *gk = c->gk, *gr = c->gr;
+  CUstream s = c->s;
+  int failed = 0;
+  char label[64];
+  snprintf(label, sizeof label, "T=%lld%s", (long long)tokens, shared ? " (shared workspace)" : "");
+  TensorSet in = {0};
+  make_inputs(gr, tokens, c->seed + 1000 + (uint64_t)k, &in); /* x..., grad.OUT... */
+  RefTensor ref_f[64] = {0}, ref_g[64] = {0}, ref_k[64] = {0};
+  if (reference(gf, c->wf, &in, ref_f) != 0 || reference(gr, c->wf, &in, ref_g) != 0)
+    exit(1);
+  /* the training forward: the program's inputs (the first of `in`), outputs poisoned */
+  int nfin = 0;
+  DevTensor din[64], dout[64], dgrad[64];
+  DLTensor fin[64], fout[64];
+  for (int i = 0; i < in.n; i++) {
+    const RawTensor *t = &in.items[i].t;
+    RefTensor like = {t->dtype, t->rank, {0}, NULL};
+    memcpy(like.shape, t->shape, sizeof t->shape);
+    dev_alloc(&din[i], &like, t->dtype, t->data, s);
+    din[i].dl.shape = (int64_t *)t->shape; /* not like's: it goes out of scope */
+    if (strncmp(in.items[i].name, "grad.", 5) != 0)
+      fin[nfin++] = din[i].dl;
+  }
+  for (int i = 0; i < gf->noutputs; i++) {
+    dev_alloc(&dout[i], &ref_f[i], ref_f[i].dtype, NULL, s);
+    fout[i] = dout[i].dl;
+  }
+  if (ffn_model_run(fwd, s, fin, nfin, fout, gf->noutputs) != FFN_OK) {
+    printf("FAIL %s: training forward: %s\n", label, ffn_last_error());
+    exit(1);
+  }
+  TensorSet saved = in; /* the backward's reference reads the GPU's saved tensors */
+  saved.items = malloc(sizeof(Named) * (size_t)(in.n + gf->noutputs));
+  memcpy(saved.items, in.items, sizeof(Named) * (size_t)in.n);
+  for (int i = 0; i < gf->noutputs; i++) {
+    void *h = download(&dout[i], s);
+    failed += compare_one(label, "source", gf->outputs[i].name, tolerance_of(gf, narrowest_type(gf), true),
+                          ref_f[i].dtype, h, &ref_f[i]) != 0;
+    if (strncmp(gf->outputs[i].name, "saved.", 6) == 0)
+      saved.items[saved.n++] = (Named){(char *)gf->outputs[i].name,
+                                       {.dtype = ref_f[i].dtype, .rank = ref_f[i].rank, .data = h, .nbytes = dout[i].bytes}};
+    else
+      free(h);
+    if (strncmp(gf->outputs[i].name, "saved.", 6) == 0)
+      memcpy(saved.items[saved.n - 1].t.shape, ref_f[i].shape, sizeof ref_f[i].shape);
+  }
+  if (reference(gk, c->wf, &saved, ref_k) != 0)
+    exit(1);
+  /* the backward: inputs by name, from the inputs or the forward's outputs */
+  DLTensor bin[64], grads[64];
+  const char *fnames[64];
+  for (int i = 0; i < gf->noutputs; i++)
+    fnames[i] = gf->outputs[i].name;
+  int nbin = 0, nsaved = 0;
+  for (int i = 0; i < gk->nodes.len; i++) { /* interface order: ival[0] */
+    const Node *n = GRAPH_NODE(gk, i);
+    if (n->op != OP_INPUT)
+      continue;
+    /* saved tensors from the forward's outputs; the rest (an input may share an output's name,
+     * as a residual stream's x does) from the inputs */
+    int at = strncmp(n->name, "saved.", 6) == 0 ? find_name(fnames, gf->noutputs, n->name) : -1, j = 0;
+    for (; j < in.n && strcmp(in.items[j].name, n->name) != 0; j++)
+      ;
+    bin[n->ival[0]] = at >= 0 ? dout[at].dl : din[j].dl;
+    nbin++;
+    nsaved += at >= 0;
+  }
+  for (int i = 0; i < gk->noutputs; i++) {
+    dev_alloc(&dgrad[i], &ref_g[i], DT_F32, NULL, s);
+    grads[i] = dgrad[i].dl;
+  }
+  if (ffn_model_run_grad(bwd, s, bin, nbin, grads, gk->noutputs, 0) != FFN_OK) {
+    printf("FAIL %s: backward: %s\n", label, ffn_last_error());
+    exit(1);
+  }
+  for (int i = 0; i < gk->noutputs; i++) {
+    void *h = download(&dgrad[i], s);
+    failed += compare_one(label, "source", gk->outputs[i].name, tolerance_of(gk, c->narrow, true), DT_F32, h,
+                          &ref_g[i]) != 0;
+    failed += compare_one(label, "keep program", gk->outputs[i].name, tolerance_of(gk, c->narrow, false), DT_F32, h,
+                          &ref_k[i]) != 0;
+    free(h);
+  }
+  /* one stream, the backward after the forward: both calls took the same workspace */
+  if (shared && (bwd->pool != fwd->pool || fwd->pool->nws != 1)) {
+    printf("FAIL %s: the shared pool holds %d workspaces, not 1\n", label, fwd->pool->nws);
+    failed++;
+  }
+  if (k == 0 && !shared)
+    failed += nsaved && check_refusals(bwd, s, bin, nbin, nsaved, grads, gk->noutputs) != 0;
+  CUCALL(cu->cuStreamSynchronize(s));
+  for (int i = 0; i < in.n; i++)
+    if (din[i].ptr)
+      CUCALL(cu->cuMemFree(din[i].ptr));
+  for (int i = 0; i < gf->noutputs; i++)
+    if (dout[i].ptr)
+      CUCALL(cu->cuMemFree(dout[i].ptr));
+  for (int i = 0; i < gk->noutputs; i++)
+    if (dgrad[i].ptr)
+      CUCALL(cu->cuMemFree(dgrad[i].ptr));
+  for (int i = in.n; i < saved.n; i++)
+    free((void *)saved.items[i].t.data);
+  free(saved.items);
+  for (int i = 0; i < 64; i++)
+    ref_free(&ref_f[i]), ref_free(&ref_g[i]), ref_free(&ref_k[i]);
+  set_free(&in);
+  return failed;
+}
+
 int main(int argc, char **argv) {
   require_gpu();
   const char *rel = argc > 1 ? argv[1] : "examples/llama3_tiny.ffn";
@@ -157,109 +284,19 @@ int main(int argc, char **argv) {
     setenv("FFNC_TEST_TOKENS", "1,64,1000", 1);
   int64_t tokens[16];
   int nt = test_tokens(tokens, 16), failed = 0;
-  DType narrow = narrowest_type(gk);
-  for (int k = 0; k < nt; k++) {
-    char label[64];
-    snprintf(label, sizeof label, "T=%lld", (long long)tokens[k]);
-    TensorSet in = {0};
-    make_inputs(gr, tokens[k], seed + 1000 + (uint64_t)k, &in); /* x..., grad.OUT... */
-    RefTensor ref_f[64] = {0}, ref_g[64] = {0}, ref_k[64] = {0};
-    if (reference(gf, &wf, &in, ref_f) != 0 || reference(gr, &wf, &in, ref_g) != 0)
-      return 1;
-    /* the training forward: the program's inputs (the first of `in`), outputs poisoned */
-    int nfin = 0;
-    DevTensor din[64], dout[64], dgrad[64];
-    DLTensor fin[64], fout[64];
-    for (int i = 0; i < in.n; i++) {
-      const RawTensor *t = &in.items[i].t;
-      RefTensor like = {t->dtype, t->rank, {0}, NULL};
-      memcpy(like.shape, t->shape, sizeof t->shape);
-      dev_alloc(&din[i], &like, t->dtype, t->data, s);
-      din[i].dl.shape = (int64_t *)t->shape; /* not like's: it goes out of scope */
-      if (strncmp(in.items[i].name, "grad.", 5) != 0)
-        fin[nfin++] = din[i].dl;
-    }
-    for (int i = 0; i < gf->noutputs; i++) {
-      dev_alloc(&dout[i], &ref_f[i], ref_f[i].dtype, NULL, s);
-      fout[i] = dout[i].dl;
-    }
-    if (ffn_model_run(fwd, s, fin, nfin, fout, gf->noutputs) != FFN_OK) {
-      printf("FAIL %s: training forward: %s\n", label, ffn_last_error());
+  Case c = {gf, gk, gr, &wf, seed, narrowest_type(gk), s};
+  /* each model with its own workspace, then the backward taking the training forward's (which
+   * already holds one: its old one is freed, the forward's grows for it) */
+  for (int shared = 0; shared < 2; shared++) {
+    if (shared && ffn_model_share_workspace(bwd, fwd) != FFN_OK) {
+      printf("FAIL: ffn_model_share_workspace: %s\n", ffn_last_error());
       return 1;
     }
-    TensorSet saved = in; /* the backward's reference reads the GPU's saved tensors */
-    saved.items = malloc(sizeof(Named) * (size_t)(in.n + gf->noutputs));
-    memcpy(saved.items, in.items, sizeof(Named) * (size_t)in.n);
-    for (int i = 0; i < gf->noutputs; i++) {
-      void *h = download(&dout[i], s);
-      failed += compare_one(label, "source", gf->outputs[i].name, tolerance_of(gf, narrowest_type(gf), true),
-                            ref_f[i].dtype, h, &ref_f[i]) != 0;
-      if (strncmp(gf->outputs[i].name, "saved.", 6) == 0)
-        saved.items[saved.n++] = (Named){(char *)gf->outputs[i].name,
-                                         {.dtype = ref_f[i].dtype, .rank = ref_f[i].rank, .data = h, .nbytes = dout[i].bytes}};
-      else
-        free(h);
-      if (strncmp(gf->outputs[i].name, "saved.", 6) == 0)
-        memcpy(saved.items[saved.n - 1].t.shape, ref_f[i].shape, sizeof ref_f[i].shape);
-    }
-    if (reference(gk, &wf, &saved, ref_k) != 0)
-      return 1;
-    /* the backward: inputs by name, from the inputs or the forward's outputs */
-    DLTensor bin[64], grads[64];
-    const char *fnames[64];
-    for (int i = 0; i < gf->noutputs; i++)
-      fnames[i] = gf->outputs[i].name;
-    int nbin = 0, nsaved = 0;
-    for (int i = 0; i < gk->nodes.len; i++) { /* interface order: ival[0] */
-      const Node *n = GRAPH_NODE(gk, i);
-      if (n->op != OP_INPUT)
-        continue;
-      /* saved tensors from the forward's outputs; the rest (an input may share an output's name,
-       * as a residual stream's x does) from the inputs */
-      int at = strncmp(n->name, "saved.", 6) == 0 ? find_name(fnames, gf->noutputs, n->name) : -1, j = 0;
-      for (; j < in.n && strcmp(in.items[j].name, n->name) != 0; j++)
-        ;
-      bin[n->ival[0]] = at >= 0 ? dout[at].dl : din[j].dl;
-      nbin++;
-      nsaved += at >= 0;
-    }
-    for (int i = 0; i < gk->noutputs; i++) {
-      dev_alloc(&dgrad[i], &ref_g[i], DT_F32, NULL, s);
-      grads[i] = dgrad[i].dl;
-    }
-    if (ffn_model_run_grad(bwd, s, bin, nbin, grads, gk->noutputs, 0) != FFN_OK) {
-      printf("FAIL %s: backward: %s\n", label, ffn_last_error());
-      return 1;
-    }
-    for (int i = 0; i < gk->noutputs; i++) {
-      void *h = download(&dgrad[i], s);
-      failed += compare_one(label, "source", gk->outputs[i].name, tolerance_of(gk, narrow, true), DT_F32, h,
-                            &ref_g[i]) != 0;
-      failed += compare_one(label, "keep program", gk->outputs[i].name, tolerance_of(gk, narrow, false), DT_F32, h,
-                            &ref_k[i]) != 0;
-      free(h);
-    }
-    if (k == 0)
-      failed += nsaved && check_refusals(bwd, s, bin, nbin, nsaved, grads, gk->noutputs) != 0;
-    CUCALL(cu->cuStreamSynchronize(s));
-    for (int i = 0; i < in.n; i++)
-      if (din[i].ptr)
-        CUCALL(cu->cuMemFree(din[i].ptr));
-    for (int i = 0; i < gf->noutputs; i++)
-      if (dout[i].ptr)
-        CUCALL(cu->cuMemFree(dout[i].ptr));
-    for (int i = 0; i < gk->noutputs; i++)
-      if (dgrad[i].ptr)
-        CUCALL(cu->cuMemFree(dgrad[i].ptr));
-    for (int i = in.n; i < saved.n; i++)
-      free((void *)saved.items[i].t.data);
-    free(saved.items);
-    for (int i = 0; i < 64; i++)
-      ref_free(&ref_f[i]), ref_free(&ref_g[i]), ref_free(&ref_k[i]);
-    set_free(&in);
+    for (int k = 0; k < nt; k++)
+      failed += check_tokens(&c, fwd, bwd, tokens[k], k, shared);
   }
   CUCALL(cu->cuStreamDestroy(s));
-  ffn_model_destroy(fwd);
+  ffn_model_destroy(fwd); /* first: the shared workspace lives on with bwd */
   ffn_model_destroy(bwd);
   CUCALL(cu->cuCtxPopCurrent(&ctx));
   CUCALL(cu->cuDevicePrimaryCtxRelease(dev));

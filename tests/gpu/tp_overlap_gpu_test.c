@@ -89,7 +89,7 @@ static void compare(const char *what, ffn_model *m, ffn_model *whole, int64_t T,
   /* blocks of other row counts may pick other GEMM tiles: bf16 outputs a rounding apart */
   CHECK(e < 1e-2, "%s T=%lld (%d blocks%s): rel_l2 %.3g against the call whole", what, (long long)T, blocks,
         captured ? ", captured" : "", e);
-  CHECK(m->nws >= blocks, "%s T=%lld: %d blocks but %d workspaces", what, (long long)T, blocks, m->nws);
+  CHECK(m->pool->nws >= blocks, "%s T=%lld: %d blocks but %d workspaces", what, (long long)T, blocks, m->pool->nws);
   printf("%s T=%lld: %d block%s%s, rel_l2 %.3g against the call whole\n", what, (long long)T, blocks,
          blocks == 1 ? "" : "s", captured ? ", captured" : "", e);
   free(x), free(y), free(ref);

@@ -4,7 +4,8 @@
  * bf16 tensors, NULL data (not wanted) and accumulation are accepted and staged as the header
  * says (f32 written in place, everything else through f32 staging), then grad_plan_direct takes
  * the weight gradients the wgrad kernels can write themselves off the staging (not on sm_80, not
- * a tied weight's summed gradient). A forward plan is refused. */
+ * a tied weight's summed gradient). A forward plan is refused. ffn_model_share_workspace refuses
+ * NULL models and a model sharing with itself before looking at either. */
 #include <string.h>
 
 #include "check.h"
@@ -254,6 +255,11 @@ int main(void) {
   /* the public entry refuses what it cannot look at, with no GPU needed */
   REFUSED(ffn_model_run_grad(NULL, NULL, c.inputs, 2, c.grads, NGRADS, 0), FFN_ERR_INVALID_ARGUMENT,
           "ffn_model_run_grad");
+  /* and so does sharing a workspace: the model is never looked at (a stand-in address) */
+  ffn_model *model = (ffn_model *)(uintptr_t)4096;
+  REFUSED(ffn_model_share_workspace(NULL, model), FFN_ERR_INVALID_ARGUMENT, "ffn_model_share_workspace", "NULL");
+  REFUSED(ffn_model_share_workspace(model, NULL), FFN_ERR_INVALID_ARGUMENT, "ffn_model_share_workspace", "NULL");
+  REFUSED(ffn_model_share_workspace(model, model), FFN_ERR_INVALID_ARGUMENT, "ffn_model_share_workspace", "itself");
   plan_destroy(p);
   plan_destroy(fwd);
   plan_destroy(p80);
