@@ -12,7 +12,9 @@ weight (torch's own optimizer, the same on every side), for
   ffnc recompute   FFN(path, weights)             (copies made again after every step)
   ffnc keep        FFN(path, weights, keep=True)  (the training forward saves the products; no copies)
   torch eager / torch.compile of the same math (bench/torch_peer.py's Llama sublayer).
-Median of --steps steps after warm-up, CUDA events on torch's current stream, per token count.
+Median of --steps steps after warm-up (CUDA events around each, the host waiting for each
+step's end: what one step costs), then the mean of --steps steps run back to back (the host's
+work overlapping the device's), per token count.
 --profile: then 5 more steps of each side under torch.profiler (CUPTI sees ffnc's kernels too):
 the device time per step against the wall time, and the kernels taking the most device time.
 Needs torch and a GPU (the GPU machine's python3); ffnc from PYTHONPATH / FFNC_LIBRARY as the tests."""
@@ -59,7 +61,15 @@ def time_steps(module, x, r, steps):
         b.record()
         b.synchronize()
         times.append(a.elapsed_time(b) * 1000.0)
-    return statistics.median(times)
+    # the same steps back to back, the host never waiting: what the device needs a step when the
+    # host's work (Python, autograd, launches) overlaps it
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(steps):
+        step()
+    b.record()
+    b.synchronize()
+    return statistics.median(times), a.elapsed_time(b) * 1000.0 / steps
 
 
 class TorchLayer(torch.nn.Module):
@@ -121,7 +131,9 @@ def main():
         r = torch.randn(t, D, generator=gen, device="cuda")
         row = {"tokens": t}
         for name, module in sides.items():
-            row[name] = round(time_steps(module, x, r, args.steps), 1)
+            synced, streamed = time_steps(module, x, r, args.steps)
+            row[name] = round(synced, 1)
+            row[name + " back to back"] = round(streamed, 1)
         rows.append(row)
         print(f"T={t:5d}  " + "  ".join(f"{k} {v:9.1f}" for k, v in row.items() if k != "tokens"), flush=True)
         for name, module in sides.items() if args.profile else ():
