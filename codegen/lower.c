@@ -25,7 +25,7 @@
 static int new_tensor(Gen *G, PlanTensorKind kind, const Node *n) {
   GROW(G->tensors, G->nt, G->capt);
   PlanTensor *t = &G->tensors[G->nt];
-  *t = (PlanTensor){.kind = kind, .dtype = n->dtype, .rank = n->shape.rank, .first = -1, .last = -1};
+  *t = (PlanTensor){.kind = kind, .dtype = n->dtype, .rank = n->shape.rank, .first = -1, .last = -1, .alias = -1};
   memcpy(t->dims, n->shape.d, sizeof(Dim) * (size_t)n->shape.rank);
   return G->nt++;
 }
@@ -540,6 +540,51 @@ static bool f8_fused_consumer(Gen *G, const Group *gr) {
   return as_a > 0;
 }
 
+/* Whether value o of group gr is computed from the operand in plan tensor t (read, not computed
+ * by the kernel). */
+static bool computed_from(const Gen *G, const Group *gr, const Node *o, int t) {
+  for (int i = 0; i < o->nargs; i++) {
+    const Node *a = o->args[i];
+    if (a->group == gr->id ? computed_from(G, gr, a, t) : G->tensor_of[a->id] == t)
+      return true;
+  }
+  return false;
+}
+
+static bool same_elements(const PlanTensor *a, const PlanTensor *b) {
+  if (a->dtype != b->dtype || a->rank != b->rank)
+    return false;
+  for (int d = 0; d < a->rank; d++)
+    if (!dim_eq(a->dims[d], b->dims[d]))
+      return false;
+  return true;
+}
+
+/* A kernel of elementwise ops alone (no statistic: one pass, in which each thread reads an
+ * element of every full-shape operand before it writes the same element of each result) may
+ * write a result over a scratch operand of the same type and shape that the result is computed
+ * from: plan tensor alias, which memplan honours where this step is the operand's last reader.
+ * The keep backward's SwiGLU derivative writes dgate over dh: one [T, F] buffer less. */
+static void mark_in_place(Gen *G, const Group *gr, const Kgen *k) {
+  for (int i = 0; i < gr->nodes.len; i++)
+    if (!is_elementwise(gr->nodes.items[i]))
+      return;
+  bool taken[FFN_KARGS_SLOTS] = {false};
+  for (int j = 0; j < k->nslots; j++) /* results are not operands */
+    for (int s = 0; s < gr->stores.len; s++)
+      taken[j] |= k->slot_tensor[j] == G->tensor_of[((const Node *)gr->stores.items[s])->id];
+  for (int s = 0; s < gr->stores.len; s++) {
+    const Node *o = gr->stores.items[s];
+    PlanTensor *to = &G->tensors[G->tensor_of[o->id]];
+    for (int j = 0; j < k->nslots && to->kind == PT_SCRATCH && to->alias < 0; j++) {
+      int t = k->slot_tensor[j];
+      if (!taken[j] && G->tensors[t].kind == PT_SCRATCH && same_elements(&G->tensors[t], to) &&
+          computed_from(G, gr, o, t))
+        to->alias = t, taken[j] = true;
+    }
+  }
+}
+
 static void lower_rowwise(Gen *G, Group *gr) {
   Kgen k = {.G = G, .gr = gr, .full = gr->shape, .f8_stats = -1};
   k.ncols = gr->shape.rank ? gr->shape.d[gr->shape.rank - 1].size : 1;
@@ -566,6 +611,7 @@ static void lower_rowwise(Gen *G, Group *gr) {
              dtype_name(f8));
   } else {
     emit_rowwise_kernel(&k, forms, nforms, &body);
+    mark_in_place(G, gr, &k);
   }
   Op op = gr->nodes.len == 1 && gr->stores.len == 1 ? ((Node *)gr->nodes.items[0])->op : OP_COUNT;
   int kernel = rowwise_kernel(G, body.s, N, forms, nforms, op, what);

@@ -73,6 +73,8 @@ char *plan_to_json(const Plan *p) {
     json_object_set_new(o, "first", json_integer(t->first));
     json_object_set_new(o, "last", json_integer(t->last));
     json_object_set_new(o, "keep", json_boolean(t->keep));
+    if (t->alias >= 0)
+      json_object_set_new(o, "alias", json_integer(t->alias));
     if (t->stored != DT_NONE) {
       json_object_set_new(o, "stored", json_string(dtype_name(t->stored)));
       json_object_set_new(o, "scale", json_string(t->scale ? t->scale : ""));
@@ -321,6 +323,8 @@ static void read_tensor(Reader *r, json_t *o, PlanTensor *t) {
   t->first = (int)integer(r, o, "first", -1, 1 << 30);
   t->last = (int)integer(r, o, "last", -1, 1 << 30);
   t->keep = json_is_true(json_object_get(o, "keep"));
+  /* optional (plans before it have none); memplan checks it against the tensors and steps */
+  t->alias = json_object_get(o, "alias") ? (int)integer(r, o, "alias", 0, 1 << 30) : -1;
   json_t *stored = json_object_get(o, "stored"), *scale = json_object_get(o, "scale");
   if (stored || scale) { /* a pre-quantized weight: both, f8 codes, a named scale */
     t->stored = json_is_string(stored) ? dtype_from_name(json_string_value(stored)) : DT_NONE;
@@ -511,6 +515,8 @@ void plan_print(const Plan *p, FILE *out) {
       fprintf(out, " %s codes, scale \"%s\"", dtype_name(t->stored), t->scale);
     if (t->kind == PT_SCRATCH)
       fprintf(out, " live %d..%d", t->first, t->last);
+    if (t->alias >= 0)
+      fprintf(out, " over %d", t->alias);
     fprintf(out, "\n");
   }
   for (int i = 0; i < p->nprep; i++) {

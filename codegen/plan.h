@@ -29,6 +29,11 @@ typedef struct {
   int index;        /* PT_INPUT, PT_OUTPUT: position in the model's inputs/outputs */
   const char *name; /* PT_WEIGHT: tensor name; PT_INPUT/PT_OUTPUT: the model's name */
   int first, last;  /* PT_SCRATCH: first and last run step touching it */
+  /* PT_SCRATCH: a scratch tensor whose bytes this one may take, or -1. The step that first
+   * writes this one is an elementwise kernel that reads each element of that one before it
+   * writes the same element of this one (lower.c: mark_in_place); where it is also that one's
+   * last reader, the two share a buffer (memplan.c). */
+  int alias;
   bool keep;        /* PT_WEIGHT, PT_DERIVED: needed at run time (else freed after prep) */
   /* PT_WEIGHT from a pre-quantized fp8 checkpoint (the IR weight's Node.stored/.scale): the
    * tensor `name` holds `stored` codes, the tensor `scale` their scales (ir/prequant.h), and

@@ -4,11 +4,14 @@
  * Lifetimes are fixed at compile time (steps that first and last touch each scratch
  * tensor, memplan_lifetimes); sizes depend on the dynamic dims of the call, so offsets are
  * assigned when a call's dims are known (memplan_assign, a few microseconds): largest
- * buffers first, each at the lowest offset that does not overlap a live neighbour. The
- * split-K partials and tile counters of the GEMMs follow the planned buffers.
+ * buffers first, each at the lowest offset that does not overlap a live neighbour. A tensor
+ * that an elementwise kernel writes over its operand (PlanTensor.alias) takes the operand's
+ * buffer when that kernel is the operand's last reader. The split-K partials and tile counters
+ * of the GEMMs follow the planned buffers.
  */
 #include "memplan.h"
 
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,6 +44,7 @@ static size_t align_up(size_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
 typedef struct {
   int t;
   size_t size;
+  int first, last; /* the buffer's lifetime: t's, or with the tensors that take its bytes */
 } Item;
 
 static int by_size_desc(const void *a, const void *b) {
@@ -50,30 +54,64 @@ static int by_size_desc(const void *a, const void *b) {
   return x->t - y->t;
 }
 
+/* The scratch tensor whose bytes tensor i takes directly (PlanTensor.alias where it holds: the
+ * aliased tensor's last step is the one that first writes i, and at these dims i fits in it),
+ * else -1. taken[] (ntensors, zeroed) makes it one to one. */
+static int direct_alias(const Plan *p, const int64_t *dims, int i, bool *taken) {
+  const PlanTensor *t = &p->tensors[i];
+  int a = t->alias;
+  if (t->kind != PT_SCRATCH || t->first < 0 || a < 0 || a >= p->ntensors || a == i || taken[a])
+    return -1;
+  const PlanTensor *u = &p->tensors[a];
+  if (u->kind != PT_SCRATCH || u->first < 0 || u->last != t->first ||
+      dtype_bytes(u->dtype, (size_t)plan_numel(p, a, dims)) < dtype_bytes(t->dtype, (size_t)plan_numel(p, i, dims)))
+    return -1;
+  taken[a] = true;
+  return a;
+}
+
 size_t memplan_assign(const Plan *p, const int64_t *dims, size_t *offsets) {
   Item *items = malloc(sizeof(Item) * (size_t)(p->ntensors + 1));
-  if (!items)
+  int *buf = malloc(sizeof(int) * (size_t)(p->ntensors + 1));
+  bool *taken = calloc((size_t)p->ntensors + 1, sizeof(bool));
+  if (!items || !buf || !taken) {
+    free(items), free(buf), free(taken);
     return SIZE_MAX; /* the runtime's caller reports FFN_ERR_OUT_OF_MEMORY */
+  }
+  /* buf[i]: the tensor whose buffer scratch tensor i is in (itself, or the start of its alias
+   * chain), -1 for other tensors */
   int n = 0;
   for (int i = 0; i < p->ntensors; i++) {
     offsets[i] = 0;
-    const PlanTensor *t = &p->tensors[i];
-    if (t->kind == PT_SCRATCH && t->first >= 0)
-      items[n++] = (Item){i, align_up(dtype_bytes(t->dtype, (size_t)plan_numel(p, i, dims)))};
+    buf[i] = direct_alias(p, dims, i, taken);
   }
+  for (int i = 0; i < p->ntensors; i++) {
+    int r = i, hops = 0;
+    while (buf[r] >= 0 && hops++ < p->ntensors)
+      r = buf[r];
+    items[i].t = p->tensors[i].kind == PT_SCRATCH && p->tensors[i].first >= 0 ? r : -1;
+  }
+  for (int i = 0; i < p->ntensors; i++)
+    buf[i] = items[i].t;
+  for (int i = 0; i < p->ntensors; i++)
+    if (buf[i] == i)
+      items[n++] = (Item){i, align_up(dtype_bytes(p->tensors[i].dtype, (size_t)plan_numel(p, i, dims))),
+                          p->tensors[i].first, p->tensors[i].last};
+  for (int i = 0; i < p->ntensors; i++) /* a buffer lives until the last tensor in it is done */
+    for (int j = 0; buf[i] >= 0 && buf[i] != i && j < n; j++)
+      if (items[j].t == buf[i] && p->tensors[i].last > items[j].last)
+        items[j].last = p->tensors[i].last;
   qsort(items, (size_t)n, sizeof(Item), by_size_desc);
   size_t total = 0;
   for (int i = 0; i < n; i++) {
-    const PlanTensor *t = &p->tensors[items[i].t];
     size_t off = 0;
     /* lowest offset clear of every placed buffer that is live at the same time; placed
      * buffers are checked until no conflict moves `off` any more */
     for (bool moved = true; moved;) {
       moved = false;
       for (int j = 0; j < i; j++) {
-        const PlanTensor *u = &p->tensors[items[j].t];
         size_t uo = offsets[items[j].t], ue = uo + items[j].size;
-        bool overlap_time = t->first <= u->last && u->first <= t->last;
+        bool overlap_time = items[i].first <= items[j].last && items[j].first <= items[i].last;
         if (overlap_time && off < ue && uo < off + items[i].size) {
           off = ue;
           moved = true;
@@ -84,6 +122,9 @@ size_t memplan_assign(const Plan *p, const int64_t *dims, size_t *offsets) {
     if (off + items[i].size > total)
       total = off + items[i].size;
   }
-  free(items);
+  for (int i = 0; i < p->ntensors; i++)
+    if (buf[i] >= 0 && buf[i] != i)
+      offsets[i] = offsets[buf[i]];
+  free(items), free(buf), free(taken);
   return total;
 }
