@@ -129,7 +129,8 @@ class FFN(torch.nn.Module):
     path or source: the program (a file, or its text); weights: a mapping checkpoint name ->
     tensor for every weight the program reads, copied into Parameters on `device` (registered
     under the name with '.' as '__'; ffn.parameter(name) finds one by its checkpoint name); keep:
-    the keep policy (save the products the backward reads; see the module's doc). Other keyword arguments are compile options (arch, precision, ffn_fusion, opt_level).
+    the keep policy (save the products the backward reads; see the module's doc). Other keyword
+    arguments are compile options (arch, precision, ffn_fusion, opt_level).
     forward(*inputs) takes the program's inputs in declaration order."""
 
     def __init__(self, path=None, *, source=None, weights, device="cuda", keep=False, **options):
@@ -147,8 +148,8 @@ class FFN(torch.nn.Module):
         self._grad_model = grad_program.to(self.device).share_workspace(self._forward_model)
         self._input_names = [i["name"] for i in program.inputs]
         self._num_inputs = len(self._input_names)
-        self._num_outputs = sum(not o["name"].startswith("saved.") for o in program.outputs) if keep else \
-            len(program.outputs)
+        outputs = [o["name"] for o in program.outputs]  # the training forward's saved tensors last
+        self._num_outputs = sum(not name.startswith("saved.") for name in outputs) if keep else len(outputs)
         self._copies = program.num_load_steps + grad_program.num_load_steps > 0
         self._weight_names = program.weights
         self._grad_outputs = grad_program.outputs
