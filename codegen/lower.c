@@ -420,19 +420,25 @@ static PlanKernel gemm_kernel(Kgen *k, Buf *body) {
   emit_gemm_functor(k, body);
   int ncfg;
   const ffn_gemm_config *table = ffn_gemm_configs(&ncfg);
-  if (gr->b_kn) /* B as the weight lies: the persistent ping-pong kernel's B_KN form, for every M */
-    for (int i = 0; i < ncfg; i++) {
-      if (strcmp(table[i].name, "tmap_pp_128x128x64") != 0)
-        continue;
-      ffn_gemm_config c = table[i];
-      c.name = "tmap_ppkn_128x128x64";
-      pk.op = OP_COUNT; /* the bench's cuBLASLt stand-in (tools/cmd_bench.c) takes B as [N, K] */
-      bool ext = gr->stats > 0; /* as below: ffn_row_stats for the configurations of any M */
-      emit_gemm_entry(k, &c, ext, body);
-      pk.variants[pk.nvariants++] = (KernelVariant){.threads = c.threads, .smem = (int)ffn_gemm_smem_bytes(&c, 2),
-                                                    .max_m = 0, .cfg = c, .ext_stats = ext, .b_kn = true};
-      return pk;
-    }
+  if (gr->b_kn) { /* B as the weight lies: the persistent kernel's B_KN form, for every M */
+    /* the ping-pong 128 x 128 tile (the rule), and the cooperative 128 x 256 (a candidate:
+     * FFNC_GEMM_VARIANT=tmap_coopkn_128x256x64) */
+    static const char *const kn[][2] = {{"tmap_pp_128x128x64", "tmap_ppkn_128x128x64"},
+                                        {"tmap_coop_128x256x64", "tmap_coopkn_128x256x64"}};
+    pk.op = OP_COUNT; /* the bench's cuBLASLt stand-in (tools/cmd_bench.c) takes B as [N, K] */
+    for (int j = 0; j < 2; j++)
+      for (int i = 0; i < ncfg; i++) {
+        if (strcmp(table[i].name, kn[j][0]) != 0)
+          continue;
+        ffn_gemm_config c = table[i];
+        c.name = kn[j][1];
+        bool ext = gr->stats > 0; /* as below: ffn_row_stats for the configurations of any M */
+        emit_gemm_entry(k, &c, ext, body);
+        pk.variants[pk.nvariants++] = (KernelVariant){.threads = c.threads, .smem = (int)ffn_gemm_smem_bytes(&c, 2),
+                                                      .max_m = 0, .cfg = c, .ext_stats = ext, .b_kn = true};
+      }
+    return pk;
+  }
   for (int i = 0; i < ncfg && pk.nvariants < (int)(sizeof pk.variants / sizeof pk.variants[0]); i++) {
     const ffn_gemm_config *c = &table[i];
     if (!config_used(c, tc, k->G->c->arch == 90, k->wq_bits, k->f8 != DT_NONE) || !ffn_gemm_config_takes(c, k->f8 != DT_NONE) ||
@@ -560,11 +566,19 @@ static bool same_elements(const PlanTensor *a, const PlanTensor *b) {
   return true;
 }
 
+/* Whether the kernel may write over operand tensor t: a scratch tensor, or a saved tensor of the
+ * keep backward (an input "saved.NAME"), which a call with FFN_GRAD_CONSUME_SAVED gives up. */
+static bool writable_operand(const PlanTensor *t) {
+  return t->kind == PT_SCRATCH || (t->kind == PT_INPUT && t->name && strncmp(t->name, "saved.", 6) == 0);
+}
+
 /* A kernel of elementwise ops alone (no statistic: one pass, in which each thread reads an
  * element of every full-shape operand before it writes the same element of each result) may
- * write a result over a scratch operand of the same type and shape that the result is computed
- * from: plan tensor alias, which memplan honours where this step is the operand's last reader.
- * The keep backward's SwiGLU derivative writes dgate over dh: one [T, F] buffer less. */
+ * write a result over a writable operand of the same type and shape that the result is computed
+ * from: plan tensor alias, which memplan honours where this step is the operand's last reader
+ * (over an input only where the call allows it). The keep backward's SwiGLU derivative writes
+ * dgate over dh, and with FFN_GRAD_CONSUME_SAVED its other two results over the saved gate and
+ * up products: [T, F] buffers less. */
 static void mark_in_place(Gen *G, const Group *gr, const Kgen *k) {
   for (int i = 0; i < gr->nodes.len; i++)
     if (!is_elementwise(gr->nodes.items[i]))
@@ -578,7 +592,7 @@ static void mark_in_place(Gen *G, const Group *gr, const Kgen *k) {
     PlanTensor *to = &G->tensors[G->tensor_of[o->id]];
     for (int j = 0; j < k->nslots && to->kind == PT_SCRATCH && to->alias < 0; j++) {
       int t = k->slot_tensor[j];
-      if (!taken[j] && G->tensors[t].kind == PT_SCRATCH && same_elements(&G->tensors[t], to) &&
+      if (!taken[j] && writable_operand(&G->tensors[t]) && same_elements(&G->tensors[t], to) &&
           computed_from(G, gr, o, t))
         to->alias = t, taken[j] = true;
     }

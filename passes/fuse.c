@@ -595,6 +595,39 @@ static Group *best_group(Fuser *f, Node *n) {
   return NULL;
 }
 
+/* Whether elementwise n, a function of one value o of a GEMM's epilogue (and constants), is left
+ * to its readers instead (pass 0 of make_groups skips it; the first reader's kernel computes it,
+ * as it would a floating value): where no reader can join that epilogue, all of them are
+ * elementwise (so their kernels can compute n: not a product's operand, not a statistic's), and
+ * reading o costs no more than reading n (o is stored for another reader anyway, or is no wider).
+ * The epilogue then stores o alone, not o and n: the RMSNorm backward's dxn * g, read only by the
+ * norm's rowwise kernel, is no longer an f32 [T, D] buffer beside dxn. */
+static bool defer_to_readers(Fuser *f, Node *n) {
+  if (f->c->opt_level == 0 || !is_elementwise(n) || n->id >= f->users.n || f->users.is_output[n->id])
+    return false;
+  Node *o = NULL;
+  for (int i = 0; i < n->nargs; i++)
+    if (!ir_is_const(n->args[i]) && n->args[i]->op != OP_SCALAR) {
+      if (o)
+        return false;
+      o = n->args[i];
+    }
+  if (!o || o->group < 0 || f->groups[o->group]->kind != GK_GEMM || o->id >= f->users.n ||
+      !shape_eq(&o->shape, &n->shape))
+    return false;
+  Group *g = f->groups[o->group];
+  if (!can_join(f, g, n) ||
+      (f->users.by_id[o->id].len < 2 && !f->users.is_output[o->id] && dtype_bytes(o->dtype, 1) > dtype_bytes(n->dtype, 1)))
+    return false;
+  const PtrVec *rs = &f->users.by_id[n->id];
+  for (int j = 0; j < rs->len; j++) {
+    Node *r = rs->items[j];
+    if (!is_elementwise(r) || can_join(f, g, r))
+      return false;
+  }
+  return rs->len > 0;
+}
+
 /* Puts the first len nodes of the graph into groups; stops early when a product becomes plain. */
 static int make_groups(Fuser *f, int len) {
   Compile *c = f->c;
@@ -606,7 +639,7 @@ static int make_groups(Fuser *f, int len) {
       Node *n = GRAPH_NODE(gr, i);
       if (n->dead || ir_is_const(n) || op_info[n->op].cls == OPC_LEAF || n->group >= 0)
         continue;
-      if (pass == 0 && floating(f, n))
+      if (pass == 0 && (floating(f, n) || defer_to_readers(f, n)))
         continue;
       if (n->op == OP_ALLREDUCE) { /* a collective between kernels, never inside one */
         rc = pending(n->args[0]) ? rowwise_group(f, n->args[0]) : 0;

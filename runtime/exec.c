@@ -674,17 +674,23 @@ static GemmNeeds choose_launches(ExecRun *run) {
 /* Every tensor's device pointer for this call: the caller's inputs and outputs, the model's
  * weights, and the scratch buffers at their planned offsets in the workspace (after the
  * counters), followed by the split-K partials and the row statistics. */
-static void resolve_pointers(ExecRun *run, const DLTensor *inputs, const DLTensor *outputs, const size_t *offsets,
-                             size_t scratch, size_t ws_floats) {
+static void resolve_pointers(ExecRun *run, const DLTensor *inputs, const DLTensor *outputs, const bool *in_ws,
+                             const size_t *offsets, const int *input_of, size_t scratch, size_t ws_floats) {
   const Plan *p = run->m->prog->plan;
   Workspace *w = run->w;
   size_t base = w ? counters_bytes(w->ncounters) : 0;
   for (int t = 0; t < p->ntensors; t++) {
     const PlanTensor *pt = &p->tensors[t];
+    const DLTensor *in = input_of && input_of[t] >= 0 ? &inputs[p->tensors[input_of[t]].index] : NULL;
     switch (pt->kind) {
     case PT_INPUT: run->ptr[t] = (CUdeviceptr)inputs[pt->index].data + inputs[pt->index].byte_offset; break;
-    case PT_OUTPUT: run->ptr[t] = (CUdeviceptr)outputs[pt->index].data + outputs[pt->index].byte_offset; break;
-    case PT_SCRATCH: run->ptr[t] = w ? w->base + base + offsets[t] : 0; break;
+    case PT_OUTPUT:
+      run->ptr[t] = in_ws && in_ws[t] ? (w ? w->base + base + offsets[t] : 0)
+                                      : (CUdeviceptr)outputs[pt->index].data + outputs[pt->index].byte_offset;
+      break;
+    case PT_SCRATCH:
+      run->ptr[t] = in ? (CUdeviceptr)in->data + in->byte_offset : w ? w->base + base + offsets[t] : 0;
+      break;
     default: run->ptr[t] = run->m->tensor[t]; break;
     }
   }
@@ -695,34 +701,34 @@ static void resolve_pointers(ExecRun *run, const DLTensor *inputs, const DLTenso
 
 ffn_status exec_begin(ffn_model *m, CUstream stream, const DLTensor *inputs, int ninputs, const DLTensor *outputs,
                       int noutputs, ExecRun *run) {
-  return exec_begin_extra(m, stream, inputs, ninputs, outputs, noutputs, 0, run);
+  return exec_begin_ex(m, stream, inputs, ninputs, outputs, noutputs, NULL, false, run);
 }
 
-ffn_status exec_begin_extra(ffn_model *m, CUstream stream, const DLTensor *inputs, int ninputs,
-                            const DLTensor *outputs, int noutputs, size_t extra, ExecRun *run) {
+ffn_status exec_begin_ex(ffn_model *m, CUstream stream, const DLTensor *inputs, int ninputs, const DLTensor *outputs,
+                         int noutputs, const bool *in_workspace, bool write_inputs, ExecRun *run) {
   const Plan *p = m->prog->plan;
   *run = (ExecRun){.m = m, .stream = stream};
   ffn_status st = check_call(p, inputs, ninputs, outputs, noutputs, run);
   if (st != FFN_OK)
     return st;
   size_t *offsets = malloc(sizeof(size_t) * (size_t)(p->ntensors + 1));
+  int *input_of = write_inputs ? malloc(sizeof(int) * (size_t)(p->ntensors + 1)) : NULL;
   run->choice = malloc(sizeof(LaunchChoice) * (size_t)(p->nsteps + 1));
   run->ptr = calloc((size_t)p->ntensors + 1, sizeof(CUdeviceptr));
-  if (!offsets || !run->choice || !run->ptr) {
-    free(offsets);
+  if (!offsets || (write_inputs && !input_of) || !run->choice || !run->ptr) {
+    free(offsets), free(input_of);
     exec_end(run, FFN_OK);
     return rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
   }
-  size_t planned = memplan_assign(p, run->dims, offsets);
+  size_t planned = memplan_assign_call(p, run->dims, in_workspace, offsets, input_of);
   if (planned == SIZE_MAX) {
-    free(offsets);
+    free(offsets), free(input_of);
     exec_end(run, FFN_OK);
     return rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
   }
   size_t scratch = (planned + 255) / 256 * 256;
   GemmNeeds g = choose_launches(run);
-  size_t stats = extra ? (g.stat_rows * 8 + 255) / 256 * 256 : g.stat_rows * 8;
-  size_t rest = scratch + g.ws_floats * 4 + stats + extra;
+  size_t rest = scratch + g.ws_floats * 4 + g.stat_rows * 8;
   CUresult r = m->cu->cuCtxPushCurrent(m->ctx);
   if (r != CUDA_SUCCESS)
     st = cu_fail(m->cu, r, "cu->cuCtxPushCurrent()");
@@ -730,10 +736,8 @@ ffn_status exec_begin_extra(ffn_model *m, CUstream stream, const DLTensor *input
   if (st == FFN_OK && (rest || g.tiles))
     st = acquire(m, stream, g.tiles, rest, &run->w);
   if (st == FFN_OK)
-    resolve_pointers(run, inputs, outputs, offsets, scratch, g.ws_floats);
-  if (st == FFN_OK && extra)
-    run->extra = run->rowstats + stats;
-  free(offsets);
+    resolve_pointers(run, inputs, outputs, in_workspace, offsets, input_of, scratch, g.ws_floats);
+  free(offsets), free(input_of);
   if (st != FFN_OK)
     exec_end(run, st);
   return st;

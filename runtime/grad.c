@@ -7,11 +7,10 @@
  * sm_90, kernels/grad_sm90.cuh stores bf16 or adds to f32 or bf16 values, rounding once, as
  * ffn_grad_store would; FFNC_GRAD_DIRECT=0 or FFNC_WGRAD=mma turn it off). Every other gradient
  * (a gain's, grad.x, a sum of several products such as a tied weight's, one not wanted, all of
- * them on sm_80) is staged: the plan writes it into f32 space after the call's own workspace
- * (exec_begin_extra), and right after the last step that touches it ffn_grad_store
- * (kernels/runtime.cuh) writes or adds it into the caller's tensor; gradients whose lives do not
- * overlap share that space (grad_staging_plan), so a stack's staged gradients need about the
- * largest one's f32 bytes, not their sum. All of it on the caller's stream, from the workspace
+ * them on sm_80) is staged: the plan computes it in f32 into the call's workspace, placed like a
+ * scratch tensor over the steps that touch it (exec_begin_ex, memplan_assign_call: in the bytes
+ * of intermediate values dead by then, and of gradients stored before), and right after the last
+ * of those steps ffn_grad_store (kernels/runtime.cuh) writes or adds it into the caller's tensor. All of it on the caller's stream, from the workspace
  * pool: nothing allocated once a call of as many tokens has run on that stream, nothing waited
  * for, so the call can be captured in a CUDA graph.
  */
@@ -84,9 +83,10 @@ ffn_status grad_check_call(const Plan *p, const DLTensor *inputs, int ninputs, c
   if (!is_backward_graph(p))
     return rt_error(FFN_ERR_INVALID_ARGUMENT, "ffn_model_run_grad: the program is not a backward graph (compile it "
                     "with ffn_options_set_grad, or `ffnc build --grad`)");
-  if (flags & ~(unsigned)FFN_GRAD_ACCUMULATE)
-    return rt_error(FFN_ERR_INVALID_ARGUMENT, "ffn_model_run_grad: unknown flags 0x%x (FFN_GRAD_ACCUMULATE is 0x%x)",
-                    flags, (unsigned)FFN_GRAD_ACCUMULATE);
+  if (flags & ~(unsigned)(FFN_GRAD_ACCUMULATE | FFN_GRAD_CONSUME_SAVED))
+    return rt_error(FFN_ERR_INVALID_ARGUMENT,
+                    "ffn_model_run_grad: unknown flags 0x%x (FFN_GRAD_ACCUMULATE is 0x%x, FFN_GRAD_CONSUME_SAVED 0x%x)",
+                    flags, (unsigned)FFN_GRAD_ACCUMULATE, (unsigned)FFN_GRAD_CONSUME_SAVED);
   int nsaved = saved_inputs(p);
   if (nsaved && ninputs == p->ninputs - nsaved)
     return rt_error(FFN_ERR_INVALID_ARGUMENT, "ffn_model_run_grad: the backward graph keeps (FFN_GRAD_KEEP): pass "
@@ -155,7 +155,6 @@ static ffn_status store_kernel(ffn_model *m, CUfunction *f) {
   return FFN_OK;
 }
 
-static size_t staged_bytes(const GradTarget *g) { return ((size_t)g->numel * 4 + 255) / 256 * 256; }
 
 static bool step_touches(const PlanStep *ps, int t) {
   if (ps->kind != STEP_LAUNCH)
@@ -201,18 +200,11 @@ int grad_plan_direct(const Plan *p, GradTarget *g, int n, unsigned flags) {
   return count;
 }
 
-/* Whether a's bytes at offset off would meet those of b (placed). */
-static bool meets(const GradTarget *a, size_t off, const GradTarget *b) {
-  return off < b->offset + staged_bytes(b) && b->offset < off + staged_bytes(a);
-}
-
-size_t grad_staging_plan(const Plan *p, GradTarget *g, int n) {
-  int *order = malloc(sizeof(int) * (size_t)(n + 1)), norder = 0;
-  if (!order)
-    return SIZE_MAX;
+void grad_staging_plan(const Plan *p, GradTarget *g, int n, bool *in_workspace) {
   for (int i = 0; i < n; i++) {
     if (!g[i].staged)
       continue;
+    in_workspace[g[i].tensor] = true;
     g[i].first = g[i].last = -1;
     for (int s = 0; s < p->nsteps; s++)
       if (step_touches(&p->steps[s], g[i].tensor)) {
@@ -222,35 +214,7 @@ size_t grad_staging_plan(const Plan *p, GradTarget *g, int n) {
       }
     if (g[i].first < 0) /* no step writes it (it has no elements): live throughout */
       g[i].first = 0, g[i].last = p->nsteps;
-    int k = norder++; /* insertion by first use */
-    for (; k > 0 && g[order[k - 1]].first > g[i].first; k--)
-      order[k] = order[k - 1];
-    order[k] = i;
   }
-  size_t total = 0;
-  for (int k = 0; k < norder; k++) {
-    GradTarget *t = &g[order[k]];
-    /* the lowest offset, 0 or the end of a placed gradient still live at t's first step, that
-     * meets none of those */
-    size_t best = SIZE_MAX;
-    for (int c = -1; c < k; c++) {
-      const GradTarget *at = c < 0 ? NULL : &g[order[c]];
-      if (at && at->last < t->first)
-        continue;
-      size_t off = at ? at->offset + staged_bytes(at) : 0;
-      bool free_here = off < best;
-      for (int j = 0; j < k && free_here; j++) {
-        const GradTarget *o = &g[order[j]];
-        free_here = o->last < t->first || !meets(t, off, o);
-      }
-      if (free_here)
-        best = off;
-    }
-    t->offset = best;
-    total = best + staged_bytes(t) > total ? best + staged_bytes(t) : total;
-  }
-  free(order);
-  return total;
 }
 
 /* Enqueues ffn_grad_store of the wanted staged gradients whose last step is `step`. */
@@ -259,7 +223,7 @@ static ffn_status store_after(ffn_model *m, CUstream stream, CUfunction store, c
   for (int i = 0; i < ngrads; i++) {
     if (!g[i].staged || !g[i].wanted || g[i].numel == 0 || g[i].last != step)
       continue;
-    CUdeviceptr dst = (CUdeviceptr)grads[i].data + grads[i].byte_offset, src = run->extra + g[i].offset;
+    CUdeviceptr dst = (CUdeviceptr)grads[i].data + grads[i].byte_offset, src = run->ptr[g[i].tensor];
     long long n = g[i].numel, blocks = (n + 255) / 256, cap = (long long)m->sms * 8;
     int is_bf16 = g[i].bf16, accumulate = (flags & FFN_GRAD_ACCUMULATE) != 0;
     void *params[] = {&dst, &src, &n, &is_bf16, &accumulate};
@@ -326,19 +290,20 @@ ffn_status ffn_model_run_grad(ffn_model *m, struct CUstream_st *stream, const DL
   if (s == FFN_OK && direct_allowed(m))
     grad_plan_direct(p, g, ngrads, flags);
   CUfunction store = NULL;
-  size_t extra = 0;
+  bool *in_ws = NULL;
   if (s == FFN_OK)
     s = plan_outputs(m, g, grads, ngrads, dims, outputs, shapes, &store);
-  if (s == FFN_OK && store && (extra = grad_staging_plan(p, g, ngrads)) == SIZE_MAX)
+  if (s == FFN_OK && store && !(in_ws = calloc((size_t)p->ntensors + 1, sizeof(bool))))
     s = rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
+  if (s == FFN_OK && store)
+    grad_staging_plan(p, g, ngrads, in_ws);
   ExecRun run;
   bool begun = false;
   if (s == FFN_OK)
-    begun = (s = exec_begin_extra(m, (CUstream)stream, inputs, ninputs, outputs, ngrads, extra, &run)) == FFN_OK;
-  for (int i = 0; i < ngrads && begun; i++)
-    if (g[i].staged)
-      run.ptr[g[i].tensor] = run.extra + g[i].offset;
-    else if (g[i].direct >= 0)
+    begun = (s = exec_begin_ex(m, (CUstream)stream, inputs, ninputs, outputs, ngrads, in_ws,
+                               (flags & FFN_GRAD_CONSUME_SAVED) != 0, &run)) == FFN_OK;
+  for (int i = 0; i < ngrads && begun; i++) /* the staged ones are in the workspace (in_ws) */
+    if (g[i].direct >= 0)
       run.ptr[g[i].tensor] = (CUdeviceptr)grads[i].data + grads[i].byte_offset;
   /* each staged gradient is stored right after the last step that touches it, so its bytes can
    * serve the next one (step nsteps: after all of them) */
@@ -353,5 +318,6 @@ ffn_status ffn_model_run_grad(ffn_model *m, struct CUstream_st *stream, const DL
   free(g);
   free(outputs);
   free(shapes);
+  free(in_ws);
   return s;
 }

@@ -15,7 +15,6 @@ typedef struct {
   int direct;    /* else the step whose kernel writes the caller's tensor itself with its variant
                     `variant` (grad_plan_direct); -1: written in place as the plan's f32 output */
   int variant;
-  size_t offset; /* of the staging space, in the call's extra workspace (grad_staging_plan) */
   int first, last; /* staged: the first and last run step touching the output; it is stored after
                       step `last` (nsteps: after every step) */
 } GradTarget;
@@ -26,11 +25,11 @@ typedef struct {
 ffn_status grad_check_call(const Plan *p, const DLTensor *inputs, int ninputs, const DLTensor *grads, int ngrads,
                            unsigned flags, GradTarget *targets, int64_t *dims);
 
-/* The staging space of the staged gradients: each lives from the first step that touches its
- * output to the last, after which it is stored, so gradients whose lives do not overlap share
- * bytes (first fit, in order of first use; a weight gradient lives only around its matmul_at).
- * Fills first, last and offset of the staged targets; returns the bytes needed. */
-size_t grad_staging_plan(const Plan *p, GradTarget *targets, int n);
+/* The staged gradients: each lives from the first step that touches its output to the last,
+ * after which it is stored; fills their first and last, and marks their outputs in in_workspace
+ * (per plan tensor), which exec_begin_ex places in the workspace like scratch tensors over those
+ * steps (a weight gradient lives only around its matmul_at). */
+void grad_staging_plan(const Plan *p, GradTarget *targets, int n, bool *in_workspace);
 
 /* Which of the gradients that grad_check_call staged (wanted, bf16 or accumulated) the plan can
  * write straight into the caller's tensor: those written by one step alone, a weight gradient

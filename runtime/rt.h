@@ -406,7 +406,6 @@ typedef struct {
   LaunchChoice *choice; /* per step */
   CUdeviceptr *ptr;     /* per plan tensor */
   CUdeviceptr ws, counters, rowstats;
-  CUdeviceptr extra; /* exec_begin_extra's bytes for the caller, 256-byte aligned */
   Workspace *w;
   bool pushed;
   bool chain; /* the last thing exec_step enqueued on stream is a plan GEMM (m->pdl: a GEMM after it may overlap it) */
@@ -414,10 +413,13 @@ typedef struct {
 
 ffn_status exec_begin(ffn_model *m, CUstream stream, const DLTensor *inputs, int ninputs, const DLTensor *outputs,
                       int noutputs, ExecRun *run);
-/* exec_begin, with `extra` more bytes of the call's workspace at run->extra (ffn_model_run_grad
- * stages gradients there) */
-ffn_status exec_begin_extra(ffn_model *m, CUstream stream, const DLTensor *inputs, int ninputs,
-                            const DLTensor *outputs, int noutputs, size_t extra, ExecRun *run);
+/* exec_begin, where the plan's outputs t with in_workspace[t] (per plan tensor, or NULL) are
+ * computed into the call's workspace like scratch tensors, at run->ptr[t] (ffn_model_run_grad
+ * stages gradients there; the outputs[] given for them are only checked); write_inputs: the
+ * plan's results written over inputs (the saved tensors a call with FFN_GRAD_CONSUME_SAVED
+ * gives up) take the inputs' bytes (memplan_assign_call) */
+ffn_status exec_begin_ex(ffn_model *m, CUstream stream, const DLTensor *inputs, int ninputs, const DLTensor *outputs,
+                         int noutputs, const bool *in_workspace, bool write_inputs, ExecRun *run);
 ffn_status exec_step(ExecRun *run, int step);
 /* exec_step with variant `variant` of the step's kernel in place of the call's choice: a weight
  * gradient's direct form (codegen/lower.c: wgrad_sm90_kernel, KernelVariant.out), which has the

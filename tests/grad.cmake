@@ -77,24 +77,31 @@ foreach(spec llama3_tiny:examples/llama3_tiny tails_f16:tests/gpu/models/wgrad_t
     ENVIRONMENT "${FFNC_GPU_ENV};FFNC_GEMM_SPLITS=3;FFNC_TEST_TOKENS=7,1000,3000")
 endforeach()
 # Input gradients reading the weights as they lie on sm_90 (gemm_sm90p.cuh, B_KN: the plans'
-# tmap_ppkn_128x128x64 variant, the only one such products compile; FFNC_GEMM_VARIANT names it all
-# the same, to keep it chosen should other forms be added): dX =
+# variants tmap_ppkn_128x128x64, the rule, and tmap_coopkn_128x256x64, the cooperative candidate,
+# each forced by FFNC_GEMM_VARIANT): dX =
 # dY W with W [N_fwd, K_fwd] loaded by TMA in 64-column boxes and read MN-major, no transposed copy.
 # bf16 and f16 with tails in every dim (N = 360: a 104-column tile whose second box holds 40
 # columns; N = 200: a box of 8; K = 200 and 360: a partial last k-tile; M: 1, 7, 1000, 3000 rows),
 # unsplit and split-K (the rule's splits at few tokens, 3 forced), against the CPU reference.
-foreach(spec bkn_tails_bf16:tests/gpu/models/wgrad_tails_bf16:1,7,64,1000,3000:
-        bkn_tails_bf16_splits3:tests/gpu/models/wgrad_tails_bf16:7,1000,3000:FFNC_GEMM_SPLITS=3
-        bkn_tails_f16:tests/gpu/models/wgrad_tails_f16:1,7,64,1000,3000:
-        bkn_llama3_tiny:examples/llama3_tiny:1,64,1000,4096:)
-  string(REPLACE ":" ";" spec "${spec}")
-  list(GET spec 0 base)
-  list(GET spec 1 model)
-  list(GET spec 2 tokens)
-  list(GET spec 3 env)
-  add_test(NAME gpu_grad_${base} COMMAND gpu_model_test ${model}.ffn --grad)
-  set_tests_properties(gpu_grad_${base} PROPERTIES LABELS "gpu;grad" SKIP_RETURN_CODE 77
-    ENVIRONMENT "${FFNC_GPU_ENV};FFNC_GEMM_VARIANT=tmap_ppkn_128x128x64;FFNC_TEST_TOKENS=${tokens};${env}")
+foreach(variant ppkn_128x128x64 coopkn_128x256x64)
+  string(REGEX REPLACE "_.*" "" vname ${variant})
+  set(suffix "")
+  if(NOT vname STREQUAL "ppkn")
+    set(suffix "_${vname}")
+  endif()
+  foreach(spec bkn_tails_bf16:tests/gpu/models/wgrad_tails_bf16:1,7,64,1000,3000:
+          bkn_tails_bf16_splits3:tests/gpu/models/wgrad_tails_bf16:7,1000,3000:FFNC_GEMM_SPLITS=3
+          bkn_tails_f16:tests/gpu/models/wgrad_tails_f16:1,7,64,1000,3000:
+          bkn_llama3_tiny:examples/llama3_tiny:1,64,1000,4096:)
+    string(REPLACE ":" ";" spec "${spec}")
+    list(GET spec 0 base)
+    list(GET spec 1 model)
+    list(GET spec 2 tokens)
+    list(GET spec 3 env)
+    add_test(NAME gpu_grad_${base}${suffix} COMMAND gpu_model_test ${model}.ffn --grad)
+    set_tests_properties(gpu_grad_${base}${suffix} PROPERTIES LABELS "gpu;grad" SKIP_RETURN_CODE 77
+      ENVIRONMENT "${FFNC_GPU_ENV};FFNC_GEMM_VARIANT=tmap_${variant};FFNC_TEST_TOKENS=${tokens};${env}")
+  endforeach()
 endforeach()
 add_test(NAME gpu_grad_wgrad_llama3_tiny_mma COMMAND gpu_model_test examples/llama3_tiny.ffn --grad)
 set_tests_properties(gpu_grad_wgrad_llama3_tiny_mma PROPERTIES LABELS "gpu;grad" SKIP_RETURN_CODE 77

@@ -28,6 +28,9 @@ void *random_weight(const Graph *g, const Node *w, int64_t shape[FFN_MAX_RANK], 
 /* Median microseconds of reps runs of fn on s (after warm-up), each between two events; the
  * caller's context must be current. */
 double time_runs(RunFn fn, void *ctx, int rotations, int reps, CUstream s);
+/* The same with pre(ctx, rotation, s) enqueued, untimed, before each fn (bench --grad --keep: a
+ * forward that writes the saved tensors the timed backward consumes). */
+double time_runs_after(RunFn pre, RunFn fn, void *ctx, int rotations, int reps, CUstream s);
 /* ||a - b|| / ||b|| over n values of type t. */
 double rel_err(const void *a, const void *b, DType t, size_t n);
 

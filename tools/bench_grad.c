@@ -10,7 +10,9 @@
  *   fwd+bwd  both, one after the other: what a training step runs.
  * With --keep (the keep policy, ffn_options_set_grad_policy): fwd is the training forward, which
  * also writes the saved tensors, and bwd the backward graph that reads them instead of
- * recomputing; the saved tensors count in the step's extra memory (and alone as saved_MiB).
+ * recomputing, and consumes them (FFN_GRAD_CONSUME_SAVED, as a training step that frees them
+ * after the backward: bwd alone is timed after an untimed forward each time); the saved tensors
+ * count in the step's extra memory (and alone as saved_MiB).
  * Each is timed (median of --reps, CUDA events, after warm-up). The gradients are poisoned with
  * NaN first and checked to be written and finite (their values are the tests' work: gpu_grad_*).
  * TFLOP/s counts the step's model FLOPs, 3x the forward products' (forward, input and weight
@@ -64,6 +66,7 @@ typedef struct {
   size_t grad_bytes[MAX_IO], io_bytes, all_grad_bytes, saved_bytes;
   CUdeviceptr bufs[4 * MAX_IO];
   int nbufs;
+  unsigned bwd_flags; /* keep: FFN_GRAD_CONSUME_SAVED (the step's forward writes them anew) */
 } Step;
 
 typedef struct {
@@ -86,7 +89,7 @@ static void run_fwd(void *p, int rot, CUstream s) {
 static void run_bwd(void *p, int rot, CUstream s) {
   Step *st = p;
   (void)rot;
-  ffn_status r = ffn_model_run_grad(st->md->model[1], s, st->gin, st->nbin, st->grads, st->ngrads, 0);
+  ffn_status r = ffn_model_run_grad(st->md->model[1], s, st->gin, st->nbin, st->grads, st->ngrads, st->bwd_flags);
   if (r != FFN_OK)
     die(st->md->file, r);
 }
@@ -226,6 +229,7 @@ static int setup_step(GradModel *md, int64_t tokens, Step *st) {
       for (int o = 0; o < st->nout; o++)
         if (strcmp(ffn_program_output_name(fwd, o), info.name) == 0)
           st->gin[i] = st->y[o];
+      st->bwd_flags = FFN_GRAD_CONSUME_SAVED; /* as a training step, which frees them after */
       continue;
     }
     size_t bytes;
@@ -323,7 +327,8 @@ static GradResult bench_one(GradModel *md, int64_t tokens, int reps, double bf16
   r.check_ok = check_step(st, s);
   *failed |= !r.check_ok;
   r.fwd_us = time_runs(run_fwd, st, 1, reps, s);
-  r.bwd_us = time_runs(run_bwd, st, 1, reps, s);
+  r.bwd_us = st->bwd_flags & FFN_GRAD_CONSUME_SAVED ? time_runs_after(run_fwd, run_bwd, st, 1, reps, s)
+                                                   : time_runs(run_bwd, st, 1, reps, s);
   r.step_us = time_runs(run_step, st, 1, reps, s);
   double flops = 3.0 * forward_flops(md->g, tokens);
   r.tflops = flops / (r.step_us * 1e-6) / 1e12;

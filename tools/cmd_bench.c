@@ -139,12 +139,21 @@ static int cmp_double(const void *a, const void *b) {
 
 /* Median microseconds of reps runs (after warm-up), each between two events. */
 double time_runs(RunFn fn, void *ctx, int rotations, int reps, CUstream s) {
-  for (int i = 0; i < 3; i++)
+  return time_runs_after(NULL, fn, ctx, rotations, reps, s);
+}
+
+double time_runs_after(RunFn pre, RunFn fn, void *ctx, int rotations, int reps, CUstream s) {
+  for (int i = 0; i < 3; i++) {
+    if (pre)
+      pre(ctx, i % rotations, s);
     fn(ctx, i % rotations, s);
+  }
   CUevent *ev = malloc(sizeof(CUevent) * (size_t)(2 * reps));
   for (int i = 0; i < 2 * reps; i++)
     CK(cu->cuEventCreate(&ev[i], CU_EVENT_DEFAULT));
   for (int i = 0; i < reps; i++) {
+    if (pre)
+      pre(ctx, i % rotations, s);
     CK(cu->cuEventRecord(ev[2 * i], s));
     fn(ctx, i % rotations, s);
     CK(cu->cuEventRecord(ev[2 * i + 1], s));

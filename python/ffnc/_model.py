@@ -151,13 +151,15 @@ class Model:
         _check(_lib_handle.ffn_model_run(self._handle, handle, dl_in, len(views), dl_out, len(out_views)))
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
-    def run_grad(self, *inputs, out=None, accumulate=False, dtype=None, stream=None):
+    def run_grad(self, *inputs, out=None, accumulate=False, consume_saved=False, dtype=None, stream=None):
         """A backward graph's gradients (a program compiled with grad=True; ffn_model_run_grad).
-        Inputs: the program's, then dL/d of each output ("grad.OUT"). out: one tensor per output
-        ("grad.NAME", self.program.outputs) on the model's device, f32 or bf16, or None for one
-        not wanted; accumulate=True adds to what they hold instead of writing. Without out=,
-        tensors of `dtype` (default torch.float32) are allocated. Returns the list of gradients
-        (None where not wanted). On `stream` as __call__, asynchronous, capturable."""
+        Inputs: the program's, then dL/d of each output ("grad.OUT"), then (keep policy) the saved
+        tensors. out: one tensor per output ("grad.NAME", self.program.outputs) on the model's
+        device, f32 or bf16, or None for one not wanted; accumulate=True adds to what they hold
+        instead of writing; consume_saved=True lets the call write over the saved tensors
+        (FFN_GRAD_CONSUME_SAVED: less workspace, their contents undefined afterwards). Without
+        out=, tensors of `dtype` (default torch.float32) are allocated. Returns the list of
+        gradients (None where not wanted). On `stream` as __call__, asynchronous, capturable."""
         if len(inputs) != self._num_inputs:
             raise TypeError(f"ffnc: the model takes {self._num_inputs} inputs, got {len(inputs)}")
         for i, x in enumerate(inputs):
@@ -180,8 +182,8 @@ class Model:
         dl_out = (_dlpack.DLTensor * max(len(out_views), 1))(
             *[v.tensor if v is not None else _dlpack.DLTensor() for v in out_views])
         handle = ctypes.c_void_p(self._stream_handle(stream, torch) or None)
-        _check(_lib_handle.ffn_model_run_grad(self._handle, handle, dl_in, len(views), dl_out, len(out_views),
-                                              1 if accumulate else 0))
+        flags = (1 if accumulate else 0) | (2 if consume_saved else 0)  # FFN_GRAD_ACCUMULATE, _CONSUME_SAVED
+        _check(_lib_handle.ffn_model_run_grad(self._handle, handle, dl_in, len(views), dl_out, len(out_views), flags))
         return out
 
     def _outputs_for(self, dl_in, out, torch, dtype=None):

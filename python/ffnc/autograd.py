@@ -16,7 +16,9 @@ needs from the inputs (the memory-saving policy: the forward saves only its inpu
 no [T, F] intermediates). With keep=True (the keep policy, ffnc.compile(keep=True)) the forward
 is the training forward, which also writes the outputs of the matrix products the backward reads
 (for a bf16 SwiGLU sublayer the gate and up products, 2 F x 2 bytes per token), saved for
-backward; the backward graph reads them instead of running those products again. Gradients come
+backward; the backward graph reads them instead of running those products again, and writes its
+own values over them once read (FFN_GRAD_CONSUME_SAVED: a smaller workspace), so such a graph is
+backwarded once: a second backward (retain_graph=True) raises RuntimeError. Gradients come
 for every input and Parameter that requires one, in its own dtype (f32 or bf16; others through
 f32).
 
@@ -88,6 +90,10 @@ class FFNFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grad_outputs):
         module = ctx.module
+        if getattr(ctx, "consumed", False):
+            raise RuntimeError("ffnc: this keep-policy forward's backward has run: it consumed the kept products "
+                               "(FFN_GRAD_CONSUME_SAVED); run the forward again, or use keep=False to backward "
+                               "twice through one graph (retain_graph=True)")
         saved = ctx.saved_tensors
         n, k = module._num_inputs, ctx.num_kept
         inputs, kept, weights = saved[:n], saved[n:n + k], saved[n + k:]
@@ -112,7 +118,9 @@ class FFNFunction(torch.autograd.Function):
             dtype = t.dtype if t.dtype in (torch.float32, torch.bfloat16) else torch.float32
             out.append(torch.empty(t.shape, dtype=dtype, device=t.device))
             casts.append((len(out) - 1, t.dtype))
-        module._grad_model.run_grad(*inputs, *dys, *kept, out=out)
+        # the kept products are this graph's alone (not returned): the backward may write over them
+        module._grad_model.run_grad(*inputs, *dys, *kept, out=out, consume_saved=k > 0)
+        ctx.consumed = k > 0
         for k, dtype in casts:
             out[k] = out[k].to(dtype)
         result = [None] * len(index)

@@ -150,6 +150,17 @@ class Gradients(unittest.TestCase):
             x = torch.randn(tokens, BF_D, device="cuda", generator=g).to(torch.bfloat16)
             self.compare(module, list(w), w, torch_bf16, x, 3e-2, "bf16 keep")
 
+    def test_keep_backward_once(self):
+        """The keep backward consumes the kept products (FFN_GRAD_CONSUME_SAVED): a second backward
+        through the same graph (retain_graph=True) is refused, not computed from what it wrote."""
+        w = bf16_weights(SEED)
+        module = FFN(TINY, weights=w, keep=True)
+        x = torch.randn(64, BF_D, device="cuda", generator=torch.Generator("cuda").manual_seed(SEED)).to(torch.bfloat16)
+        loss = module(x.requires_grad_(True)).float().square().sum()
+        loss.backward(retain_graph=True)
+        with self.assertRaisesRegex(RuntimeError, "consumed the kept products"):
+            loss.backward()
+
     def test_f32_keep_against_torch(self):
         w = f32_weights(SEED)
         module = FFN(source=TINY_F32, weights=w, keep=True)

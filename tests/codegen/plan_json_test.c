@@ -103,8 +103,9 @@ static void direct_forms(void) {
 }
 
 /* Input gradients that read their weights as they lie (sm_90, 16-bit: variants with "b_kn",
- * kernels/gemm_sm90p.cuh B_KN): one persistent ping-pong variant each, no load-time transpose left
- * in the plan; sm_80 and the forward program keep theirs; "b_kn" refused on any other kind. */
+ * kernels/gemm_sm90p.cuh B_KN): two persistent variants each, ping-pong 128 x 128 (the rule,
+ * first) and cooperative 128 x 256, no load-time transpose left in the plan; sm_80 and the
+ * forward program keep theirs; "b_kn" refused on any other kind. */
 static void weights_as_they_lie(void) {
   DriverOptions o = {.sm = 90, .opt_level = 3, .grad = true};
   Plan *plan = compile_plan_opts("examples/llama3_tiny.ffn", &o, NULL);
@@ -113,11 +114,13 @@ static void weights_as_they_lie(void) {
     const PlanKernel *pk = &plan->kernels[k];
     for (int v = 0; v < pk->nvariants; v++)
       if (pk->variants[v].b_kn) {
-        kn++;
+        kn += v == 0;
         if (k_first < 0)
           k_first = k;
-        CHECK(pk->kind == KK_GEMM && pk->nvariants == 1 && pk->streams == 1 && pk->variants[v].cfg.kind == FFN_GEMM_SM90P &&
-                  pk->variants[v].cfg.wm == pk->variants[v].cfg.bm && strcmp(pk->variants[v].cfg.name, "tmap_ppkn_128x128x64") == 0,
+        const ffn_gemm_config *c = &pk->variants[v].cfg;
+        CHECK(pk->kind == KK_GEMM && pk->nvariants == 2 && pk->streams == 1 && c->kind == FFN_GEMM_SM90P &&
+                  (v == 0 ? c->wm == c->bm && strcmp(c->name, "tmap_ppkn_128x128x64") == 0
+                          : c->wm == 64 && c->bn == 256 && strcmp(c->name, "tmap_coopkn_128x256x64") == 0),
               "kernel %d: b_kn on %s", k, pk->variants[v].func);
       }
     if (pk->op == OP_MATMUL_AT && w < 0)

@@ -14,7 +14,10 @@
  * program's tolerance). Then the refusals: the saved tensors left out, one with a wrong shape.
  * Then every token count again with the backward graph sharing the training forward's workspace
  * (ffn_model_share_workspace), against the same references with the same tolerances, and the
- * shared pool holding one workspace after each forward and backward pair on the stream.
+ * shared pool holding one workspace after each forward and backward pair on the stream; a
+ * backward without FFN_GRAD_CONSUME_SAVED leaves the saved tensors bit for bit as they were.
+ * Then every count once more with FFN_GRAD_CONSUME_SAVED (the backward writes over the saved
+ * tensors): the same gradients within the same tolerances.
  * The seed is printed (FFNC_TEST_SEED replays it). Exits 77 (skip) where there is no GPU. */
 #include "gpu/gpu_util.h"
 #include "runtime/rt.h"
@@ -139,13 +142,16 @@ typedef struct {
 
 /* The training forward then the backward at `tokens` tokens (the k-th count) on c->s, against the
  * reference; with `shared` the two models share one workspace, and after the pair it must be
- * one. Returns the number of failures (exits on one that stops the test). */
-static int check_tokens(const Case *c, ffn_model *fwd, ffn_model *bwd, int64_t tokens, int k, bool shared) {
+ * one; flags: ffn_model_run_grad's (0: the saved tensors must be left as they were). Returns the
+ * number of failures (exits on one that stops the test). */
+static int check_tokens(const Case *c, ffn_model *fwd, ffn_model *bwd, int64_t tokens, int k, bool shared,
+                        unsigned flags) {
   Graph *gf = c->gf, *gk = c->gk, *gr = c->gr;
   CUstream s = c->s;
   int failed = 0;
   char label[64];
-  snprintf(label, sizeof label, "T=%lld%s", (long long)tokens, shared ? " (shared workspace)" : "");
+  snprintf(label, sizeof label, "T=%lld%s%s", (long long)tokens, shared ? " (shared workspace)" : "",
+           flags & FFN_GRAD_CONSUME_SAVED ? " (saved tensors consumed)" : "");
   TensorSet in = {0};
   make_inputs(gr, tokens, c->seed + 1000 + (uint64_t)k, &in); /* x..., grad.OUT... */
   RefTensor ref_f[64] = {0}, ref_g[64] = {0}, ref_k[64] = {0};
@@ -212,10 +218,19 @@ static int check_tokens(const Case *c, ffn_model *fwd, ffn_model *bwd, int64_t t
     dev_alloc(&dgrad[i], &ref_g[i], DT_F32, NULL, s);
     grads[i] = dgrad[i].dl;
   }
-  if (ffn_model_run_grad(bwd, s, bin, nbin, grads, gk->noutputs, 0) != FFN_OK) {
+  if (ffn_model_run_grad(bwd, s, bin, nbin, grads, gk->noutputs, flags) != FFN_OK) {
     printf("FAIL %s: backward: %s\n", label, ffn_last_error());
     exit(1);
   }
+  for (int i = 0, j = in.n; i < gf->noutputs && !(flags & FFN_GRAD_CONSUME_SAVED); i++) /* read, never written */
+    if (strncmp(gf->outputs[i].name, "saved.", 6) == 0) {
+      void *h = download(&dout[i], s);
+      if (memcmp(h, saved.items[j++].t.data, dout[i].bytes) != 0) {
+        printf("FAIL %s: the backward changed %s without FFN_GRAD_CONSUME_SAVED\n", label, gf->outputs[i].name);
+        failed++;
+      }
+      free(h);
+    }
   for (int i = 0; i < gk->noutputs; i++) {
     void *h = download(&dgrad[i], s);
     failed += compare_one(label, "source", gk->outputs[i].name, tolerance_of(gk, c->narrow, true), DT_F32, h,
@@ -229,7 +244,7 @@ static int check_tokens(const Case *c, ffn_model *fwd, ffn_model *bwd, int64_t t
     printf("FAIL %s: the shared pool holds %d workspaces, not 1\n", label, fwd->pool->nws);
     failed++;
   }
-  if (k == 0 && !shared)
+  if (k == 0 && !shared && !flags)
     failed += nsaved && check_refusals(bwd, s, bin, nbin, nsaved, grads, gk->noutputs) != 0;
   CUCALL(cu->cuStreamSynchronize(s));
   for (int i = 0; i < in.n; i++)
@@ -287,13 +302,14 @@ int main(int argc, char **argv) {
   Case c = {gf, gk, gr, &wf, seed, narrowest_type(gk), s};
   /* each model with its own workspace, then the backward taking the training forward's (which
    * already holds one: its old one is freed, the forward's grows for it) */
-  for (int shared = 0; shared < 2; shared++) {
-    if (shared && ffn_model_share_workspace(bwd, fwd) != FFN_OK) {
+  for (int pass = 0; pass < 3; pass++) { /* own workspaces, shared, shared and consumed */
+    bool shared = pass > 0;
+    if (pass == 1 && ffn_model_share_workspace(bwd, fwd) != FFN_OK) {
       printf("FAIL: ffn_model_share_workspace: %s\n", ffn_last_error());
       return 1;
     }
     for (int k = 0; k < nt; k++)
-      failed += check_tokens(&c, fwd, bwd, tokens[k], k, shared);
+      failed += check_tokens(&c, fwd, bwd, tokens[k], k, shared, pass == 2 ? FFN_GRAD_CONSUME_SAVED : 0);
   }
   CUCALL(cu->cuStreamDestroy(s));
   ffn_model_destroy(fwd); /* first: the shared workspace lives on with bwd */

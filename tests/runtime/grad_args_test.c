@@ -10,6 +10,7 @@
 
 #include "check.h"
 #include "codegen/driver.h"
+#include "passes/memplan.h"
 #include "runtime/grad.h"
 
 static Plan *compile(const char *path, bool grad, int sm) {
@@ -31,6 +32,17 @@ static Plan *compile(const char *path, bool grad, int sm) {
 }
 
 enum { T = 7, D = 256, F = 704, NGRADS = 17 };
+
+/* The call's workspace bytes at T tokens with the staged gradients of targets in it, their
+ * offsets in off (ntensors): what exec_begin_ex lays out (memplan_assign_call). */
+static size_t staged_workspace(const Plan *p, GradTarget *targets, size_t *off) {
+  bool *in_ws = calloc((size_t)p->ntensors, sizeof(bool));
+  int64_t dims[1] = {T};
+  grad_staging_plan(p, targets, NGRADS, in_ws);
+  size_t total = memplan_assign_call(p, dims, in_ws, off, NULL);
+  free(in_ws);
+  return total;
+}
 
 typedef struct {
   int64_t shape[NGRADS][2];
@@ -97,16 +109,19 @@ static void direct_llama(const Plan *p, const Plan *p80) {
   Call c;
   valid_call(p, &c);
   CHECK(check(p, &c, NGRADS, FFN_GRAD_ACCUMULATE) == FFN_OK, "%s", ffn_last_error());
-  size_t all_staged = grad_staging_plan(p, c.targets, NGRADS);
+  CHECK(check(p, &c, NGRADS, FFN_GRAD_ACCUMULATE | FFN_GRAD_CONSUME_SAVED) == FFN_OK, "consume: %s", ffn_last_error());
+  size_t *off = malloc(sizeof(size_t) * (size_t)p->ntensors);
+  size_t all_staged = staged_workspace(p, c.targets, off);
   CHECK(grad_plan_direct(p, c.targets, NGRADS, FFN_GRAD_ACCUMULATE) == 12, "12 weight gradients direct");
   for (int i = 0; i < NGRADS; i++)
     if (is_weight_grad(i))
       check_direct(p, &c.targets[i], i, DT_F32, true);
     else
       CHECK(c.targets[i].staged && c.targets[i].direct < 0, "gradient %d is staged", i);
-  size_t staged = grad_staging_plan(p, c.targets, NGRADS);
-  CHECK(staged <= (size_t)T * D * 4 + 256 * 4 + 1024 && staged < all_staged / 8,
-        "staging %zu bytes with the weight gradients direct (%zu all staged)", staged, all_staged);
+  size_t staged = staged_workspace(p, c.targets, off), scratch = memplan_assign(p, (int64_t[1]){T}, off);
+  CHECK(staged <= scratch + (size_t)T * D * 4 + 256 * 4 + 1024 && staged < all_staged / 4,
+        "workspace %zu bytes with the weight gradients direct (%zu all staged, %zu none)", staged, all_staged, scratch);
+  free(off);
   valid_call(p, &c);
   c.grads[2].dtype = c.grads[8].dtype = c.grads[5].dtype = (DLDataType){kDLBfloat, 16, 1};
   c.grads[3].data = NULL;
@@ -184,12 +199,14 @@ int main(void) {
   CHECK(c.targets[3].staged && !c.targets[3].wanted, "an unwanted gradient");
   CHECK(!c.targets[1].staged && !c.targets[4].staged, "f32 gradients beside them");
 
-  /* the staging space of accumulated gradients: gradients alive at the same step never share
-   * bytes, and the space is well below their sum (a layer's weight gradients come one after
-   * another) but holds the largest */
+  /* accumulated gradients staged in the workspace: gradients alive at the same step never share
+   * bytes, with each other or with the intermediate values, and the workspace grows by well
+   * below their sum (a layer's weight gradients come one after another) */
   valid_call(p, &c);
   CHECK(check(p, &c, NGRADS, FFN_GRAD_ACCUMULATE) == FFN_OK, "%s", ffn_last_error());
-  size_t total = grad_staging_plan(p, c.targets, NGRADS), sum = 0, largest = 0;
+  size_t *off = malloc(sizeof(size_t) * (size_t)p->ntensors);
+  size_t scratch = memplan_assign(p, (int64_t[1]){T}, off);
+  size_t total = staged_workspace(p, c.targets, off), sum = 0, largest = 0;
   for (int i = 0; i < NGRADS; i++) {
     const GradTarget *a = &c.targets[i];
     size_t bytes = (size_t)a->numel * 4;
@@ -202,18 +219,28 @@ int main(void) {
     for (int j = 0; j < last->nargs; j++)
       touches |= last->args[j] == a->tensor;
     CHECK(touches, "gradient %d: its last step %d does not touch it", i, a->last);
-    CHECK(a->offset + bytes <= total, "gradient %d at %zu + %zu beyond %zu", i, a->offset, bytes, total);
+    size_t ao = off[a->tensor];
+    CHECK(ao + bytes <= total, "gradient %d at %zu + %zu beyond %zu", i, ao, bytes, total);
     for (int j = 0; j < i; j++) {
       const GradTarget *b = &c.targets[j];
       bool alive_together = !(a->last < b->first || b->last < a->first);
-      bool share = a->offset < b->offset + (size_t)b->numel * 4 && b->offset < a->offset + bytes;
+      bool share = ao < off[b->tensor] + (size_t)b->numel * 4 && off[b->tensor] < ao + bytes;
       CHECK(!(alive_together && share), "gradients %d and %d are alive together (steps %d..%d, %d..%d) and share "
             "bytes", i, j, a->first, a->last, b->first, b->last);
     }
+    for (int t = 0; t < p->ntensors; t++) { /* nor with an intermediate value alive with it */
+      const PlanTensor *u = &p->tensors[t];
+      size_t ub = dtype_bytes(u->dtype, (size_t)plan_numel(p, t, (int64_t[1]){T}));
+      bool alive_together = u->kind == PT_SCRATCH && u->first >= 0 && !(a->last < u->first || u->last < a->first);
+      CHECK(!(alive_together && ao < off[t] + ub && off[t] < ao + bytes), "gradient %d shares bytes with tensor %d",
+            i, t);
+    }
   }
-  printf("staging: %zu bytes for %zu bytes of gradients (largest %zu)\n", total, sum, largest);
-  CHECK(total >= largest && total < sum / 2, "staging %zu bytes for gradients of %zu (largest %zu)", total, sum,
-        largest);
+  printf("workspace: %zu bytes with %zu bytes of gradients staged in it (largest %zu), %zu without\n", total, sum,
+         largest, scratch);
+  CHECK(total >= largest && total < scratch + sum / 2, "workspace %zu bytes for gradients of %zu (largest %zu)", total,
+        sum, largest);
+  free(off);
 
   direct_llama(p, p80);
   direct_tied();
