@@ -422,6 +422,16 @@ ffn_status find_function(ffn_model *m, const char *name, CUfunction *f) {
   return FFN_OK;
 }
 
+/* Peak DRAM bandwidth in GB/s (double data rate), for the tile rule (exec_heuristic); 0 where the
+ * driver does not say (the rule then keeps its default) */
+static int dram_gbs(const CuApi *cu, CUdevice dev) {
+  int khz = 0, bits = 0;
+  if (cu->cuDeviceGetAttribute(&khz, CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, dev) != CUDA_SUCCESS ||
+      cu->cuDeviceGetAttribute(&bits, CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH, dev) != CUDA_SUCCESS)
+    return 0;
+  return (int)(2.0 * khz * 1e3 * (bits / 8) / 1e9);
+}
+
 static ffn_status load_module(ffn_model *m) {
   const CuApi *cu = m->cu;
   const ffn_program *prog = m->prog;
@@ -430,6 +440,7 @@ static ffn_status load_module(ffn_model *m) {
   CU_CHECK(cu, cu->cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, m->dev));
   CU_CHECK(cu, cu->cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, m->dev));
   CU_CHECK(cu, cu->cuDeviceGetAttribute(&m->sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, m->dev));
+  m->dram_gbs = dram_gbs(cu, m->dev);
   int target = atoi(p->arch + 3);
   const char *pdl = getenv("FFNC_PDL");
   m->pdl = target >= FFN_PDL_MIN_ARCH && major * 10 + minor >= FFN_PDL_MIN_ARCH && !(pdl && strcmp(pdl, "0") == 0);

@@ -504,10 +504,18 @@ static bool wgrad_wgmma(const PlanKernel *k, const KernelVariant *v) {
   return k->op == OP_MATMUL_AT && v->cfg.kind == FFN_GEMM_SM90;
 }
 
-LaunchChoice exec_heuristic(const PlanKernel *k, int64_t rows, int sms) {
+LaunchChoice exec_heuristic(const PlanKernel *k, int64_t rows, int sms, int dram_gbs) {
   LaunchChoice c = {&k->variants[k->nvariants - 1], 1, rows};
   for (int i = 0; i < k->nvariants; i++)
     if (k->variants[i].max_m == 0 || rows <= k->variants[i].max_m) {
+      c.v = &k->variants[i];
+      break;
+    }
+  /* a ping-pong persistent tile on a card short of DRAM bandwidth: the cooperative 128 x 256 */
+  for (int i = 0; c.v->cfg.kind == FFN_GEMM_SM90P && c.v->cfg.wm == c.v->cfg.bm &&
+                  ffn_gemm_prefer_wide((int)rows, dram_gbs) && i < k->nvariants; i++)
+    if (k->variants[i].cfg.kind == FFN_GEMM_SM90P && k->variants[i].cfg.bn == 256 &&
+        k->variants[i].b_kn == c.v->b_kn && k->variants[i].max_m == 0) {
       c.v = &k->variants[i];
       break;
     }
@@ -548,7 +556,7 @@ static const KernelVariant *forced_variant(const char *names, const PlanKernel *
 }
 
 LaunchChoice exec_choose(const ffn_model *m, const PlanKernel *k, int64_t rows) {
-  LaunchChoice c = exec_heuristic(k, rows, m->sms);
+  LaunchChoice c = exec_heuristic(k, rows, m->sms, m->dram_gbs);
   if (k->kind != KK_GEMM) {
     /* a weight gradient on sm_90: FFNC_WGRAD=mma takes its mma.sync variant (matmul_at_tc),
      * FFNC_GEMM_SPLITS forces its split (with tokens: without, nothing is allocated for one) */

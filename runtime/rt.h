@@ -300,6 +300,7 @@ struct ffn_model {
   CUdevice dev;
   CUcontext ctx;
   int sms;
+  int dram_gbs; /* peak DRAM bandwidth, GB/s, from the memory clock and bus width (0: unknown) */
   /* a plan GEMM that follows a GEMM filling >= 3/4 of the SMs' CTA slots, with at most PDL_WAVES
    * (16) waves of work (exec.c), starts during its tail
    * (programmatic dependent launch, abi.cuh: FFN_PDL_MIN_ARCH; the plan's arch and the device's
@@ -376,8 +377,9 @@ typedef struct TunedKernel {
   signed char splits[TUNE_MAX_BUCKETS];
 } TunedKernel;
 
-/* The row-count heuristic's variant and split-K for `rows` rows of kernel k on sms SMs. */
-LaunchChoice exec_heuristic(const PlanKernel *k, int64_t rows, int sms);
+/* The row-count heuristic's variant and split-K for `rows` rows of kernel k on a card of sms SMs
+ * and dram_gbs GB/s of DRAM bandwidth (0: unknown). */
+LaunchChoice exec_heuristic(const PlanKernel *k, int64_t rows, int sms, int dram_gbs);
 /* What a run launches: the tuned choice where there is one, else the heuristic's;
  * FFNC_GEMM_VARIANT and FFNC_GEMM_SPLITS (m->gemm_variant, m->gemm_splits) override both. A weight
  * gradient on sm_90 (two variants: wgmma, then mma.sync) takes the first unless FFNC_WGRAD=mma

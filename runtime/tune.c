@@ -418,7 +418,7 @@ static ffn_status tune_kernel(Tuner *t, int kernel, int step, const int64_t *req
   tune_model_key(m, kernel, &e->key);
   for (int b = 0; b < nb && s == FFN_OK; b++) {
     int M = (int)rows[b], nc = candidates(k, M, m->sms, cand);
-    LaunchChoice dflt = exec_heuristic(k, M, m->sms);
+    LaunchChoice dflt = exec_heuristic(k, M, m->sms, m->dram_gbs);
     int first = 0; /* the heuristic's choice first: it sets the bar */
     while (first < nc && !(&k->variants[cand[first].variant] == dflt.v && cand[first].splits == 0))
       first++;

@@ -133,7 +133,7 @@ static int rewrite_unusual(ffn_model *m, const char *dir) {
     if (tune_load(dir, &key, &e, why, sizeof why) != 1)
       return printf("FAIL: k%d: %s\n", k, why), -1;
     for (int b = 0; b < e.n; b++) {
-      LaunchChoice h = exec_heuristic(pk, e.b[b].rows, m->sms);
+      LaunchChoice h = exec_heuristic(pk, e.b[b].rows, m->sms, m->dram_gbs);
       const KernelVariant *v = &pk->variants[((h.v - pk->variants) + 1 + b) % pk->nvariants];
       int ktiles = (int)((pk->k + v->cfg.bk - 1) / v->cfg.bk);
       snprintf(e.b[b].config, sizeof e.b[b].config, "%s", v->cfg.name);
@@ -245,7 +245,7 @@ int main(int argc, char **argv) {
   for (int k = 0; k < prog->plan->nkernels; k++) /* the rule's choice everywhere */
     for (int64_t r = 1; r <= 2000; r = r * 3 + 1) {
       const PlanKernel *pk = &prog->plan->kernels[k];
-      LaunchChoice a = exec_choose(m, pk, r), h = exec_heuristic(pk, r, m->sms);
+      LaunchChoice a = exec_choose(m, pk, r), h = exec_heuristic(pk, r, m->sms, m->dram_gbs);
       if (a.v != h.v || a.splits != h.splits) {
         printf("FAIL: FFNC_NO_TUNE=1: k%d at %lld rows is not the rule's choice\n", k, (long long)r);
         failed++;

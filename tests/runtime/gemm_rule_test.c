@@ -10,12 +10,20 @@
 #include "runtime/rt.h"
 
 /* The configuration the rule launches for GEMM kernel `nth` (0: the first GEMM of the plan) at
- * `rows` rows on a 132-SM card. */
-static const char *choice(const Plan *p, int nth, int64_t rows) {
+ * `rows` rows on a 132-SM card of gbs GB/s DRAM bandwidth (0: unknown, the H200's rule). */
+static const char *choice_on(const Plan *p, int nth, int64_t rows, int gbs) {
   for (int k = 0; k < p->nkernels; k++)
     if (p->kernels[k].kind == KK_GEMM && nth-- == 0)
-      return exec_heuristic(&p->kernels[k], rows, 132).v->cfg.name;
+      return exec_heuristic(&p->kernels[k], rows, 132, gbs).v->cfg.name;
   return "(no such GEMM)";
+}
+
+static const char *choice(const Plan *p, int nth, int64_t rows) { return choice_on(p, nth, rows, 0); }
+
+/* the same on a card short of DRAM bandwidth (H100 SXM, 3352 GB/s; api.c: dram_gbs) */
+static void expect_h100(const Plan *p, const char *model, int nth, int64_t rows, const char *want) {
+  const char *got = choice_on(p, nth, rows, 3352);
+  CHECK(strcmp(got, want) == 0, "%s GEMM %d at %lld rows (H100): %s, want %s", model, nth, (long long)rows, got, want);
 }
 
 static void expect(const Plan *p, const char *model, int nth, int64_t rows, const char *want) {
@@ -47,10 +55,37 @@ int main(void) {
   expect(l8, "8b", 0, 384, "tma_128x224x64"); /* two streams: ping-pong from 385 rows */
   expect(l8, "8b", 0, 512, "tmap_pp_128x128x64");
   expect(l8, "8b", 1, 512, "tma_128x128x64");
+  /* a card short of DRAM bandwidth: the cooperative 128 x 256 above 512 rows, the rest as on the
+   * H200 (kernels/gemm_host.h: ffn_gemm_prefer_wide); the H200's stays ping-pong */
+  expect(l8, "8b", 0, 1024, "tmap_pp_128x128x64");
+  expect(l8, "8b", 1, 8192, "tmap_pp_128x128x64");
+  expect_h100(l8, "8b", 0, 512, "tmap_pp_128x128x64");
+  expect_h100(l8, "8b", 0, 384, "tma_128x224x64");
+  expect_h100(l8, "8b", 0, 513, "tmap_coop_128x256x64");
+  expect_h100(l8, "8b", 0, 1024, "tmap_coop_128x256x64");
+  expect_h100(l8, "8b", 1, 8192, "tmap_coop_128x256x64");
+  expect_h100(l8, "8b", 0, 64, "sm80_64x128x64");
   /* fp8 products keep the table's regimes */
   Plan *f8 = compile_plan("bench/suite/llama3_8b_layer_f8.ffn");
   expect(f8, "8b fp8", 1, 64, "sm80_64x128x64");
   expect(f8, "8b fp8", 1, 32, "sm80_32x128x64");
+  /* the backward's dgrads reading the weights as they lie: ping-pong, and on the H100 above 512
+   * rows the cooperative form of the same B_KN kernel */
+  DriverOptions go = {.sm = 90, .opt_level = 3, .grad = true};
+  Plan *g = compile_plan_opts("examples/llama3_tiny.ffn", &go, NULL);
+  int bkn = 0;
+  for (int k = 0; k < g->nkernels; k++)
+    if (g->kernels[k].kind == KK_GEMM && g->kernels[k].variants[0].b_kn) {
+      bkn++;
+      const char *h200 = exec_heuristic(&g->kernels[k], 8192, 132, 0).v->cfg.name;
+      const char *h100 = exec_heuristic(&g->kernels[k], 8192, 132, 3352).v->cfg.name;
+      const char *h100_512 = exec_heuristic(&g->kernels[k], 512, 132, 3352).v->cfg.name;
+      CHECK(strcmp(h200, "tmap_ppkn_128x128x64") == 0 && strcmp(h100, "tmap_coopkn_128x256x64") == 0 &&
+                strcmp(h100_512, "tmap_ppkn_128x128x64") == 0,
+            "backward kernel %d: %s / %s / %s", k, h200, h100, h100_512);
+    }
+  CHECK(bkn > 0, "the backward plan has B_KN dgrads");
+  plan_destroy(g);
   plan_destroy(gpt);
   plan_destroy(l8);
   plan_destroy(f8);

@@ -173,7 +173,7 @@ static CUresult sim_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, 
   }
   if (!ok && bad_launches++ < 5)
     fprintf(stderr, "bad launch of k%d %s: M %d splits %d grid %u,%u,%u\n", k, kv->cfg.name, M, a->splits, gx, gy, gz);
-  LaunchChoice rule = exec_heuristic(pk, M, 132);
+  LaunchChoice rule = exec_heuristic(pk, M, 132, 0);
   clock_us += synthetic_us(&kv->cfg, a->splits, rule.v == kv && rule.splits == a->splits);
   return CUDA_SUCCESS;
 }
@@ -285,7 +285,7 @@ static void on_progress(void *user, const ffn_tune_progress *p) {
         p->kernel);
   for (int b = 0; b < p->nbuckets; b++) {
     const PlanKernel *pk = &plan->kernels[k];
-    LaunchChoice rule = exec_heuristic(pk, p->rows[b], m->sms);
+    LaunchChoice rule = exec_heuristic(pk, p->rows[b], m->sms, m->dram_gbs);
     bool special = strcmp(p->config[b], "sm80_32x128x64") == 0 && p->splits[b] == 6;
     bool is_rule = strcmp(p->config[b], rule.v->cfg.name) == 0 && p->splits[b] == rule.splits;
     /* the special candidate, where it is one, else the rule's choice, each at its time */

@@ -262,24 +262,24 @@ static void test_choose(void) {
   ffn_model m = {.prog = &prog, .sms = 132};
   /* untuned: the heuristic */
   for (int64_t rows = 1; rows <= 9000; rows = rows * 3 + 1) {
-    LaunchChoice a = exec_choose(&m, &k, rows), h = exec_heuristic(&k, rows, 132);
+    LaunchChoice a = exec_choose(&m, &k, rows), h = exec_heuristic(&k, rows, 132, 0);
     EXPECT(a.v == h.v && a.splits == h.splits && a.m == rows);
   }
-  EXPECT(strcmp(exec_heuristic(&k, 1, 132).v->cfg.name, "sm80_16x128x128") == 0);
-  EXPECT(strcmp(exec_heuristic(&k, 8192, 132).v->cfg.name, "sm90_128x256x64") == 0);
+  EXPECT(strcmp(exec_heuristic(&k, 1, 132, 0).v->cfg.name, "sm80_16x128x128") == 0);
+  EXPECT(strcmp(exec_heuristic(&k, 8192, 132, 0).v->cfg.name, "sm90_128x256x64") == 0);
   /* 16 rows: sm90_128x224x64 (regime up to 512 rows), split 2; 1024: sm80_16x128x128 (a
    * 16-row tile), the rule's split; 4096: sm90_128x256x64 (any rows), split 3 */
   TunedKernel t = {.n = 3, .rows = {16, 1024, 4096}, .variant = {3, 0, 4}, .splits = {2, 0, 3}};
   m.tuned = &t;
   LaunchChoice c = exec_choose(&m, &k, 8); /* below the first bucket */
-  EXPECT(c.v == exec_heuristic(&k, 8, 132).v && c.splits == exec_heuristic(&k, 8, 132).splits);
+  EXPECT(c.v == exec_heuristic(&k, 8, 132, 0).v && c.splits == exec_heuristic(&k, 8, 132, 0).splits);
   for (int64_t rows = 16; rows <= 512; rows += 31) { /* within twice 16, or the configuration's 512 */
     c = exec_choose(&m, &k, rows);
     EXPECT(c.v == &k.variants[3] && c.splits == 2);
   }
   for (int64_t rows = 513; rows < 1024; rows += 50) { /* beyond both: the rule */
     c = exec_choose(&m, &k, rows);
-    EXPECT(c.v == exec_heuristic(&k, rows, 132).v && c.splits == exec_heuristic(&k, rows, 132).splits);
+    EXPECT(c.v == exec_heuristic(&k, rows, 132, 0).v && c.splits == exec_heuristic(&k, rows, 132, 0).splits);
   }
   for (int64_t rows = 1024; rows <= 2048; rows += 100) { /* split 0: the rule's for the variant and rows */
     c = exec_choose(&m, &k, rows);
@@ -287,7 +287,7 @@ static void test_choose(void) {
     EXPECT(c.splits == ffn_gemm_pick_splits((int)rows, 14336, 2, 4096, &k.variants[0].cfg, 132));
   }
   c = exec_choose(&m, &k, 2049); /* a 16-row tile beyond twice its bucket: the rule */
-  EXPECT(c.v == exec_heuristic(&k, 2049, 132).v);
+  EXPECT(c.v == exec_heuristic(&k, 2049, 132, 0).v);
   for (int64_t rows = 4096; rows < 1 << 20; rows *= 3) { /* a configuration for any rows: up to any rows */
     c = exec_choose(&m, &k, rows);
     EXPECT(c.v == &k.variants[4] && c.splits == 3);
