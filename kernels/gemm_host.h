@@ -314,15 +314,16 @@ static inline int ffn_gemm_num_tiles(const ffn_gemm_config *c, int M, int N, int
  * (H200, `ffnc tune`, 2026-12-02: GPT GELU's up at 384 / 512 rows 94.6 / 116.6 us against 115.0 /
  * 151.3, the 8B and 70B gate/up at 512 rows 1.14x / 1.12x; the 8B gate/up at 384 rows was fastest on
  * the 128 x 224 tile, the downs, fewer tiles than two per SM, on the split 128 x 128 one). */
-/* Above 512 rows a card with less DRAM bandwidth than FFN_WIDE_TILE_GBS (H100 SXM: 3352 GB/s)
- * takes the cooperative 128 x 256 persistent tile over the ping-pong 128 x 128: half of A's and
- * B's bytes per FLOP. Measured on an H100 (kernels/NOTES.md, eighteenth session): forward 5-24%
- * faster at 1024 and 8192 tokens, the B_KN dgrads 3-22%, and ping-pong ahead at 512 and below;
- * on the H200 (4.8 TB/s) ping-pong was the faster at every M measured (tenth-sixteenth sessions).
- * dram_gbs 0 (unknown) keeps ping-pong. */
+/* Above 512 rows the cooperative 128 x 256 persistent tile (half of A's and B's bytes per FLOP)
+ * replaces the ping-pong 128 x 128 for the backward's dgrads reading B as it lies (b_kn: their K
+ * is the wide dimension) on every card, and for the other products on a card with less DRAM
+ * bandwidth than FFN_WIDE_TILE_GBS (H100 SXM: 3352 GB/s). Measured (kernels/NOTES.md, eighteenth
+ * session), 1024 and 8192 tokens: H100 forward 5-24% faster, dgrads 3-22%; H200 (4.8 TB/s)
+ * dgrads 4-5% faster at 8192 and even at 1024, forward 3-7% slower (8B). Ping-pong is ahead at
+ * 512 rows and below. dram_gbs 0 (unknown) counts as enough bandwidth. */
 #define FFN_WIDE_TILE_GBS 4000
-static inline int ffn_gemm_prefer_wide(int M, int dram_gbs) {
-  return M > 512 && dram_gbs > 0 && dram_gbs < FFN_WIDE_TILE_GBS;
+static inline int ffn_gemm_prefer_wide(int M, int dram_gbs, int b_kn) {
+  return M > 512 && (b_kn || (dram_gbs > 0 && dram_gbs < FFN_WIDE_TILE_GBS));
 }
 
 static inline int ffn_gemm_prefer_persistent(int M, int N, int S, const ffn_gemm_config *c, int num_sms) {

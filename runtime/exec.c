@@ -511,9 +511,9 @@ LaunchChoice exec_heuristic(const PlanKernel *k, int64_t rows, int sms, int dram
       c.v = &k->variants[i];
       break;
     }
-  /* a ping-pong persistent tile on a card short of DRAM bandwidth: the cooperative 128 x 256 */
+  /* a ping-pong persistent tile where the cooperative 128 x 256 is faster (ffn_gemm_prefer_wide) */
   for (int i = 0; c.v->cfg.kind == FFN_GEMM_SM90P && c.v->cfg.wm == c.v->cfg.bm &&
-                  ffn_gemm_prefer_wide((int)rows, dram_gbs) && i < k->nvariants; i++)
+                  ffn_gemm_prefer_wide((int)rows, dram_gbs, c.v->b_kn) && i < k->nvariants; i++)
     if (k->variants[i].cfg.kind == FFN_GEMM_SM90P && k->variants[i].cfg.bn == 256 &&
         k->variants[i].b_kn == c.v->b_kn && k->variants[i].max_m == 0) {
       c.v = &k->variants[i];

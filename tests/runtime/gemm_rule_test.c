@@ -69,20 +69,21 @@ int main(void) {
   Plan *f8 = compile_plan("bench/suite/llama3_8b_layer_f8.ffn");
   expect(f8, "8b fp8", 1, 64, "sm80_64x128x64");
   expect(f8, "8b fp8", 1, 32, "sm80_32x128x64");
-  /* the backward's dgrads reading the weights as they lie: ping-pong, and on the H100 above 512
-   * rows the cooperative form of the same B_KN kernel */
+  /* the backward's dgrads reading the weights as they lie: above 512 rows the cooperative form
+   * of the same B_KN kernel on either card, ping-pong below */
   DriverOptions go = {.sm = 90, .opt_level = 3, .grad = true};
   Plan *g = compile_plan_opts("examples/llama3_tiny.ffn", &go, NULL);
   int bkn = 0;
   for (int k = 0; k < g->nkernels; k++)
     if (g->kernels[k].kind == KK_GEMM && g->kernels[k].variants[0].b_kn) {
       bkn++;
-      const char *h200 = exec_heuristic(&g->kernels[k], 8192, 132, 0).v->cfg.name;
-      const char *h100 = exec_heuristic(&g->kernels[k], 8192, 132, 3352).v->cfg.name;
+      const char *h200 = exec_heuristic(&g->kernels[k], 8192, 132, 4915).v->cfg.name;
+      const char *h100 = exec_heuristic(&g->kernels[k], 1024, 132, 3352).v->cfg.name;
+      const char *h200_512 = exec_heuristic(&g->kernels[k], 512, 132, 4915).v->cfg.name;
       const char *h100_512 = exec_heuristic(&g->kernels[k], 512, 132, 3352).v->cfg.name;
-      CHECK(strcmp(h200, "tmap_ppkn_128x128x64") == 0 && strcmp(h100, "tmap_coopkn_128x256x64") == 0 &&
-                strcmp(h100_512, "tmap_ppkn_128x128x64") == 0,
-            "backward kernel %d: %s / %s / %s", k, h200, h100, h100_512);
+      CHECK(strcmp(h200, "tmap_coopkn_128x256x64") == 0 && strcmp(h100, "tmap_coopkn_128x256x64") == 0 &&
+                strcmp(h200_512, "tmap_ppkn_128x128x64") == 0 && strcmp(h100_512, "tmap_ppkn_128x128x64") == 0,
+            "backward kernel %d: %s / %s / %s / %s", k, h200, h100, h200_512, h100_512);
     }
   CHECK(bkn > 0, "the backward plan has B_KN dgrads");
   plan_destroy(g);
