@@ -10,9 +10,10 @@
  * them on sm_80) is staged: the plan computes it in f32 into the call's workspace, placed like a
  * scratch tensor over the steps that touch it (exec_begin_ex, memplan_assign_call: in the bytes
  * of intermediate values dead by then, and of gradients stored before), and right after the last
- * of those steps ffn_grad_store (kernels/runtime.cuh) writes or adds it into the caller's tensor. All of it on the caller's stream, from the workspace
- * pool: nothing allocated once a call of as many tokens has run on that stream, nothing waited
- * for, so the call can be captured in a CUDA graph.
+ * of those steps ffn_grad_store (kernels/runtime.cuh) writes or adds it into the caller's
+ * tensor. All of it on the caller's stream, from the workspace pool: nothing allocated once a
+ * call of as many tokens has run on that stream, nothing waited for, so the call can be captured
+ * in a CUDA graph.
  */
 #include "grad.h"
 
@@ -154,7 +155,6 @@ static ffn_status store_kernel(ffn_model *m, CUfunction *f) {
   }
   return FFN_OK;
 }
-
 
 static bool step_touches(const PlanStep *ps, int t) {
   if (ps->kind != STEP_LAUNCH)
