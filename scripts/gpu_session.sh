@@ -1,5 +1,5 @@
 #!/bin/sh
-# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [grad] [wqdl8] [pdl] ...
+# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [grad] [wqdl8] [pdl] [wide] ...
 # What one call on the lent GPU machine runs, with a build made here and carried there (that
 # machine has no flex, bison or jansson headers). The build has absolute paths under
 # /work/main, so the copy is linked there first; the kernel cache in build/test-kernel-cache
@@ -262,6 +262,36 @@ for part in "$@"; do
     done
     unset FFNC_PDL
     grep -E "^/|^ +[0-9]+ +ffnc" "$out/pdl_on.txt" | head -40
+    ;;
+  wide)
+    # the cooperative 128 x 256 tile above 512 rows (kernels/gemm_host.h: ffn_gemm_prefer_wide;
+    # kernels/NOTES.md, "Eighteenth session"), about 6 minutes: the grad GPU tests under the rule on
+    # this card, the keep step beside torch, then the forward's tiles under ncu with the card's own
+    # clocks (--clock-control none: the power limit is part of the question) for the 8B and 70B
+    # gate/up and down products at 8192 tokens, ping-pong against cooperative: clock, DRAM and L2
+    # throughput, tensor pipe activity
+    nvidia-smi --query-gpu=name,clocks.max.memory --format=csv,noheader
+    timeout 150 ctest -L gpu -R "grad|keep|train|wgrad" -j 8 --output-on-failure >"$out/grad_tests.log" 2>&1
+    echo "grad tests: exit $?"; grep -E "tests passed|tests failed" "$out/grad_tests.log"
+    S=/work/main/bench/suite
+    timeout 60 ./ffnc bench --grad --keep $S/llama3_8b_layer.ffn $S/llama3_70b_layer.ffn --tokens 1024,8192 --reps 10 \
+      --json "$out/grad_bench.json" >"$out/grad_bench.txt" 2>&1
+    echo "grad bench: exit $?"; grep -E "^ +[0-9]+ " "$out/grad_bench.txt"
+    PYTHONUNBUFFERED=1 timeout 110 python3 /work/main/bench/torch_peer.py --grad --ffnc "$out/grad_bench.json" \
+      --models llama3_8b_layer,llama3_70b_layer --tokens 1024,8192 --reps 10 >"$out/torch_grad.txt" 2>&1
+    echo "torch grad peer: exit $?"; grep -E "^\|" "$out/torch_grad.txt"
+    if command -v ncu >/dev/null; then
+      for v in tmap_pp_128x128x64 tmap_coop_128x256x64; do
+        for m in llama3_8b_layer llama3_70b_layer; do
+          FFNC_GEMM_VARIANT=$v timeout 90 ncu --clock-control none -k regex:tmap --launch-skip 6 --launch-count 2 \
+            --section SpeedOfLight --metrics gpc__cycles_elapsed.avg.per_second,dram__bytes_read.sum,lts__t_sector_hit_rate.pct \
+            ./ffnc bench $S/$m.ffn --tokens 8192 --reps 3 --no-graphs --no-ceilings >"$out/ncu_${m}_$v.txt" 2>&1
+          echo "ncu $m $v: exit $?"
+          grep -E "tmap|Duration|Elapsed Cycles|cycles_elapsed.avg.per_second|DRAM Throughput|dram__bytes|hit_rate|Compute \(SM\)" \
+            "$out/ncu_${m}_$v.txt" | head -24
+        done
+      done
+    fi
     ;;
   bench)
     timeout 420 sh /work/main/bench/run_suite.sh /work/main/build/ffnc "$out" >"$out/bench.log" 2>&1
