@@ -10,8 +10,8 @@
  * over its inputs (memplan_assign_call), an operand that is an input too: the tensor then
  * takes no workspace at all. Outputs that a call computes into the workspace (ffn_model_run_grad's
  * staged gradients, stored into the caller's tensors after their last step) are placed like
- * scratch tensors, in the bytes of buffers that are dead by then. The split-K partials and tile counters of the GEMMs follow the
- * planned buffers.
+ * scratch tensors, in the bytes of buffers that are dead by then. The split-K partials and tile
+ * counters of the GEMMs follow the planned buffers.
  */
 #include "memplan.h"
 

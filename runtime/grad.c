@@ -205,13 +205,8 @@ void grad_staging_plan(const Plan *p, GradTarget *g, int n, bool *in_workspace) 
     if (!g[i].staged)
       continue;
     in_workspace[g[i].tensor] = true;
-    g[i].first = g[i].last = -1;
-    for (int s = 0; s < p->nsteps; s++)
-      if (step_touches(&p->steps[s], g[i].tensor)) {
-        if (g[i].first < 0)
-          g[i].first = s;
-        g[i].last = s;
-      }
+    /* the plan's lifetime (memplan_lifetimes), which memplan_assign_call places it by */
+    g[i].first = p->tensors[g[i].tensor].first, g[i].last = p->tensors[g[i].tensor].last;
     if (g[i].first < 0) /* no step writes it (it has no elements): live throughout */
       g[i].first = 0, g[i].last = p->nsteps;
   }
