@@ -276,7 +276,7 @@ __device__ __forceinline__ void gemm_wq(const GemmArgs &g, const float *__restri
   float *rowstat = red + 2 * WARPS * BM; // [2][BM]: sum of squares, sum
 
   const T *__restrict__ Ag = (const T *)g.A;
-  const uint4 *__restrict__ wp = (const uint4 *)g.B + ((long long)rb * ktiles + t0) * 32 + lane;
+  const uint4 *__restrict__ wp = (const uint4 *)g.B + wq_tile_index(rb, t0, ktiles) * 32 + lane; // + 8 tiles a k tile
   // i4: lane l copies the scale of row l % 16 of the warp's block for a tile's block l / 16
   const int sc_row = rb * 16 + lane % 16, sc_blk = lane / 16;
   const float *__restrict__ sc_base = scales + (long long)imin(sc_row, R - 1) * ngroups;
@@ -291,7 +291,7 @@ __device__ __forceinline__ void gemm_wq(const GemmArgs &g, const float *__restri
       for (int u = 0; u < TPS; ++u) {
         const int tile = j * TPS + u;
         if (tile >= ntk) break;
-        cp_async16(smem_addr(stage + (warp * TPS + u) * 512 + lane * 16), wp + tile * 32, true);
+        cp_async16(smem_addr(stage + (warp * TPS + u) * 512 + lane * 16), wp + tile * 32 * WQ_RB_GROUP, true);
         if (GROUPED) {
           const int kb = (t0 + tile) * BLOCKS + sc_blk, gi = imin(kb / gblocks, ngroups - 1);
           cp_async4(smem_addr(stage + CODE_B + (warp * TPS + u) * 128 + lane * 4), sc_base + gi, sc_row < R);

@@ -101,7 +101,7 @@ __device__ __forceinline__ void gemm_wqd(const GemmArgs &g, const float *__restr
   // group of block (t0 + j) * BLOCKS + l / 16, advanced BLOCKS (<= 2) blocks per tile without
   // branches; blocks past K copy the last group's (never used). (Recomputing the addresses from
   // the tile index, or clamping a 64-bit pointer, cost 30-45 instructions per tile.)
-  const uint4 *__restrict__ src = (const uint4 *)g.B + ((long long)rb * ktiles + t0) * 32 + lane;
+  const uint4 *__restrict__ src = (const uint4 *)g.B + wq_tile_index(rb, t0, ktiles) * 32 + lane; // + 8 tiles a k tile
   const int sc_row = rb * 16 + lane % 16;
   const float *__restrict__ sc_row_base = scales + (long long)imin(sc_row, R - 1) * ngroups;
   const u32 code_dst = smem_addr(slots) + lane * 16, sc_dst = smem_addr(slots) + TPS * 512 + lane * 4;
@@ -122,8 +122,8 @@ __device__ __forceinline__ void gemm_wqd(const GemmArgs &g, const float *__restr
     if (active && TPS * j < ntk) {
       const bool two = TPS * j + 1 < ntk;
       cp_async16(code_dst + slot * SLOT_B, src, true);
-      cp_async16(code_dst + slot * SLOT_B + 512, two ? src + 32 : src, two);
-      src += 64;
+      cp_async16(code_dst + slot * SLOT_B + 512, two ? src + 32 * WQ_RB_GROUP : src, two);
+      src += 64 * WQ_RB_GROUP;
       if (I4) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {

@@ -106,14 +106,28 @@ __device__ __forceinline__ uint4 wqdl_piece(const T *__restrict__ A, int row, in
   return v;
 }
 
+} // namespace ffn
+
+#include "gemm_wqdt.cuh" // design 6, which decodes with wqdl_frag and wqdl_frag8
+
+namespace ffn {
+
 template <int BITS, int BM, int BN, int DEPTH, int CT, int S, int STATS, class T, int DESIGN, class Epi>
 __device__ __forceinline__ void gemm_wqdl(const GemmArgs &g, const float *__restrict__ scales, int group,
                                           const Epi &epi, char *smem) {
   constexpr bool I4 = BITS == 4;
   constexpr int WQD_CT = I4 ? 8 : 16; // gemm_wqd's chunks where it runs in this kernel's place
+  if constexpr (DESIGN == 6) { // TMA-fed (gemm_wqdt.cuh); compiled for sm_90a only (ffn_gemm_wqdt_takes)
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    gemm_wqdt<BITS, BM, BN, DEPTH, S, STATS, T>(g, scales, group, epi, smem);
+#else
+    __trap();
+#endif
+    return;
+  }
   // f32 activations, and i4 group lengths that are no whole part or multiple of a step: gemm_wqd
   // (within this kernel's shared memory: wqdl_smem_bytes covers it)
-  if constexpr (WqdlF32<T>::value) {
+  else if constexpr (WqdlF32<T>::value) {
     gemm_wqd<BITS, BM, BN, 4, WQD_CT, S, STATS, T>(g, scales, group, epi, smem);
     return;
   } else {
@@ -168,7 +182,7 @@ __device__ __forceinline__ void gemm_wqdl(const GemmArgs &g, const float *__rest
     float *rowstat = (float *)(smem + SMEM - 8 * BM);                 // [2][BM]
 
     // ---- the codes and (i4) scales: the lane's ring, a step (four tiles) per slot ----
-    const uint4 *__restrict__ src = (const uint4 *)g.B + ((long long)rb * ktiles + t0) * 32 + lane;
+    const uint4 *__restrict__ src = (const uint4 *)g.B + wq_tile_index(rb, t0, ktiles) * 32 + lane; // + 8 tiles a k tile
     char *ring = rings + warp * DEPTH * SLOT;
     const u32 ring_dst = smem_addr(ring) + lane * 16;
     // lane l copies the scales of row l % 16 for the step's units l / 16 and 2 + l / 16 (as many
@@ -187,12 +201,12 @@ __device__ __forceinline__ void gemm_wqdl(const GemmArgs &g, const float *__rest
         const int left = ktiles - (t0 + 4 * j);
         if (left >= 4) {
 #pragma unroll
-          for (int u = 0; u < 4; ++u) cp_async16(d + u * 512, src + u * 32, true);
+          for (int u = 0; u < 4; ++u) cp_async16(d + u * 512, src + u * 32 * WQ_RB_GROUP, true);
         } else {
 #pragma unroll
-          for (int u = 0; u < 4; ++u) cp_async16(d + u * 512, u < left ? src + u * 32 : src, u < left);
+          for (int u = 0; u < 4; ++u) cp_async16(d + u * 512, u < left ? src + u * 32 * WQ_RB_GROUP : src, u < left);
         }
-        src += 128;
+        src += 128 * WQ_RB_GROUP;
         if (I4) {
 #pragma unroll
           for (int r = 0; r < 2; ++r) {

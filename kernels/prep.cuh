@@ -230,7 +230,8 @@ extern "C" __global__ void ffn_prep_wq_pack(const ffn::PrepArgs a) {
   const float *scale = (const float *)a.b;
   const long long n = wq_code_rows(R) * tk * 32;
   for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-    const long long tile = i / 512, rb = tile / tk, kt = tile % tk;
+    long long rb, kt;
+    wq_tile_place(i / 512, tk, &rb, &kt);
     const int lane = (int)(i % 512) / 16, b = (int)(i % 16);
     unsigned byte = 0;
     for (int h = 0; h < per; h++) {

@@ -7,9 +7,15 @@
  *   B is the GEMM's [R, K] operand (R = S*N merged output columns, K the shared dim).
  *   scales  f32 [R, ngroups]: ngroups = 1 for i8; ceil(K / G) for i4 (G = 0 or G > K: 1)
  *   codes   u8, 512-byte tiles of 16 rows x WQ_TILE_K(bits) k (64 for i4, 32 for i8), in the
- *           order tile (row block rb, k tile kt) at (rb * wq_tiles_k(K) + kt) * 512, so that a warp
- *           streaming one row block along K reads consecutive memory. Rows past R and k past K hold
- *           level 0. As a tensor: [wq_code_rows(R), wq_row_bytes(K, bits)].
+ *           order of wq_tile_index: groups of WQ_RB_GROUP = 8 row blocks (128 rows, a decode
+ *           CTA's), and within a group k tile by k tile, the group's 8 row blocks side by side:
+ *           tile (row block rb, k tile kt) at ((rb / 8 * wq_tiles_k(K) + kt) * 8 + rb % 8) * 512.
+ *           A CTA streaming its 128 rows along K reads one run of consecutive memory (a warp's
+ *           next tile of its row block is 8 tiles on). Streaming the 8 row blocks as 8 runs 64 KB
+ *           apart instead (each block's tiles consecutive) ran 14% slower at the copy rate alone
+ *           (H100, 70B i4 sublayer at one token: 152.7 against 131.9 us, kernels/NOTES.md). Rows
+ *           past R (to a multiple of 128) and k past K hold level 0. As a tensor:
+ *           [wq_code_rows(R), wq_row_bytes(K, bits)].
  *             i8: code = q + 128, a byte;  i4: code = q + 8, a nibble
  *   Inside a tile, lane l of a warp loads the 16 bytes at l * 16: the mma.sync m16n8k16 A
  *   fragments (kernels/common.cuh: mma_16816, the weights as A) of the tile's k16 steps for
@@ -43,8 +49,17 @@ WQ_FN long long wq_ngroups(long long K, long long G) {
 }
 /* the codes as a tensor [wq_code_rows(R), wq_row_bytes(K, bits)]: R and K rounded up to whole tiles */
 WQ_FN long long wq_tiles_k(long long K, int bits) { return (K + WQ_TILE_K(bits) - 1) / WQ_TILE_K(bits); }
-WQ_FN long long wq_code_rows(long long R) { return (R + 15) / 16 * 16; }
+#define WQ_RB_GROUP 8 /* row blocks of 16 side by side in the codes' tile order */
+WQ_FN long long wq_code_rows(long long R) { return (R + 16 * WQ_RB_GROUP - 1) / (16 * WQ_RB_GROUP) * (16 * WQ_RB_GROUP); }
 WQ_FN long long wq_row_bytes(long long K, int bits) { return wq_tiles_k(K, bits) * 32; }
+/* the place of tile (row block rb, k tile kt) among the codes' tiles (tk = wq_tiles_k), and back */
+WQ_FN long long wq_tile_index(long long rb, long long kt, long long tk) {
+  return (rb / WQ_RB_GROUP * tk + kt) * WQ_RB_GROUP + rb % WQ_RB_GROUP;
+}
+WQ_FN void wq_tile_place(long long tile, long long tk, long long *rb, long long *kt) {
+  const long long grp = tile / (WQ_RB_GROUP * tk), in = tile % (WQ_RB_GROUP * tk);
+  *kt = in / WQ_RB_GROUP, *rb = grp * WQ_RB_GROUP + in % WQ_RB_GROUP;
+}
 
 /* Code e of lane's 16 bytes in a tile (i4: e = 0..31, nibble e % 2 of byte e / 2, low first;
  * i8: e = 0..15, byte e): its row (0..15) and k (0..WQ_TILE_K - 1) in the tile. The lane's
@@ -144,5 +159,16 @@ WQ_CFN wqdl_smem_bytes(int bits, int bm, int bn, int ct, int depth, int elem) {
   const int wqd = wqd_smem_bytes(bm, bn, bk, bits == 4 ? 8 : 16, 4, elem);
   return elem == 4 || wqd > lean ? wqd : lean;
 }
+
+/* gemm_wqdt.cuh's shared memory (gemm_wqdl's design 6, sm_90a), bytes: a ring of `stages` steps,
+ * each the bn / 16 row blocks' codes of four k tiles (2048 bytes each), bm tokens' activations of
+ * the step's k in rows padded by 64 bytes (wqdt_act_stride), and for i4 the scales of up to four
+ * units (groups of 64) x bn rows; then a full and an empty mbarrier per step. After the loop the
+ * CTA's sums, the warps' row statistics and the CTA's take the ring's place. */
+WQ_CFN wqdt_act_stride(int bits) { return 8 * WQ_TILE_K(bits) + 64; }
+WQ_CFN wqdt_stage_bytes(int bits, int bm, int bn) {
+  return bn / 16 * 2048 + bm * wqdt_act_stride(bits) + (bits == 4 ? 4 * bn * 4 : 0);
+}
+WQ_CFN wqdt_smem_bytes(int bits, int bm, int bn, int stages) { return stages * wqdt_stage_bytes(bits, bm, bn) + 16 * stages; }
 
 #endif /* FFN_KERNELS_QUANT_H */

@@ -32,7 +32,8 @@ static void host_pack(const float *bnk, int64_t R, int64_t K, int bits, int64_t 
     scales[w] = wq_scale(amax, qmax);
   }
   for (int64_t i = 0; i < n; i++) {
-    int64_t tile = i / 512, rb = tile / tk, kt = tile % tk;
+    long long rb, kt;
+    wq_tile_place(i / 512, tk, &rb, &kt);
     int lane = (int)(i % 512) / 16, b = (int)(i % 16);
     unsigned byte = 0;
     for (int h = 0; h < per; h++) {
@@ -119,8 +120,10 @@ static void decode_all(const unsigned char *codes, const float *scales, int64_t 
         frag(bits, f16, lean, w, step, level);
         for (int r = 0; r < 4; r++)
           for (int h = 0; h < 2; h++) {
-            int64_t row = tile / tk * 16 + lane / 4 + 8 * (r & 1);
-            int64_t k = tile % tk * WQ_TILE_K(bits) + 32 * (step / 2) + 8 * (lane % 4) + 4 * (step % 2) + 2 * (r >> 1) + h;
+            long long rb, kt;
+            wq_tile_place(tile, tk, &rb, &kt);
+            int64_t row = rb * 16 + lane / 4 + 8 * (r & 1);
+            int64_t k = kt * WQ_TILE_K(bits) + 32 * (step / 2) + 8 * (lane % 4) + 4 * (step % 2) + 2 * (r >> 1) + h;
             if (row >= R || k >= K)
               *pad_bad += level[r][h] != 0;
             else
