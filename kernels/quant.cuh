@@ -160,15 +160,4 @@ WQ_CFN wqdl_smem_bytes(int bits, int bm, int bn, int ct, int depth, int elem) {
   return elem == 4 || wqd > lean ? wqd : lean;
 }
 
-/* gemm_wqdt.cuh's shared memory (gemm_wqdl's design 6, sm_90a), bytes: a ring of `stages` steps,
- * each the bn / 16 row blocks' codes of four k tiles (2048 bytes each), bm tokens' activations of
- * the step's k in rows padded by 64 bytes (wqdt_act_stride), and for i4 the scales of up to four
- * units (groups of 64) x bn rows; then a full and an empty mbarrier per step. After the loop the
- * CTA's sums, the warps' row statistics and the CTA's take the ring's place. */
-WQ_CFN wqdt_act_stride(int bits) { return 8 * WQ_TILE_K(bits) + 64; }
-WQ_CFN wqdt_stage_bytes(int bits, int bm, int bn) {
-  return bn / 16 * 2048 + bm * wqdt_act_stride(bits) + (bits == 4 ? 4 * bn * 4 : 0);
-}
-WQ_CFN wqdt_smem_bytes(int bits, int bm, int bn, int stages) { return stages * wqdt_stage_bytes(bits, bm, bn) + 16 * stages; }
-
 #endif /* FFN_KERNELS_QUANT_H */
