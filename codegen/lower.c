@@ -442,7 +442,6 @@ static PlanKernel gemm_kernel(Kgen *k, Buf *body) {
   for (int i = 0; i < ncfg && pk.nvariants < (int)(sizeof pk.variants / sizeof pk.variants[0]); i++) {
     const ffn_gemm_config *c = &table[i];
     if (!config_used(c, tc, k->G->c->arch == 90, k->wq_bits, k->f8 != DT_NONE) || !ffn_gemm_config_takes(c, k->f8 != DT_NONE) ||
-        (k->wq_bits && !ffn_gemm_wqdt_takes(c, k->wq_bits, k->wq_group, K, (int)dtype_bytes(t, 1), k->G->c->arch)) ||
         !ffn_gemm_config_fits(c, (long long)gr->streams * k->ncols, k->f8 != DT_NONE))
       continue;
     /* for the largest M every column of tiles would recompute A's row statistics (about 10% of

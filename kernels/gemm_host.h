@@ -17,7 +17,6 @@
  *                                                                                            // FFN_GEMM_WQD
  *     ffn::gemm_wqdl<BITS, c->bm, c->bn, c->wm, c->stages, S, STATS, T, c->design>(g, scales, group, epi, smem);
  *                                                                           // FFN_GEMM_WQD, design > 0
- *                               (design 6: gemm_wqdt.cuh, persistent, c->wm stages, sm_90a only)
  *   }
  *
  * (FFN_GEMM_SM90 and SM90T kernels must be compiled for sm_90a: NVRTC --gpu-architecture=sm_90a.
@@ -187,13 +186,6 @@ static inline const ffn_gemm_config *ffn_gemm_configs(int *count) {
        * us), slower on the 8B's one-wave products (kernels/NOTES.md, "Call 2"; 4-warp CTAs and
        * rings of 4 were slower everywhere and are gone) */
       {"wqd4v2t_8", FFN_GEMM_WQD, 8, 128, 64, 2, 16, 8, 256, 3, 3, 8, 2},
-      /* design 6 (gemm_wqdt.cuh, sm_90a): persistent over (tile, split) items, a producer warp
-       * filling rings of 4 steps of the CTA's 128 rows by TMA bulk copies, 8 consumer warps (288
-       * threads; i4 96 / 115 KB at 8 / 16 tokens, i8 81 / 91 KB): candidates (ffn_gemm_wqdt_takes) */
-      {"wqd4v6_8", FFN_GEMM_WQD, 8, 128, 64, 4, 16, 16, 288, 2, 2, 8, 6},
-      {"wqd4v6_16", FFN_GEMM_WQD, 16, 128, 64, 4, 16, 16, 288, 2, 2, 16, 6},
-      {"wqd8v6_8", FFN_GEMM_WQD, 8, 128, 32, 4, 16, 16, 288, 2, 2, 8, 6},
-      {"wqd8v6_16", FFN_GEMM_WQD, 16, 128, 32, 4, 16, 16, 288, 2, 2, 16, 6},
   };
   if (count) *count = (int)(sizeof table / sizeof table[0]);
   return table;
@@ -284,28 +276,11 @@ static inline size_t ffn_gemm_smem_bytes(const ffn_gemm_config *c, int elem) {
            2048;
   if (c->kind == FFN_GEMM_WQ) /* gemm_wq.cuh: the ring of codes, scales and activations */
     return (size_t)wq_smem_bytes(c->bm, c->bn, c->bk, c->wm, c->stages, elem);
-  if (c->kind == FFN_GEMM_WQD && c->design == 6) /* gemm_wqdt.cuh */
-    return (size_t)wqdt_smem_bytes(c->bk == 32 ? 8 : 4, c->bm, c->bn, c->wm);
   if (c->kind == FFN_GEMM_WQD && c->design) /* gemm_wqdl.cuh */
     return (size_t)wqdl_smem_bytes(c->bk == 32 ? 8 : 4, c->bm, c->bn, c->stages, c->wm, elem);
   if (c->kind == FFN_GEMM_WQD) /* gemm_wqd.cuh: chunks of activations and scales */
     return (size_t)wqd_smem_bytes(c->bm, c->bn, c->bk, c->stages, c->wm, elem);
   return ((size_t)2 * c->bk * (size_t)(c->bm + c->bn + 8) + (size_t)2 * c->bm) * 4;
-}
-
-/* Whether configuration c can run a weight-only product of `bits` codes, i4 group length `group`,
- * K and activations of `elem` bytes on sm_`arch`: gemm_wqdl's design 6 (gemm_wqdt.cuh) only on
- * sm_90 (sm_90a's bulk copies), with 16-bit activations, whole steps (K a multiple of four k
- * tiles) and, for i4, groups of 64 or 128; every other configuration takes what its kind takes. */
-static inline int ffn_gemm_wqdt_takes(const ffn_gemm_config *c, int bits, int group, long long K, int elem, int arch) {
-  if (c->kind != FFN_GEMM_WQD || c->design != 6) return 1;
-  return arch == 90 && elem == 2 && K % (4 * WQ_TILE_K(bits)) == 0 && (bits == 8 || group == 64 || group == 128);
-}
-
-/* Whether c's kernels are persistent: gridDim.x CTAs, any number >= 1, loop over the tiles x
- * splits work items (gemm_sm90p.cuh; gemm_wqdt.cuh, gemm_wqdl's design 6). */
-static inline int ffn_gemm_persistent(const ffn_gemm_config *c) {
-  return c->kind == FFN_GEMM_SM90P || (c->kind == FFN_GEMM_WQD && c->design == 6);
 }
 
 /* Whether c's kernels load through the Tensor Memory Accelerator: they take A's and B's tensor
@@ -365,7 +340,7 @@ static inline size_t ffn_gemm_ws_floats(const ffn_gemm_config *c, int M, int N, 
 
 static inline void ffn_gemm_grid(const ffn_gemm_config *c, int M, int N, int S, int splits, unsigned grid[3]) {
   if (splits < 1) splits = 1;
-  if (ffn_gemm_persistent(c)) { /* one CTA per work item: use ffn_gemm_launch_grid */
+  if (c->kind == FFN_GEMM_SM90P) { /* one CTA per work item: use ffn_gemm_launch_grid */
     grid[0] = (unsigned)ffn_gemm_num_tiles(c, M, N, S) * (unsigned)splits;
     grid[1] = grid[2] = 1;
     return;
@@ -384,7 +359,7 @@ static inline void ffn_gemm_grid(const ffn_gemm_config *c, int M, int N, int S, 
 static inline void ffn_gemm_launch_grid(const ffn_gemm_config *c, int M, int N, int S, int splits, int num_sms,
                                         unsigned grid[3]) {
   ffn_gemm_grid(c, M, N, S, splits, grid);
-  if (ffn_gemm_persistent(c) && num_sms > 0) {
+  if (c->kind == FFN_GEMM_SM90P && num_sms > 0) {
     unsigned wave = (unsigned)num_sms * (unsigned)(c->ctas_per_sm > 0 ? c->ctas_per_sm : 1);
     if (grid[0] > wave) grid[0] = wave;
   }

@@ -186,42 +186,29 @@ __device__ __forceinline__ void wq_store(float *Os, const float (&acc)[NT][4], i
   }
 }
 
-// The end of every weight-only product, once an item's sums are in Os ([BM][BN] f32) and its rows'
+// The end of gemm_wq and gemm_wqd, once the CTA's sums are in Os ([BM][BN] f32) and its rows'
 // statistics in rowstat ([2][BM]: sums of squares, sums), after a barrier: split-K (every split
 // stores its sums; the last to arrive adds them in split order), then the epilogue, one call per
-// (row, pair of output columns). The item is (tile, split z), its THREADS threads numbered tid and
-// synchronized by sync(); flag is a shared word (the last split's arrival).
-template <int BM, int BN, int THREADS, int S, int STATS, class Epi, class Sync>
-__device__ __forceinline__ void wq_finish_item(const GemmArgs &g, const Epi &epi, float *Os, float *rowstat, int m0,
-                                               int n0, int tile, int z, int tid, unsigned *flag, const Sync &sync) {
+// (row, pair of output columns).
+template <int BM, int BN, int THREADS, int S, int STATS, class Epi>
+__device__ __forceinline__ void wq_finish(const GemmArgs &g, const Epi &epi, float *Os, float *rowstat, int m0,
+                                          int n0) {
   constexpr int SLAB = BM * BN + 2 * BM;
-  const int splits = g.splits, M = g.M, N = g.N;
+  const int tid = threadIdx.x, splits = g.splits, z = blockIdx.z, M = g.M, N = g.N;
   if (splits > 1) {
-    float *slab = g.ws + ((size_t)tile * splits + z) * SLAB;
+    float *slab = g.ws + ((size_t)blockIdx.x * splits + z) * SLAB;
     for (int i = tid; i < BM * BN; i += THREADS) slab[i] = Os[i];
     if (STATS)
       for (int m = tid; m < 2 * BM; m += THREADS) slab[BM * BN + m] = rowstat[m];
-    // arrival (gemm_splitk_arrive's protocol among the item's THREADS threads)
-    sync();
-    if (tid == 0) {
-      __threadfence();
-      const unsigned last = atomicAdd(g.counters + tile, 1u) == (unsigned)(splits - 1);
-      if (last) {
-        atomicExch(g.counters + tile, 0u);
-        __threadfence();
-      }
-      *(volatile unsigned *)flag = last;
-    }
-    sync();
-    if (*(volatile unsigned *)flag == 0) return;
+    if (!gemm_splitk_arrive(g.counters + blockIdx.x, splits)) return;
     for (int i = tid; i < SLAB; i += THREADS) {
       if (!STATS && i >= BM * BN) break;
       float v = 0.f;
-      for (int sp = 0; sp < splits; ++sp) v += ld_cg_f(g.ws + ((size_t)tile * splits + sp) * SLAB + i);
+      for (int sp = 0; sp < splits; ++sp) v += ld_cg_f(g.ws + ((size_t)blockIdx.x * splits + sp) * SLAB + i);
       if (i < BM * BN) Os[i] = v;
       else rowstat[i - BM * BN] = v;
     }
-    sync();
+    __syncthreads();
   }
 
   constexpr int BNS = BN / S, PAIRS = BNS / 2;
@@ -241,14 +228,6 @@ __device__ __forceinline__ void wq_finish_item(const GemmArgs &g, const Epi &epi
   }
 }
 
-// wq_finish_item for a CTA of THREADS threads and one item, tile blockIdx.x, split blockIdx.z
-template <int BM, int BN, int THREADS, int S, int STATS, class Epi>
-__device__ __forceinline__ void wq_finish(const GemmArgs &g, const Epi &epi, float *Os, float *rowstat, int m0,
-                                          int n0) {
-  __shared__ unsigned s_is_last;
-  wq_finish_item<BM, BN, THREADS, S, STATS>(g, epi, Os, rowstat, m0, n0, blockIdx.x, blockIdx.z, threadIdx.x,
-                                            &s_is_last, [] { __syncthreads(); });
-}
 
 template <int BITS, int BM, int BN, int BK, int WN, int TPS, int STAGES, int S, int STATS, class T, class Epi>
 __device__ __forceinline__ void gemm_wq(const GemmArgs &g, const float *__restrict__ scales, int group, const Epi &epi,

@@ -106,28 +106,14 @@ __device__ __forceinline__ uint4 wqdl_piece(const T *__restrict__ A, int row, in
   return v;
 }
 
-} // namespace ffn
-
-#include "gemm_wqdt.cuh" // design 6, which decodes with wqdl_frag and wqdl_frag8
-
-namespace ffn {
-
 template <int BITS, int BM, int BN, int DEPTH, int CT, int S, int STATS, class T, int DESIGN, class Epi>
 __device__ __forceinline__ void gemm_wqdl(const GemmArgs &g, const float *__restrict__ scales, int group,
                                           const Epi &epi, char *smem) {
   constexpr bool I4 = BITS == 4;
   constexpr int WQD_CT = I4 ? 8 : 16; // gemm_wqd's chunks where it runs in this kernel's place
-  if constexpr (DESIGN == 6) { // persistent, TMA-fed (gemm_wqdt.cuh); sm_90a only (ffn_gemm_wqdt_takes)
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    gemm_wqdt<BITS, BM, BN, DEPTH, S, STATS, T>(g, scales, group, epi, smem);
-#else
-    __trap();
-#endif
-    return;
-  }
   // f32 activations, and i4 group lengths that are no whole part or multiple of a step: gemm_wqd
   // (within this kernel's shared memory: wqdl_smem_bytes covers it)
-  else if constexpr (WqdlF32<T>::value) {
+  if constexpr (WqdlF32<T>::value) {
     gemm_wqd<BITS, BM, BN, 4, WQD_CT, S, STATS, T>(g, scales, group, epi, smem);
     return;
   } else {

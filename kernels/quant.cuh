@@ -160,17 +160,4 @@ WQ_CFN wqdl_smem_bytes(int bits, int bm, int bn, int ct, int depth, int elem) {
   return elem == 4 || wqd > lean ? wqd : lean;
 }
 
-/* gemm_wqdt.cuh's shared memory (gemm_wqdl's design 6, sm_90a), bytes: a ring of `stages` steps,
- * each the CTA's 128 rows' codes of four k tiles (bn / 16 x 2048 bytes), bm tokens' activations of
- * the step's k in rows padded by 64 bytes (wqdt_act_stride), and for i4 the scales of up to four
- * units (groups of 64) x bn rows; a full and an empty mbarrier per step; then an item's sums
- * (bm x bn f32), the warps' and the CTA's row statistics and the split-K flag. */
-WQ_CFN wqdt_act_stride(int bits) { return 8 * WQ_TILE_K(bits) + 64; }
-WQ_CFN wqdt_stage_bytes(int bits, int bm, int bn) {
-  return bn / 16 * 2048 + bm * wqdt_act_stride(bits) + (bits == 4 ? 4 * bn * 4 : 0);
-}
-WQ_CFN wqdt_smem_bytes(int bits, int bm, int bn, int stages) {
-  return stages * (wqdt_stage_bytes(bits, bm, bn) + 16) + 4 * bm * bn + 8 * (bn / 16) * bm + 8 * bm + 16;
-}
-
 #endif /* FFN_KERNELS_QUANT_H */

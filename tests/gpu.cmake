@@ -238,17 +238,6 @@ ffn_gpu_wq_forced("^wq_.*_i4" wqd4 wqd4v3 wqd4v4 wqd4v2t)
 # step with one tile of codes for K = 360).
 ffn_gpu_wq_forced("^wq_.*_i8" wqd8v2 wqd8v2n)
 
-# gemm_wqdl's design 6 (gemm_wqdt.cuh: persistent, TMA bulk copies, a producer warp), forced on the
-# models whose products it takes (ffn_gemm_wqdt_takes: 16-bit activations, whole steps of four k
-# tiles, i4 groups of 64 or 128; the others run the rule): GPT with a LayerNorm (sums and squares)
-# and GELU, Llama with an RMSNorm and SwiGLU, f16 and bf16, at 1-16 tokens, split as the rule says
-# and in 3; and its 8-token tile at 9-16 tokens (two row tiles: a CTA's items of 8 and of 1-8
-# rows, whose stale activation rows the consumers mask).
-ffn_gpu_wq_forced("^wq_(gpt_i4g64|llama_i4g128)_" wqd4v6)
-ffn_gpu_wq_forced("^wq_(gpt_i8_f16|llama_i8_bf16)" wqd8v6)
-ffn_gpu_forced_test(gpu_wq_llama_i4g128_bf16_wqd4v6_8 tests/gpu/models/wq_llama_i4g128_bf16.ffn wqd4v6_8 "9,13,16" "13")
-ffn_gpu_forced_test(gpu_wq_gpt_i8_f16_wqd8v6_8 tests/gpu/models/wq_gpt_i8_f16.ffn wqd8v6_8 "9,13,16" "13")
-
 
 # Tensor parallel: each rank's share of Llama-tiny (TP=2) compiles with NVRTC and its plan has
 # one allreduce step per sublayer (4).
