@@ -1,5 +1,5 @@
 #!/bin/sh
-# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [grad] [wqdl8] [pdl] [wide] ...
+# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [grad] [wqdl8] [pdl] [wide] [widek] ...
 # What one call on the lent GPU machine runs, with a build made here and carried there (that
 # machine has no flex, bison or jansson headers). The build has absolute paths under
 # /work/main, so the copy is linked there first; the kernel cache in build/test-kernel-cache
@@ -292,6 +292,22 @@ for part in "$@"; do
         done
       done
     fi
+    ;;
+  widek)
+    # pending/widek.patch (the cooperative 128 x 256 tile above 512 rows wherever K > 8192: the
+    # 8B, 70B and GPT downs) against this build, alternating, forward and keep step, about 3
+    # minutes. First, here: git worktree add /tmp/wk HEAD && git -C /tmp/wk apply
+    # pending/widek.patch, build its ffnc (ninja ffnc), strip it to .devcarry/ffnc_widek.
+    S=/work/main/bench/suite
+    for r in 1 2; do for b in main widek; do
+      bin=./ffnc; [ $b = widek ] && bin=/work/main/.devcarry/ffnc_widek
+      timeout 60 $bin bench $S/llama3_8b_layer.ffn $S/llama3_70b_layer.ffn $S/gpt_gelu_4096.ffn --tokens 1024,8192 \
+        --reps 10 --no-ceilings >"$out/widek_$b$r.txt" 2>&1
+      echo "== fwd $b $r: exit $?"; grep -E "  ffnc" "$out/widek_$b$r.txt" | awk '{print $1, $4}' | tr '\n' ';'; echo
+      timeout 60 $bin bench --grad --keep $S/llama3_8b_layer.ffn $S/llama3_70b_layer.ffn --tokens 8192 --reps 5 \
+        >"$out/widek_grad_$b$r.txt" 2>&1
+      echo "== keep step $b $r: exit $?"; grep -E "^ +[0-9]+ " "$out/widek_grad_$b$r.txt" | awk '{print $1, $2, $3, $4}' | tr '\n' ';'; echo
+    done; done
     ;;
   bench)
     timeout 420 sh /work/main/bench/run_suite.sh /work/main/build/ffnc "$out" >"$out/bench.log" 2>&1
