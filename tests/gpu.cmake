@@ -238,7 +238,6 @@ ffn_gpu_wq_forced("^wq_.*_i4" wqd4 wqd4v3 wqd4v4 wqd4v2t)
 # step with one tile of codes for K = 360).
 ffn_gpu_wq_forced("^wq_.*_i8" wqd8v2 wqd8v2n)
 
-
 # Tensor parallel: each rank's share of Llama-tiny (TP=2) compiles with NVRTC and its plan has
 # one allreduce step per sublayer (4).
 foreach(rank 0 1)
