@@ -12,8 +12,9 @@
  *           tile (row block rb, k tile kt) at ((rb / 8 * wq_tiles_k(K) + kt) * 8 + rb % 8) * 512.
  *           A CTA streaming its 128 rows along K reads one run of consecutive memory (a warp's
  *           next tile of its row block is 8 tiles on). Streaming the 8 row blocks as 8 runs 64 KB
- *           apart instead (each block's tiles consecutive) ran 14% slower at the copy rate alone
- *           (H100, 70B i4 sublayer at one token: 152.7 against 131.9 us, kernels/NOTES.md). Rows
+ *           apart instead (each block's tiles consecutive) streamed 14% slower with no product
+ *           (H100, 70B i4 sublayer at one token: 152.7 against 131.9 us); with the product the
+ *           decode kernels gain 1-2% (kernels/NOTES.md, nineteenth session). Rows
  *           past R (to a multiple of 128) and k past K hold level 0. As a tensor:
  *           [wq_code_rows(R), wq_row_bytes(K, bits)].
  *             i8: code = q + 128, a byte;  i4: code = q + 8, a nibble
