@@ -1,5 +1,5 @@
 #!/bin/sh
-# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [grad] [wqdl8] [pdl] [wide] [widek] [wqdtexp] ...
+# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [grad] [wqdl8] [pdl] [wide] [keep] [int7] [race7] [widek] [wqdtexp] ...
 # What one call on the lent GPU machine runs, with a build made here and carried there (that
 # machine has no flex, bison or jansson headers). The build has absolute paths under
 # /work/main, so the copy is linked there first; the kernel cache in build/test-kernel-cache
@@ -20,6 +20,16 @@ cd /work/main/build || exit 1
 export FFNC_CACHE_DIR=/work/main/build/test-kernel-cache FFNC_SOURCE_DIR=/work/main
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv >"$out/gpu.txt" 2>&1
 cat "$out/gpu.txt"
+# issue 15's rows: the keep step of the 8B and 70B sublayers beside torch's fwd+bwd, about 3 minutes
+keep_step() {
+  S=/work/main/bench/suite
+  timeout 60 ./ffnc bench --grad --keep $S/llama3_8b_layer.ffn $S/llama3_70b_layer.ffn --tokens 1024,8192 --reps 10 \
+    --json "$out/grad_bench.json" >"$out/grad_bench.txt" 2>&1
+  echo "grad bench: exit $?"; grep -E "^ +[0-9]+ " "$out/grad_bench.txt"
+  PYTHONUNBUFFERED=1 timeout 110 python3 /work/main/bench/torch_peer.py --grad --ffnc "$out/grad_bench.json" \
+    --models llama3_8b_layer,llama3_70b_layer --tokens 1024,8192 --reps 10 >"$out/torch_grad.txt" 2>&1
+  echo "torch grad peer: exit $?"; grep -E "^\|" "$out/torch_grad.txt"
+}
 for part in "$@"; do
   case $part in
   tests)
@@ -273,13 +283,8 @@ for part in "$@"; do
     nvidia-smi --query-gpu=name,clocks.max.memory --format=csv,noheader
     timeout 150 ctest -L gpu -R "grad|keep|train|wgrad" -j 8 --output-on-failure >"$out/grad_tests.log" 2>&1
     echo "grad tests: exit $?"; grep -E "tests passed|tests failed" "$out/grad_tests.log"
+    keep_step
     S=/work/main/bench/suite
-    timeout 60 ./ffnc bench --grad --keep $S/llama3_8b_layer.ffn $S/llama3_70b_layer.ffn --tokens 1024,8192 --reps 10 \
-      --json "$out/grad_bench.json" >"$out/grad_bench.txt" 2>&1
-    echo "grad bench: exit $?"; grep -E "^ +[0-9]+ " "$out/grad_bench.txt"
-    PYTHONUNBUFFERED=1 timeout 110 python3 /work/main/bench/torch_peer.py --grad --ffnc "$out/grad_bench.json" \
-      --models llama3_8b_layer,llama3_70b_layer --tokens 1024,8192 --reps 10 >"$out/torch_grad.txt" 2>&1
-    echo "torch grad peer: exit $?"; grep -E "^\|" "$out/torch_grad.txt"
     if command -v ncu >/dev/null; then
       for v in tmap_pp_128x128x64 tmap_coop_128x256x64; do
         for m in llama3_8b_layer llama3_70b_layer; do
@@ -292,6 +297,32 @@ for part in "$@"; do
         done
       done
     fi
+    ;;
+  keep)
+    keep_step
+    ;;
+  int7)
+    # gemm_wqdl's design 7 (integer MMAs on the codes as stored), about 3 minutes: the weight-only
+    # GPU tests (design 7 forced among them), then the decode against the rule, alternating
+    timeout 240 ctest -L gpu -R "wq" -j 8 --output-on-failure >"$out/wq_tests.log" 2>&1
+    echo "wq gpu tests: exit $?"; grep -E "tests passed|tests failed|\(Failed\)" "$out/wq_tests.log" | head -20
+    S=/work/main/bench/suite
+    for r in 1 2; do for v in rule wqd4v7; do
+      if [ $v = rule ]; then unset FFNC_GEMM_VARIANT; else export FFNC_GEMM_VARIANT="$v,wqd8v7"; fi
+      timeout 60 ./ffnc bench $S/llama3_70b_layer_i4g128.ffn $S/llama3_8b_layer_i4g128.ffn $S/llama3_70b_layer_i8.ffn \
+        $S/llama3_8b_layer_i8.ffn --tokens 1,4,8,16 --reps 20 --no-graphs --no-ceilings >"$out/int7_$v$r.txt" 2>&1
+      echo "== $v $r: exit $?"; grep -E "  ffnc" "$out/int7_$v$r.txt" | awk '{print $1, $4}' | tr '\n' ';'; echo
+    done; done
+    unset FFNC_GEMM_VARIANT
+    ;;
+  race7)
+    # design 7 under racecheck after the zeroing's barrier
+    for mv in wq_llama_i4g128_bf16:wqd4v7 wq_gpt_i8_f16:wqd8v7; do
+      m=${mv%%:*} v=${mv##*:}
+      FFNC_GEMM_VARIANT=$v FFNC_TEST_TOKENS=1,7,13 timeout 90 compute-sanitizer --tool racecheck --error-exitcode 9 \
+        ./tests/gpu_model_test /work/main/tests/gpu/models/$m.ffn >"$out/racecheck_$m.log" 2>&1
+      echo "compute-sanitizer racecheck $m $v: exit $? ($(grep -E 'RACECHECK SUMMARY' "$out/racecheck_$m.log" | tail -1))"
+    done
     ;;
   widek)
     # pending/widek.patch (the cooperative 128 x 256 tile above 512 rows wherever K > 8192: the
