@@ -219,16 +219,6 @@ template <> __device__ __forceinline__ void mma_16816<f16>(float (&d)[4], const 
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
-// D += A * B, m16n8k32, A unsigned and B signed bytes, s32 accumulators (exact). The registers
-// hold 8-bit elements at the byte positions of mma_16816's 16-bit ones: a[0..3] = (rows g,
-// k 4t..4t+3), (rows g+8, k 4t..), (rows g, k 16+4t..), (rows g+8, k 16+4t..); b[0..1] = (k
-// 4t.., col g), (k 16+4t.., col g); d as mma_16816's. sm_80 and later.
-__device__ __forceinline__ void mma_16832_u8s8(int (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
-  asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};"
-      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 #if __CUDA_ARCH__ >= 890
 // fp8 operands: m16n8k32 takes the same registers, byte for byte, as m16n8k16 does with 16-bit
 // ones (4 fp8 where 2 halves were), so the GEMM templates' ldmatrix addressing serves both; see

@@ -94,8 +94,8 @@ typedef struct {
   int min_blocks;  /* second __launch_bounds__ argument (2 with 128 threads made ptxas spill: keep 1) */
   int ctas_per_sm; /* resident CTAs per SM (registers and smem, from ptxas), for ffn_gemm_pick_splits */
   int max_m;      /* recommended for M <= max_m; 0: any M */
-  int design;     /* FFN_GEMM_WQD: 0 gemm_wqd; 2, 3, 4, 7 the designs of gemm_wqdl (wm ring slots of
-                     four k tiles, stages k tiles per chunk, 4 wm; i8: 2 and 7). Code generation
+  int design;     /* FFN_GEMM_WQD: 0 gemm_wqd; 2, 3, 4 the designs of gemm_wqdl (wm ring slots of
+                     four k tiles, stages k tiles per chunk, 4 wm; i8: 2 only). Code generation
                      only: plans do not keep it (the runtime treats every FFN_GEMM_WQD alike) */
 } ffn_gemm_config;
 
@@ -186,13 +186,6 @@ static inline const ffn_gemm_config *ffn_gemm_configs(int *count) {
        * us), slower on the 8B's one-wave products (kernels/NOTES.md, "Call 2"; 4-warp CTAs and
        * rings of 4 were slower everywhere and are gone) */
       {"wqd4v2t_8", FFN_GEMM_WQD, 8, 128, 64, 2, 16, 8, 256, 3, 3, 8, 2},
-      /* gemm_wqdl's design 7 (integer MMAs on the codes as stored, the activations as 16-bit
-       * fixed point; kernels/NOTES.md, "Twentieth session"), i4 and i8, design 2's shapes:
-       * candidates until measured */
-      {"wqd4v7_8", FFN_GEMM_WQD, 8, 128, 64, 3, 16, 12, 256, 2, 2, 8, 7},
-      {"wqd4v7_16", FFN_GEMM_WQD, 16, 128, 64, 3, 16, 12, 256, 2, 2, 16, 7},
-      {"wqd8v7_8", FFN_GEMM_WQD, 8, 128, 32, 4, 16, 16, 256, 2, 2, 8, 7},
-      {"wqd8v7_16", FFN_GEMM_WQD, 16, 128, 32, 4, 16, 16, 256, 2, 2, 16, 7},
   };
   if (count) *count = (int)(sizeof table / sizeof table[0]);
   return table;

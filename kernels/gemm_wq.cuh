@@ -196,13 +196,20 @@ __device__ __forceinline__ void wq_finish(const GemmArgs &g, const Epi &epi, flo
   constexpr int SLAB = BM * BN + 2 * BM;
   const int tid = threadIdx.x, splits = g.splits, z = blockIdx.z, M = g.M, N = g.N;
   if (splits > 1) {
+    // only the tile's rows that hold tokens (Os is [BM][BN]: a prefix): at one token 1/8 of the
+    // slab, whose stores the arrival's fence waits for and whose sums the last CTA reads (70B i4
+    // sublayer at one token 6% faster on an H100). Tiles of 8 rows only: in those of 16 the
+    // count cost a spill (ptxas, 128 registers) and 5% at 16 tokens (kernels/NOTES.md, twentieth
+    // session, call 11).
+    const int live = BM <= 8 ? imin(BM, M - m0) * BN : BM * BN;
     float *slab = g.ws + ((size_t)blockIdx.x * splits + z) * SLAB;
-    for (int i = tid; i < BM * BN; i += THREADS) slab[i] = Os[i];
+    for (int i = tid; i < live; i += THREADS) slab[i] = Os[i];
     if (STATS)
       for (int m = tid; m < 2 * BM; m += THREADS) slab[BM * BN + m] = rowstat[m];
     if (!gemm_splitk_arrive(g.counters + blockIdx.x, splits)) return;
     for (int i = tid; i < SLAB; i += THREADS) {
       if (!STATS && i >= BM * BN) break;
+      if (i >= live && i < BM * BN) continue;
       float v = 0.f;
       for (int sp = 0; sp < splits; ++sp) v += ld_cg_f(g.ws + ((size_t)blockIdx.x * splits + sp) * SLAB + i);
       if (i < BM * BN) Os[i] = v;

@@ -16,9 +16,7 @@
 //      is the unit's accumulator's starting value, from sums computed once per chunk for the CTA;
 //   4: as 3, the offset taken off by one more MMA per k16 step, with -136 as every weight.
 //   (3 and 4: i4 only.)
-//   7: no levels: the codes as stored go into integer MMAs with the activations as 16-bit fixed
-//      point (wqdl_quant), i4 and i8, bf16 and f16 activations alike.
-// f16 activations take exact levels in designs 2-4 (lop3 on the nibbles in place: 1024 + c
+// f16 activations take exact levels in every design (lop3 on the nibbles in place: 1024 + c
 // and 1024 + 16 c, one fma each: the offset's 1032 x the sum would cost f16 results accuracy).
 //
 // gemm_wqd paid ~190 instructions per warp per 512-byte tile, ~140 of them bookkeeping. Here:
@@ -41,7 +39,6 @@
 namespace ffn {
 
 template <class T> struct WqdlF32 { static constexpr bool value = false; };
-template <int N> struct WqdlN { static constexpr int value = N; };
 template <> struct WqdlF32<float> { static constexpr bool value = true; };
 
 // The A fragment registers of one k16 step from the lane's word w (quant.cuh: register i holds
@@ -109,73 +106,6 @@ __device__ __forceinline__ uint4 wqdl_piece(const T *__restrict__ A, int row, in
   return v;
 }
 
-// Design 7 (INT): the product in integers, the codes multiplied as stored. The codes are unsigned
-// (i4: c = q + 8, i8: c = q + 128) and mma.sync m16n8k32 takes them as u8 with s32 sums, so no
-// code is converted to a float (design 2 spends 11 instructions per i4 word on that):
-// - i4: a word's low nibbles (w & 0x0f0f0f0f) are four codes of row g, its high nibbles four of
-//   row g + 8 (quant.cuh: nibble i + 4h of step s's word is row g + 8 (i & 1), k 8t + 4s +
-//   2 (i >> 1) + h), so a 32-k block's two words give its A registers in three instructions
-//   each, slot j of the lane's four holding k 8t + 4s + {0, 2, 1, 3}[j];
-// - i8: bytes 0, 1 of words 2s and 2s + 1 are row g's k 8t + 4s .. 8t + 4s + 3 (bytes 2, 3 row
-//   g + 8's): one byte permute a register, the slots in k order.
-// The activations become 16-bit fixed point per (token, unit of XU k): x ~ s_x (256 h + l),
-// s_x = amax / 32512 (amax the unit's largest magnitude), h in [-127, 127] and l in [-128, 127]
-// as s8, in two columns of the MMA's B (2i: token i's h, 2i + 1: its l; four tokens per n8
-// tile), each column's 32 k holding the lanes' slots in the codes' order. A unit's s32 sums
-// start at -off x (the sums of h and of l) (off the codes' offset), so they end exactly at
-// sum (c - off) h and sum (c - off) l; 256 x the first plus the second, in f32, times s_x (and,
-// i4, the unit's scale) is the unit's part of the result. The fixed point's error is at most
-// s_x / 2 = amax / 65024 per activation (2^-16 of the unit's largest magnitude, against bf16's
-// 2^-9 of each value), far below the tolerances the CPU reference is checked with (which does
-// not model it). A NaN or infinite activation makes its unit's s_x NaN: its token's results are NaN.
-//
-// One 16-byte piece of a token's activations (8 consecutive k) quantized: its h and l bytes in
-// slot order, the unit's s_x and the piece's sums of h and l summed over the unit's `lanes`
-// lanes (its pieces are that many aligned lanes).
-template <int BITS, class T>
-__device__ __forceinline__ void wqdl_quant(const uint4 &p, int lanes, uint2 &hb, uint2 &lb, int &hs, int &ls,
-                                           float &sx) {
-  const u32 w[4] = {p.x, p.y, p.z, p.w};
-  float v[8], amax = 0.f, bad = 0.f;
-#pragma unroll
-  for (int e = 0; e < 4; ++e) unpack2<T>(w[e], v[2 * e], v[2 * e + 1]);
-#pragma unroll
-  for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(v[e])), bad += v[e] - v[e]; // NaN if one is not finite
-  if (bad != 0.f) amax = __int_as_float(0x7f800000); // +inf
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1)
-    if (o < lanes) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  const bool fin = amax < __int_as_float(0x7f800000);
-  sx = fin ? amax * (1.f / 32512.f) : __int_as_float(0x7fc00000);
-  const float inv = fin && amax > 0.f ? 32512.f / amax : 0.f;
-  u32 h4[2] = {0u, 0u}, l4[2] = {0u, 0u};
-  hs = ls = 0;
-#pragma unroll
-  for (int e = 0; e < 8; ++e) {
-    const int src = BITS == 4 ? (e & 4) | (e & 1) << 1 | (e >> 1 & 1) : e; // i4: {0, 2, 1, 3} per half
-    const int xq = __float2int_rn(v[src] * inv), h = (xq + 128) >> 8, l = xq - h * 256;
-    hs += h, ls += l;
-    h4[e / 4] |= (u32)(h & 255) << 8 * (e % 4);
-    l4[e / 4] |= (u32)(l & 255) << 8 * (e % 4);
-  }
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1)
-    if (o < lanes) hs += __shfl_xor_sync(0xffffffffu, hs, o), ls += __shfl_xor_sync(0xffffffffu, ls, o);
-  hb = uint2{h4[0], h4[1]}, lb = uint2{l4[0], l4[1]};
-}
-
-// INT: the A registers of one 32-k block from the lane's code words (i4: the block's two words,
-// steps 0 and 1; i8: the tile's four)
-template <int BITS> __device__ __forceinline__ void wqdl_frag_int(const uint4 &cv, int b, u32 (&a)[4]) {
-  if (BITS == 4) {
-    const u32 w0 = b % 2 ? cv.z : cv.x, w1 = b % 2 ? cv.w : cv.y, m = 0x0f0f0f0fu;
-    a[0] = w0 & m, a[1] = (w0 >> 4) & m, a[2] = w1 & m, a[3] = (w1 >> 4) & m;
-  } else {
-    a[0] = __byte_perm(cv.x, cv.y, 0x5410), a[1] = __byte_perm(cv.x, cv.y, 0x7632);
-    a[2] = __byte_perm(cv.z, cv.w, 0x5410), a[3] = __byte_perm(cv.z, cv.w, 0x7632);
-  }
-}
-
 template <int BITS, int BM, int BN, int DEPTH, int CT, int S, int STATS, class T, int DESIGN, class Epi>
 __device__ __forceinline__ void gemm_wqdl(const GemmArgs &g, const float *__restrict__ scales, int group,
                                           const Epi &epi, char *smem) {
@@ -197,17 +127,13 @@ __device__ __forceinline__ void gemm_wqdl(const GemmArgs &g, const float *__rest
     constexpr int SLOT = wqdl_slot_bytes(BITS);
     constexpr bool FOLD = I4 && (DESIGN == 3 || DESIGN == 4) && !WqIsF16<W>::value;
     constexpr bool SUMS = DESIGN == 3 && FOLD;  // the units' activation sums, per chunk
-    constexpr bool INT = DESIGN == 7;           // integer MMAs on the codes as stored (see wqdl_quant)
-    constexpr int NTI = BM / 4;                 // INT: n8 tiles of 4 tokens (high, low byte columns)
     constexpr int ACT_E = CT * BPT * BM * 32;   // one chunk's activations, elements ([block][BM][32])
     constexpr int PPT = CT * BK / 8;            // 16-byte pieces of a chunk per token
     constexpr int PIECES = BM * PPT / THREADS;  // ... per thread
-    // a buffer of the units' sums, floats: SUMS [unit][token pair][4], INT [unit][token][4]
-    // (units >= 64 k; i8 INT: units of a step, 128 k)
-    constexpr int SUMS_F = I4 ? CT * BM * 4 : CT / 4 * BM * 4;
+    constexpr int SUMS_F = I4 ? CT * (BM / 2) * 4 : 0; // a buffer of units' sums, floats (units >= 64 k)
     constexpr int SMEM = wqdl_smem_bytes(BITS, BM, BN, CT, DEPTH, (int)sizeof(T));
     static_assert(BITS == 4 || BITS == 8, "i4 or i8");
-    static_assert(I4 || DESIGN == 2 || INT, "i8: exact levels or integer MMAs");
+    static_assert(I4 || DESIGN == 2, "i8: exact levels only");
     static_assert(sizeof(T) == 2, "16-bit activations");
     static_assert(BN % 16 == 0 && BM % 8 == 0 && BN % (8 * S) == 0 && (S == 1 || S == 2), "tile shape");
     static_assert(CT == 4 * DEPTH && DEPTH >= 2, "a chunk is a turn of the rings");
@@ -219,8 +145,6 @@ __device__ __forceinline__ void gemm_wqdl(const GemmArgs &g, const float *__rest
     // i4: the unit of k summed before its scale is applied: a group of 64 or 128, else a step
     // (i8: the unit is the split, its scale applied after the loop; U, UPS and BPU unused)
     const int U = group == 64 || group == 128 ? group : 256, UPS = 256 / U, BPU = U / 32;
-    // INT: the unit of the activations' fixed point (i4: U; i8: a step), its blocks, units a step
-    const int XU = I4 ? U : 128, XBPU = XU / 32, XUPS = I4 ? UPS : 1;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gq = lane >> 2, tq = lane & 3;
     const int M = g.M, N = g.N, K = g.K, R = S * N, splits = g.splits, z = blockIdx.z;
     const int tiles_m = (M + BM - 1) / BM, tiles_n = (R + BN - 1) / BN;
@@ -312,19 +236,7 @@ __device__ __forceinline__ void gemm_wqdl(const GemmArgs &g, const float *__rest
       for (int i = 0; i < PIECES; ++i) {
         const int p = tid + THREADS * i, m = p / PPT, q = p % PPT;
         if (m >= mv) continue; // warp-uniform; those rows stay zero (set before the loop)
-        if (INT) { // [block][n8 tile][column][t][8 bytes]; a unit's record [unit][token][4]
-          uint2 hb, lb;
-          int hs, ls;
-          float sx;
-          wqdl_quant<BITS, T>(ahead[i], XU / 8, hb, lb, hs, ls, sx);
-          char *d = (char *)buf + (((q / 4) * NTI + m / 4) * 8 + 2 * (m % 4)) * 32 + (q % 4) * 8;
-          *(uint2 *)d = hb, *(uint2 *)(d + 32) = lb;
-          if (q % (XU / 8) == 0)
-            *(float4 *)(sb + ((q / (XU / 8)) * BM + m) * 4) =
-                float4{__int_as_float(-(I4 ? 8 : 128) * hs), __int_as_float(-(I4 ? 8 : 128) * ls), sx, 0.f};
-        } else {
-          *(uint4 *)(buf + ((q / 4) * BM + m) * 32 + (q % 4) * 8) = ahead[i];
-        }
+        *(uint4 *)(buf + ((q / 4) * BM + m) * 32 + (q % 4) * 8) = ahead[i];
         if (STATS || SUMS) {
           const u32 w[4] = {ahead[i].x, ahead[i].y, ahead[i].z, ahead[i].w};
           float s = 0.f, sq = 0.f;
@@ -355,9 +267,6 @@ __device__ __forceinline__ void gemm_wqdl(const GemmArgs &g, const float *__rest
     for (int t = 0; t < NT; ++t)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[t][e] = 0.f;
-    float acc7[NTI][2]; // INT: rows g, g + 8 of token 4 n + t
-#pragma unroll
-    for (int n = 0; n < NTI; ++n) acc7[n][0] = acc7[n][1] = 0.f;
 
 #pragma unroll
     for (int d = 0; d < DEPTH - 1; ++d) copy(d, d);
@@ -366,16 +275,11 @@ __device__ __forceinline__ void gemm_wqdl(const GemmArgs &g, const float *__rest
     // accumulators of columns that are not stored)
     for (int p = tid; p < 2 * CT * BPT * BM * 4; p += THREADS) {
       const int m = p / 4 % BM;
-      if (INT || m >= mv) *(uint4 *)(act + p * 8) = uint4{0u, 0u, 0u, 0u};
+      if (m >= mv) *(uint4 *)(act + p * 8) = uint4{0u, 0u, 0u, 0u};
     }
     if (SUMS)
       for (int p = tid; p < 2 * SUMS_F; p += THREADS)
         if (p / 4 % (BM / 2) * 2 + p % 2 >= mv) sums[p] = 0.f; // [unit][pair][t0, t1, t0, t1]
-    if (INT) { // the tokens past M: no sums, s_x 0 ([unit][token][4]); zeros before chunk 0's stores
-      for (int p = tid; p < 2 * SUMS_F; p += THREADS)
-        if (p / 4 % BM >= mv) sums[p] = 0.f;
-      __syncthreads();
-    }
 
     const T *act_lane = act + gq * 32 + 8 * tq; // the lane's activations: token gq, k 8 tq ... of a block
     for (int c = 0; c < nch; ++c) {
@@ -388,58 +292,12 @@ __device__ __forceinline__ void gemm_wqdl(const GemmArgs &g, const float *__rest
       for (int j = 0; j < SPC; ++j) {
         const int i = c * SPC + j;
         if (i >= nst) break;
+        if (I4) __syncwarp(); // every lane has read the scales in the slot the copy refills
         copy(i + DEPTH - 1, (j + DEPTH - 1) % DEPTH);
         cp_async_wait<DEPTH - 1>(); // step i has landed (this lane's part) ...
         if (I4) __syncwarp();       // ... and the warp's scales
         if (!active) continue;
         const char *slot = ring + (j % DEPTH) * SLOT;
-        if constexpr (INT) {
-          const char *at8 = (const char *)act + (c & 1) * ACT_E * 2 + gq * 32 + tq * 8;
-          const float *rec = sums + (c & 1) * SUMS_F + tq * 4; // token 4 n + t's records
-          // the step over the n8 tiles that hold tokens (L: 1 up to 4 tokens), unrolled for each L
-          auto run = [&](auto live) {
-            constexpr int L = decltype(live)::value;
-            int it[L][4];
-            float sx[L];
-            uint4 cv;
-#pragma unroll
-            for (int b = 0; b < BPS; ++b) {
-              const int xu = b / XBPU;
-              if (b % XBPU == 0) // the unit's sums start at -off x the sums of h and of l
-#pragma unroll
-                for (int n = 0; n < L; ++n) {
-                  const float4 r = *(const float4 *)(rec + ((j * XUPS + xu) * BM + 4 * n) * 4);
-                  it[n][0] = it[n][2] = __float_as_int(r.x), it[n][1] = it[n][3] = __float_as_int(r.y);
-                  sx[n] = r.z;
-                }
-              if (b % BPT == 0) cv = *(const uint4 *)(slot + (b / BPT) * 512 + lane * 16);
-              u32 a[4];
-              wqdl_frag_int<BITS>(cv, b, a);
-#pragma unroll
-              for (int n = 0; n < L; ++n) {
-                const uint2 x = *(const uint2 *)(at8 + ((j * BPS + b) * NTI + n) * 256);
-                mma_16832_u8s8(it[n], a, x.x, x.y);
-              }
-              if (b % XBPU == XBPU - 1) { // the unit ends: 256 h-sum + l-sum, times s_x (i4: and its scales)
-                float s_lo = 1.f, s_hi = 1.f;
-                if (I4) {
-                  const float *sc = (const float *)(slot + 4 * 512) + xu * 16;
-                  s_lo = sc[gq], s_hi = sc[gq + 8];
-                }
-#pragma unroll
-                for (int n = 0; n < L; ++n) {
-                  acc7[n][0] = fmaf((float)(it[n][0] * 256 + it[n][1]), s_lo * sx[n], acc7[n][0]);
-                  acc7[n][1] = fmaf((float)(it[n][2] * 256 + it[n][3]), s_hi * sx[n], acc7[n][1]);
-                }
-              }
-            }
-          };
-          if (NTI > 1 && mv > 4)
-            run(WqdlN<NTI>{});
-          else
-            run(WqdlN<1>{});
-          continue;
-        }
         float tmp[NT][4];
         uint4 cv; // the lane's 16 bytes of the tile, read when its first block starts
 #pragma unroll
@@ -501,18 +359,8 @@ __device__ __forceinline__ void gemm_wqdl(const GemmArgs &g, const float *__rest
       const float s_lo = r_lo < R ? scales[r_lo] : 0.f, s_hi = r_hi < R ? scales[r_hi] : 0.f;
 #pragma unroll
       for (int t = 0; t < NT; ++t) acc[t][0] *= s_lo, acc[t][1] *= s_lo, acc[t][2] *= s_hi, acc[t][3] *= s_hi;
-#pragma unroll
-      for (int n = 0; n < NTI; ++n) acc7[n][0] *= s_lo, acc7[n][1] *= s_hi;
     }
-    if (INT) {
-#pragma unroll
-      for (int n = 0; n < NTI; ++n) {
-        const int m = 4 * n + tq, col = warp * 16 + gq;
-        Os[m * BN + col] = acc7[n][0], Os[m * BN + col + 8] = acc7[n][1];
-      }
-    } else {
-      wq_store<NT, BN>(Os, acc, warp, gq, tq);
-    }
+    wq_store<NT, BN>(Os, acc, warp, gq, tq);
     if (STATS) { // the warps' partials (a warp's pieces are one token's), summed per token in order
 #pragma unroll
       for (int i = 0; i < PIECES; ++i) {

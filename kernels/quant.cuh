@@ -144,9 +144,8 @@ WQ_CFN wqd_smem_bytes(int bm, int bn, int bk, int ct, int depth, int elem) {
  * ct tiles of activations and rings of depth slots: two buffers of a chunk's activations (bm x
  * ct * WQ_TILE_K(bits) of elem bytes), each warp's ring, a slot holding a step of four tiles'
  * codes (4 x 512 bytes) and for i4 up to 64 scales (16 rows x up to 4 units of >= 64 k), and for
- * two buffers of a record per (unit, token) of the chunk, [ct][bm][4] floats at most for i4
- * (units of >= 64 k), [ct / 4][bm][4] for i8 (units of a step; i8 has no scales in the ring: its
- * per-row scales are applied after the loop); after the main loop the CTA's
+ * i4 two buffers of the chunk's activation sums per (unit, token), [ct][bm / 2][4] floats at most
+ * (i8 has neither: its per-row scales are applied after the loop); after the main loop the CTA's
  * sums (bm x bn f32) and the statistics' partials (2 floats per warp's 32 pieces of 8
  * activations: 2 x bm x ct x WQ_TILE_K / 256 floats); then the row statistics, 2 x bm floats. At
  * least what gemm_wqd takes with its own configuration's chunks (8 tiles for i4, 16 for i8) and
@@ -156,7 +155,7 @@ WQ_CFN wqd_smem_bytes(int bm, int bn, int bk, int ct, int depth, int elem) {
 WQ_CFN wqdl_slot_bytes(int bits) { return bits == 8 ? 4 * 512 : WQDL_SLOT_BYTES; }
 WQ_CFN wqdl_smem_bytes(int bits, int bm, int bn, int ct, int depth, int elem) {
   const int bk = WQ_TILE_K(bits);
-  const int loop = 2 * ct * bk * bm * elem + bn / 16 * depth * wqdl_slot_bytes(bits) + (bits == 4 ? 32 : 8) * ct * bm;
+  const int loop = 2 * ct * bk * bm * elem + bn / 16 * depth * wqdl_slot_bytes(bits) + (bits == 4 ? 16 * ct * bm : 0);
   const int end = 4 * bm * bn + bm * ct * bk / 32, lean = (loop > end ? loop : end) + 8 * bm;
   const int wqd = wqd_smem_bytes(bm, bn, bk, bits == 4 ? 8 : 16, 4, elem);
   return elem == 4 || wqd > lean ? wqd : lean;

@@ -1,5 +1,5 @@
 #!/bin/sh
-# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [grad] [wqdl8] [pdl] [wide] [keep] [int7] [race7] [widek] [wqdtexp] ...
+# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [grad] [wqdl8] [pdl] [wide] [keep] [live] [widek] ...
 # What one call on the lent GPU machine runs, with a build made here and carried there (that
 # machine has no flex, bison or jansson headers). The build has absolute paths under
 # /work/main, so the copy is linked there first; the kernel cache in build/test-kernel-cache
@@ -301,28 +301,19 @@ for part in "$@"; do
   keep)
     keep_step
     ;;
-  int7)
-    # gemm_wqdl's design 7 (integer MMAs on the codes as stored), about 3 minutes: the weight-only
-    # GPU tests (design 7 forced among them), then the decode against the rule, alternating
+  live)
+    # wq_finish storing and reducing only the tile's rows that hold tokens, about 3 minutes: the
+    # weight-only GPU tests, then the decode against the previous build (.devcarry/ffnc_base, a
+    # stripped ffnc of the parent commit), alternating
     timeout 240 ctest -L gpu -R "wq" -j 8 --output-on-failure >"$out/wq_tests.log" 2>&1
     echo "wq gpu tests: exit $?"; grep -E "tests passed|tests failed|\(Failed\)" "$out/wq_tests.log" | head -20
     S=/work/main/bench/suite
-    for r in 1 2; do for v in rule wqd4v7; do
-      if [ $v = rule ]; then unset FFNC_GEMM_VARIANT; else export FFNC_GEMM_VARIANT="$v,wqd8v7"; fi
-      timeout 60 ./ffnc bench $S/llama3_70b_layer_i4g128.ffn $S/llama3_8b_layer_i4g128.ffn $S/llama3_70b_layer_i8.ffn \
-        $S/llama3_8b_layer_i8.ffn --tokens 1,4,8,16 --reps 20 --no-graphs --no-ceilings >"$out/int7_$v$r.txt" 2>&1
-      echo "== $v $r: exit $?"; grep -E "  ffnc" "$out/int7_$v$r.txt" | awk '{print $1, $4}' | tr '\n' ';'; echo
+    for r in 1 2; do for b in base live; do
+      bin=./ffnc; [ $b = base ] && bin=/work/main/.devcarry/ffnc_base
+      timeout 60 $bin bench $S/llama3_70b_layer_i4g128.ffn $S/llama3_8b_layer_i4g128.ffn $S/llama3_70b_layer_i8.ffn \
+        $S/llama3_8b_layer_i8.ffn --tokens 1,8,16 --reps 20 --no-graphs --no-ceilings >"$out/live_$b$r.txt" 2>&1
+      echo "== $b $r: exit $?"; grep -E "  ffnc" "$out/live_$b$r.txt" | awk '{print $1, $4}' | tr '\n' ';'; echo
     done; done
-    unset FFNC_GEMM_VARIANT
-    ;;
-  race7)
-    # design 7 under racecheck after the zeroing's barrier
-    for mv in wq_llama_i4g128_bf16:wqd4v7 wq_gpt_i8_f16:wqd8v7; do
-      m=${mv%%:*} v=${mv##*:}
-      FFNC_GEMM_VARIANT=$v FFNC_TEST_TOKENS=1,7,13 timeout 90 compute-sanitizer --tool racecheck --error-exitcode 9 \
-        ./tests/gpu_model_test /work/main/tests/gpu/models/$m.ffn >"$out/racecheck_$m.log" 2>&1
-      echo "compute-sanitizer racecheck $m $v: exit $? ($(grep -E 'RACECHECK SUMMARY' "$out/racecheck_$m.log" | tail -1))"
-    done
     ;;
   widek)
     # pending/widek.patch (the cooperative 128 x 256 tile above 512 rows wherever K > 8192: the
@@ -339,28 +330,6 @@ for part in "$@"; do
         >"$out/widek_grad_$b$r.txt" 2>&1
       echo "== keep step $b $r: exit $?"; grep -E "^ +[0-9]+ " "$out/widek_grad_$b$r.txt" | awk '{print $1, $2, $3, $4}' | tr '\n' ';'; echo
     done; done
-    ;;
-  wqdtexp)
-    # pending/wqdt_exp.patch: the persistent TMA-fed int4 decode (gemm_wqdt.cuh) as built (0), its
-    # stream alone (1) and its consumers alone (2), against the rule, about 2 minutes. First, here:
-    # for E in 0 1 2, a worktree with the patch applied and FFN_WQDT_EXP's default set to E,
-    # `ninja ffnc`, stripped to .devcarry/ffnc_wqdt$E.
-    S=/work/main/bench/suite
-    timeout 60 ./ffnc bench $S/llama3_70b_layer_i4g128.ffn $S/llama3_8b_layer_i4g128.ffn --tokens 1,8 --reps 30 \
-      --no-ceilings --no-graphs >"$out/wqdt_rule.txt" 2>&1
-    echo "== rule: exit $?"; grep -E "  ffnc" "$out/wqdt_rule.txt" | awk '{print $1, $4}' | tr '\n' ';'; echo
-    for e in 0 1 2; do
-      FFNC_GEMM_VARIANT=wqd4v6 timeout 60 /work/main/.devcarry/ffnc_wqdt$e bench $S/llama3_70b_layer_i4g128.ffn \
-        $S/llama3_8b_layer_i4g128.ffn --tokens 1,8 --reps 30 --no-ceilings --no-graphs >"$out/wqdt_$e.txt" 2>&1
-      echo "== design 6, experiment $e: exit $?"; grep -E "  ffnc" "$out/wqdt_$e.txt" | awk '{print $1, $4}' | tr '\n' ';'; echo
-    done
-    if command -v ncu >/dev/null; then # the consumers alone: their stall reasons without memory waits
-      FFNC_GEMM_VARIANT=wqd4v6 timeout 90 ncu -k regex:k0_wqd --launch-skip 2 --launch-count 1 --section WarpStateStats \
-        --metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio,smsp__issue_active.avg.pct_of_peak_sustained_active \
-        /work/main/.devcarry/ffnc_wqdt2 bench $S/llama3_70b_layer_i4g128.ffn --tokens 1 --reps 2 --no-graphs --no-ceilings \
-        >"$out/ncu_wqdt2.txt" 2>&1
-      echo "ncu consumers alone: exit $?"; grep -E "stalled|issue_active|Warp Cycles" "$out/ncu_wqdt2.txt" | sort -k3 -n -r | head -14
-    fi
     ;;
   bench)
     timeout 420 sh /work/main/bench/run_suite.sh /work/main/build/ffnc "$out" >"$out/bench.log" 2>&1

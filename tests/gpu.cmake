@@ -224,19 +224,19 @@ function(ffn_gpu_wq_forced pattern)
 endfunction()
 
 # The i4 decode kernels the rule does not pick, forced by family name (e.g. wqd4v3_8 up to 8
-# tokens, wqd4v3_16 up to 16): gemm_wqd (wqd4), gemm_wqdl's designs 3, 4 and 7 (the rule's design
+# tokens, wqd4v3_16 up to 16): gemm_wqd (wqd4), gemm_wqdl's designs 3 and 4 (the rule's design
 # 2 runs in the tests above) and design 2 with rings of 2 (wqd4v2t, up to 8 tokens: at 13 and 16
 # the rule's), on every i4 model (g32 and f32 activations run gemm_wqd in
 # gemm_wqdl's place), at 1-16 tokens, with the rule's split-K and with 3 splits (steps of 256 k:
 # splits and chunks that end inside a group, and splits with no step at all for the small K).
-ffn_gpu_wq_forced("^wq_.*_i4" wqd4 wqd4v3 wqd4v4 wqd4v2t wqd4v7)
+ffn_gpu_wq_forced("^wq_.*_i4" wqd4 wqd4v3 wqd4v4 wqd4v2t)
 
-# The i8 decode candidates on gemm_wqdl (designs 2 and 7, steps of four 32-k tiles), forced by family
+# The i8 decode candidates on gemm_wqdl (design 2, steps of four 32-k tiles), forced by family
 # name as above (wqd8v2_8 up to 8 tokens, wqd8v2_16 up to 16; wqd8v2n: 64-row CTAs, rings of 6),
 # on every i8 model (f32 activations run gemm_wqd in gemm_wqdl's place), at 1-16 tokens, with the
 # rule's split-K and with 3 (splits of whole 128-k steps: empty splits for K = 192-260, a last
 # step with one tile of codes for K = 360).
-ffn_gpu_wq_forced("^wq_.*_i8" wqd8v2 wqd8v2n wqd8v7)
+ffn_gpu_wq_forced("^wq_.*_i8" wqd8v2 wqd8v2n)
 
 # Tensor parallel: each rank's share of Llama-tiny (TP=2) compiles with NVRTC and its plan has
 # one allreduce step per sublayer (4).

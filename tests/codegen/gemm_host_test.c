@@ -53,13 +53,13 @@ static void check_wq(const ffn_gemm_config *c) {
   CHECK(c->wn == 16 && c->bn % 16 == 0 && c->bm % 8 == 0 && (c->bk == 32 || c->bk == 64), "%s: tile shape", c->name);
 }
 
-/* gemm_wqdl (design > 0): i4 or i8 (designs 2 and 7), a chunk is one turn of the rings (4 tiles a
+/* gemm_wqdl (design > 0): i4 or i8 (design 2 only), a chunk is one turn of the rings (4 tiles a
  * slot), a warp's pieces of a chunk are one token's, and its shared memory holds gemm_wqd's
  * (chunks of 8 for i4, 16 for i8, rings of 4: it runs in its place for f32 and other group
  * lengths) */
 static void check_wqdl(const ffn_gemm_config *c) {
   const int bits = c->bk == 32 ? 8 : 4, ppt = c->stages * c->bk / 8; /* 16-byte pieces per token */
-  CHECK((c->bk == 64 || (c->bk == 32 && (c->design == 2 || c->design == 7))) && c->stages == 4 * c->wm && c->wm >= 2 && ppt % 32 == 0 &&
+  CHECK((c->bk == 64 || (c->bk == 32 && c->design == 2)) && c->stages == 4 * c->wm && c->wm >= 2 && ppt % 32 == 0 &&
             c->bm * ppt % c->threads == 0,
         "%s: chunks of %d tiles, rings of %d", c->name, c->stages, c->wm);
   CHECK(c->wn == 16 && c->bn % 16 == 0 && c->bm % 8 == 0 && c->max_m > 0 && c->max_m <= c->bm &&
@@ -67,7 +67,7 @@ static void check_wqdl(const ffn_gemm_config *c) {
   for (int elem = 2; elem <= 4; elem += 2) {
     int smem = wqdl_smem_bytes(bits, c->bm, c->bn, c->stages, c->wm, elem);
     int loop = 2 * c->stages * c->bk * c->bm * elem + c->bn / 16 * c->wm * (4 * 512 + (bits == 4 ? 256 : 0)) +
-               (bits == 4 ? 32 : 8) * c->stages * c->bm; /* a record per (unit, token) */
+               (bits == 4 ? 16 * c->stages * c->bm : 0);
     CHECK(smem >= wqd_smem_bytes(c->bm, c->bn, c->bk, bits == 4 ? 8 : 16, 4, elem) &&
               (elem == 4 || smem >= loop + 8 * c->bm) && smem >= 4 * c->bm * c->bn + 8 * c->bm * ppt / 32 + 8 * c->bm,
           "%s: %d bytes of shared memory (%d-byte A)", c->name, smem, elem);
