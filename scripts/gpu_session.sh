@@ -1,5 +1,5 @@
 #!/bin/sh
-# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [grad] [wqdl8] [pdl] [wide] [keep] [live] [widek] ...
+# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [grad] [wqdl8] [pdl] [wide] [keep] [live] [dsmem] ...
 # What one call on the lent GPU machine runs, with a build made here and carried there (that
 # machine has no flex, bison or jansson headers). The build has absolute paths under
 # /work/main, so the copy is linked there first; the kernel cache in build/test-kernel-cache
@@ -315,20 +315,24 @@ for part in "$@"; do
       echo "== $b $r: exit $?"; grep -E "  ffnc" "$out/live_$b$r.txt" | awk '{print $1, $4}' | tr '\n' ';'; echo
     done; done
     ;;
-  widek)
-    # pending/widek.patch (the cooperative 128 x 256 tile above 512 rows wherever K > 8192: the
-    # 8B, 70B and GPT downs) against this build, alternating, forward and keep step, about 3
-    # minutes. First, here: git worktree add /tmp/wk HEAD && git -C /tmp/wk apply
-    # pending/widek.patch, build its ffnc (ninja ffnc), strip it to .devcarry/ffnc_widek.
+  dsmem)
+    # split-K through distributed shared memory (common.cuh: gemm_splitk_cluster_finish), about 4
+    # minutes: the weight-only GPU tests (the split3 ones check the cluster's bits against the
+    # workspace path's twin), then the decode with FFNC_SPLITK_CLUSTER=0 (workspace) against the
+    # default (clusters), alternating, weight-only and bf16 / fp8
+    timeout 240 ctest -L gpu -R "wq" -j 8 --output-on-failure >"$out/wq_tests.log" 2>&1
+    echo "wq gpu tests: exit $?"; grep -E "tests passed|tests failed|\(Failed\)" "$out/wq_tests.log" | head -20
+    grep -h "twin's outputs have the same bits" Testing/Temporary/LastTest.log 2>/dev/null | wc -l
     S=/work/main/bench/suite
-    for r in 1 2; do for b in main widek; do
-      bin=./ffnc; [ $b = widek ] && bin=/work/main/.devcarry/ffnc_widek
-      timeout 60 $bin bench $S/llama3_8b_layer.ffn $S/llama3_70b_layer.ffn $S/gpt_gelu_4096.ffn --tokens 1024,8192 \
-        --reps 10 --no-ceilings >"$out/widek_$b$r.txt" 2>&1
-      echo "== fwd $b $r: exit $?"; grep -E "  ffnc" "$out/widek_$b$r.txt" | awk '{print $1, $4}' | tr '\n' ';'; echo
-      timeout 60 $bin bench --grad --keep $S/llama3_8b_layer.ffn $S/llama3_70b_layer.ffn --tokens 8192 --reps 5 \
-        >"$out/widek_grad_$b$r.txt" 2>&1
-      echo "== keep step $b $r: exit $?"; grep -E "^ +[0-9]+ " "$out/widek_grad_$b$r.txt" | awk '{print $1, $2, $3, $4}' | tr '\n' ';'; echo
+    for r in 1 2; do for b in ws dsmem; do
+      c=1; [ $b = ws ] && c=0
+      FFNC_SPLITK_CLUSTER=$c timeout 60 ./ffnc bench $S/llama3_70b_layer_i4g128.ffn $S/llama3_8b_layer_i4g128.ffn \
+        $S/llama3_70b_layer_i8.ffn $S/llama3_8b_layer_i8.ffn --tokens 1,8,16 --reps 20 --no-graphs --no-ceilings \
+        >"$out/dsmem_int_$b$r.txt" 2>&1
+      echo "== int $b $r: exit $?"; grep -E "  ffnc" "$out/dsmem_int_$b$r.txt" | awk '{print $1, $4}' | tr '\n' ';'; echo
+      FFNC_SPLITK_CLUSTER=$c timeout 90 ./ffnc bench $S/llama3_8b_layer.ffn $S/llama3_70b_layer.ffn $S/llama3_8b_layer_f8.ffn \
+        $S/llama3_70b_layer_f8.ffn --tokens 1,16 --reps 20 --no-ceilings >"$out/dsmem_16_$b$r.txt" 2>&1
+      echo "== bf16/fp8 $b $r: exit $?"; grep -E "  ffnc " "$out/dsmem_16_$b$r.txt" | awk '{print $1, $3, $4}' | tr '\n' ';'; echo
     done; done
     ;;
   bench)
