@@ -124,7 +124,6 @@ template <> __device__ __forceinline__ fp8e5m2 from_f32<fp8e5m2>(float x) { fp8e
 // ---- elementwise ops: ffn::op_silu(float) ... (accurate library math; no fast-math) -------------
 
 #define OPMATH_FLOAT 1
-#include "abi.cuh"
 #include "opmath.cuh"
 
 // ---- warp reductions ---------------------------------------------------------------------------
@@ -157,46 +156,6 @@ template <int W> __device__ __forceinline__ float group_sum(float v) {
 // ---- global / shared memory --------------------------------------------------------------------
 
 __device__ __forceinline__ u32 smem_addr(const void *p) { return (u32)__cvta_generic_to_shared(p); }
-
-// ---- thread-block clusters (sm_90; without a cluster, or before sm_90, a CTA is a cluster of one)
-__device__ __forceinline__ u32 cluster_ctarank() {
-  u32 r = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-#endif
-  return r;
-}
-__device__ __forceinline__ u32 cluster_nctarank() {
-  u32 r = 1;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(r));
-#endif
-  return r;
-}
-// Every thread of the cluster that has not exited arrives (release) and waits (acquire).
-__device__ __forceinline__ void cluster_sync() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive;\nbarrier.cluster.wait;" ::: "memory");
-#endif
-}
-// The shared::cluster address of CTA-relative shared address `addr` in the cluster's CTA `rank`.
-__device__ __forceinline__ u32 mapa_shared(u32 addr, u32 rank) {
-  u32 r = addr;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
-#endif
-  return r;
-}
-// A float from shared::cluster address a (mapa_shared), after a cluster_sync that follows its store.
-__device__ __forceinline__ float ld_cluster_f32(u32 a) {
-  float v;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(a));
-#else
-  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(a));
-#endif
-  return v;
-}
 
 // Loads that go to L2 (not L1): for data another CTA wrote during this launch (split-K partials).
 __device__ __forceinline__ void ld_cg_f2(const float *p, float &x, float &y) {
@@ -321,49 +280,6 @@ __device__ __forceinline__ void gemm_fp8_scale(const GemmArgs &g, int row, int b
 #pragma unroll
     for (int e = 0; e < 2; ++e)
       if (e < ncols) v[s][e] *= r * g.sb[brow + 8 * s + e];
-}
-
-// Column c of stream s of an output tile as a column of the tile's merged columns (S == 2: the
-// gate's and the up's alternate in groups of FFN_GATEUP_GROUP, abi.cuh).
-template <int S> __device__ __forceinline__ int gemm_merged_col(int c, int s) {
-  return (c / FFN_GATEUP_GROUP) * FFN_GATEUP_GROUP * S + s * FFN_GATEUP_GROUP + c % FFN_GATEUP_GROUP;
-}
-
-// Split-K through distributed shared memory (sm_90): the splits of a tile are one cluster
-// (runtime/exec.c launches them so where kernels/gemm_host.h's ffn_gemm_splitk_cluster says), each
-// CTA's partial sums in its own shared memory, Os [BM][BN] in merged columns and rowstat [2][BM]
-// (sums of squares, sums: STATS). After one cluster barrier CTA z adds them, in split order as the
-// workspace path does (so both give the same bits), for its z-th share of the pairs of output
-// columns of the tile's rows below M, scales them (fp8) and calls the epilogue; a second barrier
-// keeps every CTA's shared memory until its peers have read it. No workspace round trip, no fence
-// and atomic at the arrival, no serial last CTA.
-template <int BM, int BN, int THREADS, int S, int STATS, class T, class Epi>
-__device__ __forceinline__ void gemm_splitk_cluster_finish(const GemmArgs &g, const Epi &epi, const float *Os,
-                                                           const float *rowstat, int m0, int n0) {
-  constexpr int PAIRS = BN / S / 2;
-  const int tid = threadIdx.x, splits = g.splits, z = (int)cluster_ctarank(), M = g.M, N = g.N;
-  const u32 os = smem_addr(Os), rs = smem_addr(rowstat);
-  cluster_sync(); // every split's sums are in its shared memory
-  const int n = imin(BM, M - m0) * PAIRS, per = (n + splits - 1) / splits, i1 = imin(n, (z + 1) * per);
-  for (int i = z * per + tid; i < i1; i += THREADS) {
-    const int m = i / PAIRS, cl = 2 * (i % PAIRS), col = n0 / S + cl;
-    if (col >= N) continue;
-    float v[S][2], q = 0.f, sum = 0.f;
-#pragma unroll
-    for (int s = 0; s < S; ++s) v[s][0] = v[s][1] = 0.f;
-    for (int sp = 0; sp < splits; ++sp) {
-#pragma unroll
-      for (int s = 0; s < S; ++s)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) v[s][e] += ld_cluster_f32(mapa_shared(os + 4 * (m * BN + gemm_merged_col<S>(cl + e, s)), sp));
-      if (STATS) q += ld_cluster_f32(mapa_shared(rs + 4 * m, sp));
-      if (STATS == 2) sum += ld_cluster_f32(mapa_shared(rs + 4 * (BM + m), sp));
-    }
-    const int ncols = col + 1 < N ? 2 : 1;
-    gemm_fp8_scale<T, S>(g, m0 + m, n0 + gemm_merged_col<S>(cl, 0), ncols, v);
-    epi(m0 + m, col, ncols, v, sum, q);
-  }
-  cluster_sync(); // the peers have read this CTA's sums
 }
 
 // Output tile (tm, tn) of linear block index pid: groups of 8 tile rows walk the columns together,

@@ -292,18 +292,6 @@ static inline int ffn_gemm_tma(const ffn_gemm_config *c) {
 /* CTAs per thread-block cluster (along the grid's x): 2 for FFN_GEMM_SM90C, else 1. */
 static inline int ffn_gemm_cluster(const ffn_gemm_config *c) { return c->kind == FFN_GEMM_SM90C ? 2 : 1; }
 
-/* The most CTAs of a thread-block cluster that every sm_90 part schedules (the portable limit). */
-enum { FFN_CLUSTER_MAX = 8 };
-
-/* CTAs per cluster along the grid's z when a GEMM of `splits` splits runs its split-K through
- * distributed shared memory (common.cuh: gemm_splitk_cluster_finish): all splits of a tile in one
- * cluster, launched with that cluster shape on sm_90 (runtime/exec.c). 1: the workspace and the
- * last-arrival counter instead (the TMA kernels, one split, or more splits than a cluster holds). */
-static inline int ffn_gemm_splitk_cluster(const ffn_gemm_config *c, int splits) {
-  int dsmem = c->kind == FFN_GEMM_WQ || c->kind == FFN_GEMM_WQD || c->kind == FFN_GEMM_SM80;
-  return dsmem && splits >= 2 && splits <= FFN_CLUSTER_MAX ? splits : 1;
-}
-
 /* The box (rows x 16-bit units) that one TMA load of operand A (b == 0) or B (b == 1) of a TMA
  * configuration copies: a k-tile of the CTA's rows, 128 bytes wide (the 128-byte swizzle atom);
  * in a cluster each CTA loads 1 / ffn_gemm_cluster(c) of A's rows (and multicasts them). A plan

@@ -221,27 +221,6 @@ __device__ __forceinline__ void gemm_sm80(const GemmArgs &g, const Epi &epi, cha
     __syncthreads();
   }
 
-  // ---- split-K in a cluster of the splits (common.cuh: gemm_splitk_cluster_finish), the partials
-  // in shared memory after the statistics, where the pipeline's stages leave room ----
-  constexpr bool CLUSTER_FITS = ((STATS + 1) * WARPS_N * BM + 2 * BM + BM * BN) * 4 <= STAGES * STAGE;
-  if (CLUSTER_FITS && splits > 1 && cluster_nctarank() == (u32)splits) {
-    float *Os = rowstat + 2 * BM; // [BM][BN], merged columns
-#pragma unroll
-    for (int i = 0; i < MI; ++i)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int rl = wm * WM + i * 16 + (lane >> 2) + h * 8;
-#pragma unroll
-        for (int j = 0; j < NI; ++j) {
-          const int c = wn * WN + j * 8 + 2 * (lane & 3);
-          Os[rl * BN + c] = acc[i][j][2 * h];
-          Os[rl * BN + c + 1] = acc[i][j][2 * h + 1];
-        }
-      }
-    gemm_splitk_cluster_finish<BM, BN, THREADS, S, STATS, T>(g, epi, Os, rowstat, m0, n0);
-    return;
-  }
-
   // ---- split-K: every split stores its partials; the last to arrive sums them in split order ----
   if (splits > 1) {
     float *slab = g.ws + ((size_t)blockIdx.x * splits + z) * SLAB;

@@ -145,7 +145,22 @@ __device__ __forceinline__ void tma_load_2d_multicast(u32 dst, const void *map, 
 __device__ __forceinline__ void tma_prefetch_map(const void *map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
 }
-// ---- thread-block clusters (common.cuh: cluster_ctarank, cluster_sync, mapa_shared) ----
+// ---- thread-block clusters ----
+__device__ __forceinline__ u32 cluster_ctarank() {
+  u32 r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+// Every thread of the cluster that has not exited arrives (release) and waits (acquire).
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive;\nbarrier.cluster.wait;" ::: "memory");
+}
+// The shared::cluster address of CTA-relative shared address `addr` in the cluster's CTA `rank`.
+__device__ __forceinline__ u32 mapa_shared(u32 addr, u32 rank) {
+  u32 r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
+  return r;
+}
 // One arrival on the mbarrier at shared::cluster address `bar` (this CTA's or another's).
 __device__ __forceinline__ void mbar_arrive_cluster(u32 bar) {
   asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(bar) : "memory");

@@ -187,18 +187,14 @@ __device__ __forceinline__ void wq_store(float *Os, const float (&acc)[NT][4], i
 }
 
 // The end of gemm_wq and gemm_wqd, once the CTA's sums are in Os ([BM][BN] f32) and its rows'
-// statistics in rowstat ([2][BM]: sums of squares, sums), after a barrier: split-K (in a cluster,
-// common.cuh: gemm_splitk_cluster_finish; else every split stores its sums and the last to arrive adds them in split
-// order), then the epilogue, one call per (row, pair of output columns).
+// statistics in rowstat ([2][BM]: sums of squares, sums), after a barrier: split-K (every split
+// stores its sums; the last to arrive adds them in split order), then the epilogue, one call per
+// (row, pair of output columns).
 template <int BM, int BN, int THREADS, int S, int STATS, class Epi>
 __device__ __forceinline__ void wq_finish(const GemmArgs &g, const Epi &epi, float *Os, float *rowstat, int m0,
                                           int n0) {
   constexpr int SLAB = BM * BN + 2 * BM;
   const int tid = threadIdx.x, splits = g.splits, z = blockIdx.z, M = g.M, N = g.N;
-  if (splits > 1 && cluster_nctarank() == (u32)splits) {
-    gemm_splitk_cluster_finish<BM, BN, THREADS, S, STATS, float>(g, epi, Os, rowstat, m0, n0);
-    return;
-  }
   if (splits > 1) {
     // only the tile's rows that hold tokens (Os is [BM][BN]: a prefix): at one token 1/8 of the
     // slab, whose stores the arrival's fence waits for and whose sums the last CTA reads (70B i4
@@ -231,7 +227,8 @@ __device__ __forceinline__ void wq_finish(const GemmArgs &g, const Epi &epi, flo
     for (int s = 0; s < S; ++s)
 #pragma unroll
       for (int e = 0; e < 2; ++e) { // merged column of stream s, column cl + e (groups of 8)
-        v[s][e] = Os[m * BN + gemm_merged_col<S>(cl + e, s)];
+        const int c = cl + e;
+        v[s][e] = Os[m * BN + (c / 8) * 8 * S + s * 8 + c % 8];
       }
     const float rsumsq = STATS ? rowstat[m] : 0.f, rsum = STATS == 2 ? rowstat[BM + m] : 0.f;
     epi(row, col, col + 1 < N ? 2 : 1, v, rsum, rsumsq);

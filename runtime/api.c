@@ -444,8 +444,6 @@ static ffn_status load_module(ffn_model *m) {
   int target = atoi(p->arch + 3);
   const char *pdl = getenv("FFNC_PDL");
   m->pdl = target >= FFN_PDL_MIN_ARCH && major * 10 + minor >= FFN_PDL_MIN_ARCH && !(pdl && strcmp(pdl, "0") == 0);
-  const char *scl = getenv("FFNC_SPLITK_CLUSTER");
-  m->splitk_cluster = target >= 90 && major >= 9 && !(scl && strcmp(scl, "0") == 0);
   /* a cubin runs on its own major version at an equal or higher minor */
   for (int i = 0; i < prog->nimages; i++)
     if (!prog->images[i].ptx && (target / 10 != major || target % 10 > minor))

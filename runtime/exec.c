@@ -838,26 +838,17 @@ static ffn_status wgrad_maps(const ffn_model *m, const PlanKernel *k, const ffn_
  * (30-110). */
 enum { PDL_WAVES = 16 };
 
-/* cuLaunchKernel, or cuLaunchKernelEx with programmatic stream serialization when `chain` (the
- * kernel's start overlaps the tail of the plan kernel before it: abi.cuh, FFN_PDL_MIN_ARCH) and
- * clusters of `cluster_z` CTAs along z when it is > 1 (kernels/gemm_host.h: ffn_gemm_splitk_cluster) */
+/* cuLaunchKernel, or with programmatic stream serialization when `chain` (the kernel's start
+ * overlaps the tail of the plan kernel before it: abi.cuh, FFN_PDL_MIN_ARCH) */
 static CUresult launch(const ffn_model *m, CUfunction f, const unsigned grid[3], unsigned threads, unsigned smem,
-                       CUstream stream, void **params, bool chain, unsigned cluster_z) {
-  if (!chain && cluster_z <= 1)
+                       CUstream stream, void **params, bool chain) {
+  if (!chain)
     return m->cu->cuLaunchKernel(f, grid[0], grid[1], grid[2], threads, 1, 1, smem, stream, params, NULL);
-  CUlaunchAttribute attrs[2];
-  unsigned n = 0;
-  if (chain) {
-    attrs[n] = (CUlaunchAttribute){.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION};
-    attrs[n++].value.programmaticStreamSerializationAllowed = 1;
-  }
-  if (cluster_z > 1) {
-    attrs[n] = (CUlaunchAttribute){.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION};
-    attrs[n].value.clusterDim.x = 1, attrs[n].value.clusterDim.y = 1, attrs[n++].value.clusterDim.z = cluster_z;
-  }
+  CUlaunchAttribute attr = {.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION};
+  attr.value.programmaticStreamSerializationAllowed = 1;
   CUlaunchConfig cfg = {.gridDimX = grid[0], .gridDimY = grid[1], .gridDimZ = grid[2], .blockDimX = threads,
                         .blockDimY = 1, .blockDimZ = 1, .sharedMemBytes = smem, .hStream = stream,
-                        .attrs = attrs, .numAttrs = n};
+                        .attrs = &attr, .numAttrs = 1};
   return m->cu->cuLaunchKernelEx(&cfg, f, params, NULL);
 }
 
@@ -925,12 +916,9 @@ ffn_status exec_step(ExecRun *run, int s) {
     if (st != FFN_OK)
       return st;
   }
-  unsigned cz = k->kind == KK_GEMM && m->splitk_cluster ? (unsigned)ffn_gemm_splitk_cluster(&c.v->cfg, c.splits) : 1;
-  r = launch(m, f, grid, (unsigned)c.v->threads, (unsigned)c.v->smem, run->stream, params, chain, cz);
+  r = launch(m, f, grid, (unsigned)c.v->threads, (unsigned)c.v->smem, run->stream, params, chain);
   if (r != CUDA_SUCCESS)
-    return cu_fail(m->cu, r, cz > 1  ? "cu->cuLaunchKernelEx(a cluster of the splits)"
-                             : chain ? "cu->cuLaunchKernelEx(programmatic stream serialization)"
-                                     : "cu->cuLaunchKernel()");
+    return cu_fail(m->cu, r, chain ? "cu->cuLaunchKernelEx(programmatic stream serialization)" : "cu->cuLaunchKernel()");
   /* the next GEMM may start during this one's tail only if this one fills >= 3/4 of the SMs'
    * resident CTA slots: into the room a smaller grid leaves, the next one's CTAs would be placed
    * at once, to wait beside it, and that slowed it (kernels/NOTES.md, fourteenth session); and

@@ -308,10 +308,6 @@ struct ffn_model {
    * after a rowwise kernel (fp8's quantizers) or a smaller GEMM it measured 7-18% slower
    * (kernels/NOTES.md, fourteenth session) */
   bool pdl;
-  /* mma.sync and weight-only GEMMs split 2-8 ways run each tile's splits as one thread-block
-   * cluster that adds its partial sums through distributed shared memory (kernels/gemm_host.h:
-   * ffn_gemm_splitk_cluster; sm_90 plans on sm_90 devices; FFNC_SPLITK_CLUSTER=0 turns it off) */
-  bool splitk_cluster;
   CUmodule *modules;  /* one per program image */
   int nmodules;
   CUfunction *funcs;   /* [kernel][variant] flattened, see func_index */

@@ -1,5 +1,5 @@
 #!/bin/sh
-# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [grad] [wqdl8] [pdl] [wide] [keep] [live] [dsmem] ...
+# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [grad] [wqdl8] [pdl] [wide] [keep] [live] ...
 # What one call on the lent GPU machine runs, with a build made here and carried there (that
 # machine has no flex, bison or jansson headers). The build has absolute paths under
 # /work/main, so the copy is linked there first; the kernel cache in build/test-kernel-cache
@@ -313,26 +313,6 @@ for part in "$@"; do
       timeout 60 $bin bench $S/llama3_70b_layer_i4g128.ffn $S/llama3_8b_layer_i4g128.ffn $S/llama3_70b_layer_i8.ffn \
         $S/llama3_8b_layer_i8.ffn --tokens 1,8,16 --reps 20 --no-graphs --no-ceilings >"$out/live_$b$r.txt" 2>&1
       echo "== $b $r: exit $?"; grep -E "  ffnc" "$out/live_$b$r.txt" | awk '{print $1, $4}' | tr '\n' ';'; echo
-    done; done
-    ;;
-  dsmem)
-    # split-K through distributed shared memory (common.cuh: gemm_splitk_cluster_finish), about 4
-    # minutes: the weight-only GPU tests (the split3 ones check the cluster's bits against the
-    # workspace path's twin), then the decode with FFNC_SPLITK_CLUSTER=0 (workspace) against the
-    # default (clusters), alternating, weight-only and bf16 / fp8
-    timeout 240 ctest -L gpu -R "wq" -j 8 --output-on-failure >"$out/wq_tests.log" 2>&1
-    echo "wq gpu tests: exit $?"; grep -E "tests passed|tests failed|\(Failed\)" "$out/wq_tests.log" | head -20
-    grep -h "twin's outputs have the same bits" Testing/Temporary/LastTest.log 2>/dev/null | wc -l
-    S=/work/main/bench/suite
-    for r in 1 2; do for b in ws dsmem; do
-      c=1; [ $b = ws ] && c=0
-      FFNC_SPLITK_CLUSTER=$c timeout 60 ./ffnc bench $S/llama3_70b_layer_i4g128.ffn $S/llama3_8b_layer_i4g128.ffn \
-        $S/llama3_70b_layer_i8.ffn $S/llama3_8b_layer_i8.ffn --tokens 1,8,16 --reps 20 --no-graphs --no-ceilings \
-        >"$out/dsmem_int_$b$r.txt" 2>&1
-      echo "== int $b $r: exit $?"; grep -E "  ffnc" "$out/dsmem_int_$b$r.txt" | awk '{print $1, $4}' | tr '\n' ';'; echo
-      FFNC_SPLITK_CLUSTER=$c timeout 90 ./ffnc bench $S/llama3_8b_layer.ffn $S/llama3_70b_layer.ffn $S/llama3_8b_layer_f8.ffn \
-        $S/llama3_70b_layer_f8.ffn --tokens 1,16 --reps 20 --no-ceilings >"$out/dsmem_16_$b$r.txt" 2>&1
-      echo "== bf16/fp8 $b $r: exit $?"; grep -E "  ffnc " "$out/dsmem_16_$b$r.txt" | awk '{print $1, $3, $4}' | tr '\n' ';'; echo
     done; done
     ;;
   bench)

@@ -1,6 +1,6 @@
 /* gpu_model_test.c: one model on the GPU against the CPU reference.
  *
- *   gpu_model_test MODEL.ffn [-O0..-O3] [--aot] [--grad] [--twin NAME=VALUE]
+ *   gpu_model_test MODEL.ffn [-O0..-O3] [--aot] [--grad]
  *
  * Compiles MODEL once (JIT through NVRTC), binds random weights, then for every token count
  * (1, 7, 64, 1000, 4096: edges that are not multiples of the tiles) runs fresh random
@@ -9,9 +9,7 @@
  * ffn_program_save / ffn_program_load and runs again from the loaded copy. With --grad the
  * model is its backward graph (passes/grad.c; ffn_options_set_grad): random grad.OUTPUT inputs,
  * every gradient compared with the reference's, with the tolerances of gradients (gpu_util.h:
- * tolerance_grad). With --twin, a second model of the same program is made with the environment
- * variable NAME set to VALUE (read at ffn_model_create: e.g. FFNC_SPLITK_CLUSTER=0), runs the same
- * inputs, and its outputs must have the same bits. Exits 77 (skip) where there is no GPU.
+ * tolerance_grad). Exits 77 (skip) where there is no GPU.
  */
 #include "gpu/gpu_util.h"
 
@@ -20,12 +18,11 @@
 
 int main(int argc, char **argv) {
   if (argc < 2) {
-    fprintf(stderr, "usage: gpu_model_test MODEL.ffn [-O0..-O3] [--aot] [--grad] [--twin NAME=VALUE]\n");
+    fprintf(stderr, "usage: gpu_model_test MODEL.ffn [-O0..-O3] [--aot] [--grad]\n");
     return 2;
   }
   int opt = 3;
   bool aot = false, grad = false;
-  const char *twin_env = NULL;
   for (int i = 2; i < argc; i++) {
     if (argv[i][0] == '-' && argv[i][1] == 'O')
       opt = argv[i][2] - '0';
@@ -33,8 +30,6 @@ int main(int argc, char **argv) {
       aot = true;
     else if (strcmp(argv[i], "--grad") == 0)
       grad = true;
-    else if (strcmp(argv[i], "--twin") == 0 && i + 1 < argc && strchr(argv[i + 1], '='))
-      twin_env = argv[++i];
   }
   require_gpu();
   size_t len;
@@ -76,30 +71,10 @@ int main(int argc, char **argv) {
     printf("FAIL: model: %s\n", ffn_last_error());
     return 1;
   }
-  ffn_model *twin = NULL;
-  if (twin_env) {
-    char name[64];
-    const char *eq = strchr(twin_env, '=');
-    snprintf(name, sizeof name, "%.*s", (int)(eq - twin_env), twin_env);
-    const char *was = getenv(name);
-    char *saved = was ? strdup(was) : NULL;
-    setenv(name, eq + 1, 1);
-    ffn_status st = ffn_model_create(prog, 0, &twin);
-    if (saved)
-      setenv(name, saved, 1);
-    else
-      unsetenv(name);
-    free(saved);
-    if (st != FFN_OK) {
-      printf("FAIL: twin model (%s): %s\n", twin_env, ffn_last_error());
-      return 1;
-    }
-    printf("twin: the same program with %s\n", twin_env);
-  }
   uint64_t seed = test_seed();
   TensorSet w = {0};
   make_weights(g, seed, &w);
-  if (bind_weights(m, &w) != 0 || (twin && bind_weights(twin, &w) != 0))
+  if (bind_weights(m, &w) != 0)
     return 1;
   int64_t tokens[16];
   int nt = test_tokens(tokens, 16), failed = 0;
@@ -111,7 +86,7 @@ int main(int argc, char **argv) {
     snprintf(label, sizeof label, "T=%lld", (long long)tokens[k]);
     int exact = reference_unquantized(g, &w, &in, refx);
     if (exact < 0 || reference(g, &w, &in, ref) != 0 || reference(gp, &w, &in, refp) != 0 ||
-        run_and_compare_twin(label, m, twin, g, &in, refp, ref, exact ? refx : NULL) != 0)
+        run_and_compare(label, m, g, &in, refp, ref, exact ? refx : NULL) != 0)
       failed++;
     for (int i = 0; i < g->noutputs; i++) {
       ref_free(&ref[i]);
@@ -121,8 +96,6 @@ int main(int argc, char **argv) {
     set_free(&in);
   }
   ffn_model_destroy(m);
-  if (twin)
-    ffn_model_destroy(twin);
   ffn_program_destroy(prog);
   ffn_options_destroy(o);
   set_free(&w);

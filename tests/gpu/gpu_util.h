@@ -420,47 +420,8 @@ static int fp8_quality(const char *label, const char *name, DType dt, const void
 /* Runs m on the inputs (make_inputs order = the program's) and compares every output with the
  * program's and the source's references; returns 0 if both are within tolerance. ref_exact (fp8
  * programs, else NULL): the unquantized reference for fp8_quality. */
-/* Runs `twin` (the same program as a model made under another setting: gpu_model_test --twin) on
- * the inputs din and says whether each output has the same bits as outs. */
-static int twin_same(const char *label, ffn_model *twin, const Graph *g, DLTensor *din, int nin, DLTensor *outs) {
-  int nout = g->noutputs, rc = 0;
-  DLTensor dt[64];
-  void *bufs[64] = {0};
-  size_t bytes[64];
-  for (int i = 0; i < nout; i++) {
-    int64_t n = 1;
-    for (int d = 0; d < outs[i].ndim; d++)
-      n *= outs[i].shape[d];
-    bytes[i] = (size_t)n * (outs[i].dtype.bits / 8u);
-    bufs[i] = malloc(bytes[i] + 16);
-    memset(bufs[i], 0xa5, bytes[i]); /* poison: a store that never happens shows */
-    dt[i] = outs[i];
-    dt[i].data = bufs[i];
-  }
-  if (ffn_model_run_host(twin, din, nin, dt, nout) != FFN_OK) {
-    printf("FAIL %s: twin run: %s\n", label, ffn_last_error());
-    rc = -1;
-  }
-  for (int i = 0; i < nout && rc == 0; i++)
-    if (memcmp(bufs[i], outs[i].data, bytes[i]) != 0) {
-      size_t b = 0;
-      while (((unsigned char *)bufs[i])[b] == ((unsigned char *)outs[i].data)[b])
-        b++;
-      printf("FAIL %s: %s differs from the twin's at byte %zu of %zu\n", label, g->outputs[i].name, b, bytes[i]);
-      rc = -1;
-    }
-  if (rc == 0)
-    printf("ok   %s: the twin's outputs have the same bits\n", label);
-  for (int i = 0; i < nout; i++)
-    free(bufs[i]);
-  return rc;
-}
-
-/* Runs m on in and compares its outputs with the references; with a twin, also that the twin's
- * outputs have the same bits. */
-static inline int run_and_compare_twin(const char *label, ffn_model *m, ffn_model *twin, const Graph *g,
-                                       const TensorSet *in, const RefTensor *ref_prog, const RefTensor *ref_src,
-                                       const RefTensor *ref_exact) {
+static inline int run_and_compare(const char *label, ffn_model *m, const Graph *g, const TensorSet *in,
+                                  const RefTensor *ref_prog, const RefTensor *ref_src, const RefTensor *ref_exact) {
   int nout = g->noutputs, nin = in->n;
   DLTensor din[64], dout[64];
   for (int k = 0; k < nin; k++) {
@@ -492,16 +453,9 @@ static inline int run_and_compare_twin(const char *label, ffn_model *m, ffn_mode
     if (ref_exact)
       rc |= fp8_quality(label, g->outputs[i].name, ref_src[i].dtype, bufs[i], &ref_prog[i], &ref_exact[i]);
   }
-  if (twin && rc == 0)
-    rc = twin_same(label, twin, g, din, nin, dout);
   for (int i = 0; i < nout; i++)
     free(bufs[i]);
   return rc;
-}
-
-static inline int run_and_compare(const char *label, ffn_model *m, const Graph *g, const TensorSet *in,
-                                  const RefTensor *ref_prog, const RefTensor *ref_src, const RefTensor *ref_exact) {
-  return run_and_compare_twin(label, m, NULL, g, in, ref_prog, ref_src, ref_exact);
 }
 
 static inline int reference(const Graph *g, const TensorSet *w, const TensorSet *in, RefTensor *out);
