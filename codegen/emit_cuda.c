@@ -593,9 +593,17 @@ void emit_gemm_text(Kgen *k, const char *name, bool tc, const char *body) {
  *
  * The forms: a block per row for few rows (decode: every thread of the block on the one row, as
  * before); for many, rows of at most 4 chunks per thread: a warp per row up to N = 1024
- * (16-bit), TPR = 128 and two rows per block at 4096. */
+ * (16-bit), TPR = 128 and two rows per block at 4096. A row of more than 256 chunks also gets a
+ * block of up to 1024 threads for the first ROWWISE_ONE_ROWS_MAX rows (decode), at most 4 chunks
+ * a thread: its code is unrolled over 4 chunks, not 8-16 (one block runs it after a product has
+ * evicted it from the caches, so its size is fetch time: kernels/NOTES.md, twenty-second
+ * session), and its loads and conversions spread over four times the warps. */
 
 enum { ROW_WIDE_CHUNKS = 4, ROW_RESIDENT_WORDS = 64 };
+/* Up to ROWWISE_ONE_ROWS_MAX rows the 1024-thread form (where there is one), up to
+ * ROWWISE_BLOCK_ROWS_MAX a block of 256 per row (the rows' latency decides), beyond, several rows
+ * per block. */
+enum { ROWWISE_ONE_ROWS_MAX = 16, ROWWISE_BLOCK_ROWS_MAX = 256, ROW_ONE_THREADS = 1024 };
 
 static int pow2_at_least(int64_t x) {
   int p = 1;
@@ -604,18 +612,22 @@ static int pow2_at_least(int64_t x) {
   return p;
 }
 
-int rowwise_forms(int64_t n, int *vec, RowForm forms[2]) {
+int rowwise_forms(int64_t n, int *vec, RowForm forms[ROW_MAX_FORMS]) {
   *vec = n % 8 == 0 ? 8 : n % 4 == 0 ? 4 : n % 2 == 0 ? 2 : 1;
   int64_t nv = n / *vec;
-  int tpr = pow2_at_least(nv);
+  int tpr = pow2_at_least(nv), nf = 0;
+  if (tpr > 256 && nv <= (int64_t)ROW_ONE_THREADS * ROW_WIDE_CHUNKS) {
+    int one = tpr < ROW_ONE_THREADS ? tpr : ROW_ONE_THREADS;
+    forms[nf++] = (RowForm){one, one, "_one", ROWWISE_ONE_ROWS_MAX};
+  }
   tpr = tpr < 32 ? 32 : tpr > 256 ? 256 : tpr;
-  forms[0] = (RowForm){tpr, tpr, ""};
   int wide = pow2_at_least((nv + ROW_WIDE_CHUNKS - 1) / ROW_WIDE_CHUNKS);
   wide = wide < 32 ? 32 : wide > tpr ? tpr : wide;
-  if (wide == tpr && tpr == 256)
-    return 1;
-  forms[1] = (RowForm){256, wide, "_rows"};
-  return 2;
+  bool rows = !(wide == tpr && tpr == 256);
+  forms[nf++] = (RowForm){tpr, tpr, "", rows ? ROWWISE_BLOCK_ROWS_MAX : 0};
+  if (rows)
+    forms[nf++] = (RowForm){256, wide, "_rows", 0};
+  return nf;
 }
 
 static DType slot_dtype(Kgen *k, int sl) { return k->G->tensors[k->slot_tensor[sl]].dtype; }

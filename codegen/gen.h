@@ -128,14 +128,18 @@ void emit_gemm_functor(Kgen *k, Buf *body);
  * from ffn_row_stats instead of the GEMM. */
 void emit_gemm_entry(Kgen *k, const ffn_gemm_config *c, bool ext, Buf *body);
 /* A rowwise kernel's launch forms: blocks of `threads`, `tpr` threads per row (so threads / tpr
- * rows per block), `name` the suffix of its entry point ("" for the first). */
+ * rows per block), `name` the suffix of its entry point, max_m the most rows it runs (0: any;
+ * the forms in increasing max_m, the plan's variants in that order). */
 typedef struct {
   int threads, tpr;
   const char *name;
+  int64_t max_m;
 } RowForm;
+enum { ROW_MAX_FORMS = 3 };
 /* The row layout of a rowwise kernel over n columns: chunks of *vec elements, and its forms
- * (returns 1 or 2): a block per row, for few rows; for many, a few rows per block. */
-int rowwise_forms(int64_t n, int *vec, RowForm forms[2]);
+ * (returns 1 to 3): for the few rows of decode a block of up to 1024 threads per row, where
+ * the row is wide; a block per row, for few rows; for many, a few rows per block. */
+int rowwise_forms(int64_t n, int *vec, RowForm forms[ROW_MAX_FORMS]);
 /* The rowwise kernel of group k->gr (k->vec set): a row loop templated on its form, and an entry
  * point per form. */
 void emit_rowwise_kernel(Kgen *k, const RowForm *forms, int nforms, Buf *body);

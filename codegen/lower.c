@@ -315,18 +315,14 @@ static void add_step(Gen *G, int kernel, Kgen *k, const Shape *rows_of) {
   memcpy(s->rowdims, rows_of->d, sizeof(Dim) * (size_t)s->nrowdims);
 }
 
-/* Up to this many rows a rowwise kernel runs its first form, a block per row (the rows' latency
- * decides); beyond, its second, several rows per block (emit_cuda.c: rowwise_forms). */
-enum { ROWWISE_BLOCK_ROWS_MAX = 256 };
-
 /* The rowwise kernel with this text, a variant per form (its entry point @ followed by the
  * form's name; cfg.bm: rows per block, for the launch's grid), emitted under the heading
  * "kernel NAME: what" if it is new; returns its index. */
 static int rowwise_kernel(Gen *G, const char *body, int64_t n, const RowForm *forms, int nforms, Op op, const char *what) {
   PlanKernel pk = {.kind = KK_ROWWISE, .nvariants = nforms, .n = n, .op = op};
   for (int f = 0; f < nforms; f++) {
-    pk.variants[f] = (KernelVariant){.threads = forms[f].threads, .max_m = f + 1 < nforms ? ROWWISE_BLOCK_ROWS_MAX : 0};
-    pk.variants[f].cfg.name = f ? "rows" : "rowwise";
+    pk.variants[f] = (KernelVariant){.threads = forms[f].threads, .max_m = forms[f].max_m};
+    pk.variants[f].cfg.name = forms[f].name[0] ? forms[f].name + 1 : "rowwise";
     pk.variants[f].cfg.bm = forms[f].threads / forms[f].tpr;
   }
   bool is_new;
@@ -357,7 +353,7 @@ static int f8_quant_a(Gen *G, Kgen *k) {
   k->f8_stats = k->gr->stats > 0 ? new_tensor(G, PT_SCRATCH, &stats) : -1;
   int64_t K = a->shape.d[a->shape.rank - 1].size;
   int vec; /* 8: K % 16 == 0 */
-  RowForm forms[2];
+  RowForm forms[ROW_MAX_FORMS];
   int nforms = rowwise_forms(K, &vec, forms);
   Buf body = {0};
   for (int f = 0; f < nforms; f++)
@@ -608,7 +604,7 @@ static void lower_rowwise(Gen *G, Group *gr) {
     return;
   }
   int64_t N = k.ncols;
-  RowForm forms[2];
+  RowForm forms[ROW_MAX_FORMS];
   int nforms = rowwise_forms(N, &k.vec, forms);
   Buf body = {0};
   char what[128];
@@ -819,7 +815,7 @@ static void lower_single(Gen *G, Group *gr) {
   Buf body = {0};
   buf_printf(&body, "extern \"C\" __global__ void __launch_bounds__(%d) @(const __grid_constant__ ffn::KArgs args) {\n"
              "  ffn::pdl_entry();\n  %s;\n}\n", threads, call);
-  RowForm form = {threads, threads, ""}; /* a block per row, or its own grid (exec.c) */
+  RowForm form = {threads, threads, "", 0}; /* a block per row, or its own grid (exec.c) */
   int kernel = rowwise_kernel(G, body.s, C ? C : N, &form, 1, n->op, what);
   add_step(G, kernel, &k, &rows);
   buf_free(&body);

@@ -140,6 +140,14 @@ foreach(m ${FFNC_EXAMPLE_MODELS})
   endforeach()
 endforeach()
 
+# The code size of the rowwise kernels a wide fp8 product needs (its A's quantizer, K = 28672):
+# run as one block per row at decode, they fetch their code as they go (kernel_size_test.sh).
+add_test(NAME nvrtc_code_size_f8_quant_wide
+  COMMAND sh ${FFNC_TEST_DIR}/codegen/kernel_size_test.sh $<TARGET_FILE:ffnc> ${FFNC_TEST_DIR}/codegen/quant_wide.ffn
+          sm_90 65536 ${CMAKE_CURRENT_BINARY_DIR}/quant_wide_sm_90.cubin)
+set_tests_properties(nvrtc_code_size_f8_quant_wide PROPERTIES LABELS nvrtc
+  ENVIRONMENT "FFNC_CACHE_DIR=${PROJECT_BINARY_DIR}/test-kernel-cache")
+
 # Every elementwise op of the op table (ir/ops.def), alone, on the GPU against the CPU
 # reference: ewise_ops_model writes the model from the table and checks with the front end
 # that it holds every such op (CPU); NVRTC compiles it (no GPU needed); gpu_ewise_ops_* run it.
