@@ -1,5 +1,5 @@
 #!/bin/sh
-# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [grad] [wqdl8] [pdl] [wide] [keep] [live] [f8code] [f8fold] ...
+# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [grad] [wqdl8] [pdl] [wide] [keep] [live] [f8fold] ...
 # What one call on the lent GPU machine runs, with a build made here and carried there (that
 # machine has no flex, bison or jansson headers). The build has absolute paths under
 # /work/main, so the copy is linked there first; the kernel cache in build/test-kernel-cache
@@ -313,20 +313,6 @@ for part in "$@"; do
       timeout 60 $bin bench $S/llama3_70b_layer_i4g128.ffn $S/llama3_8b_layer_i4g128.ffn $S/llama3_70b_layer_i8.ffn \
         $S/llama3_8b_layer_i8.ffn --tokens 1,8,16 --reps 20 --no-graphs --no-ceilings >"$out/live_$b$r.txt" 2>&1
       echo "== $b $r: exit $?"; grep -E "  ffnc" "$out/live_$b$r.txt" | awk '{print $1, $4}' | tr '\n' ';'; echo
-    done; done
-    ;;
-  f8code)
-    # pending/f8code.patch (the fp8 quantizer's exact path out of line, kernels/fp8.cuh:
-    # f8_codes2_exact), about 3 minutes: the fp8 GPU tests, then the fp8 decode against main's
-    # build (.devcarry/ffnc_base, stripped before the patch is applied here), alternating
-    timeout 120 ctest -L gpu -R "f8" -j 8 --output-on-failure >"$out/f8_tests.log" 2>&1
-    echo "f8 gpu tests: exit $?"; grep -E "tests passed|tests failed|\(Failed\)" "$out/f8_tests.log" | head
-    S=/work/main/bench/suite
-    for r in 1 2; do for b in base f8code; do
-      bin=./ffnc; [ $b = base ] && bin=/work/main/.devcarry/ffnc_base
-      timeout 60 $bin bench $S/llama3_8b_layer_f8.ffn $S/llama3_70b_layer_f8.ffn --tokens 1,16,128 --reps 20 \
-        --no-ceilings >"$out/f8code_$b$r.txt" 2>&1
-      echo "== $b $r: exit $?"; grep -E "  ffnc " "$out/f8code_$b$r.txt" | awk '{print $1, $3, $4}' | tr '\n' ';'; echo
     done; done
     ;;
   f8fold)
