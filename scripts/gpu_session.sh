@@ -1,5 +1,5 @@
 #!/bin/sh
-# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [grad] [wqdl8] [pdl] [wide] [keep] [live] [f8fold] ...
+# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [grad] [wqdl8] [pdl] [wide] [keep] [live] ...
 # What one call on the lent GPU machine runs, with a build made here and carried there (that
 # machine has no flex, bison or jansson headers). The build has absolute paths under
 # /work/main, so the copy is linked there first; the kernel cache in build/test-kernel-cache
@@ -314,25 +314,6 @@ for part in "$@"; do
         $S/llama3_8b_layer_i8.ffn --tokens 1,8,16 --reps 20 --no-graphs --no-ceilings >"$out/live_$b$r.txt" 2>&1
       echo "== $b $r: exit $?"; grep -E "  ffnc" "$out/live_$b$r.txt" | awk '{print $1, $4}' | tr '\n' ';'; echo
     done; done
-    ;;
-  f8fold)
-    # pending/f8fold.patch (the down product quantizes its A itself at 1-4 rows, fp8.cuh: QuantA),
-    # about 3 minutes: the fp8 GPU tests, the A/B against main's build (.devcarry/ffnc_base,
-    # stripped before the patch is applied here) at 1, 2, 4 tokens and 16 (not folded: the
-    # control), then the twin: the patched build with the fold's variant ruled out
-    # (FFNC_GEMM_VARIANT: its quantizer kernel runs) must report the same error to the digit
-    timeout 120 ctest -L gpu -R "f8" -j 8 --output-on-failure >"$out/f8_tests.log" 2>&1
-    echo "f8 gpu tests: exit $?"; grep -E "tests passed|tests failed|\(Failed\)" "$out/f8_tests.log" | head
-    S=/work/main/bench/suite
-    for r in 1 2; do for b in base f8fold; do
-      bin=./ffnc; [ $b = base ] && bin=/work/main/.devcarry/ffnc_base
-      timeout 60 $bin bench $S/llama3_8b_layer_f8.ffn $S/llama3_70b_layer_f8.ffn --tokens 1,2,4,16 --reps 20 \
-        --no-ceilings >"$out/f8fold_$b$r.txt" 2>&1
-      echo "== $b $r: exit $?"; grep -E "  ffnc " "$out/f8fold_$b$r.txt" | awk '{print $1, $3, $4}' | tr '\n' ';'; echo
-    done; done
-    FFNC_GEMM_VARIANT=sm80_16x128x128 timeout 60 ./ffnc bench $S/llama3_8b_layer_f8.ffn --tokens 1,2 --reps 3 \
-      --no-ceilings >"$out/f8fold_twin.txt" 2>&1
-    echo "twin (fold ruled out): exit $?"; grep -E "  ffnc " "$out/f8fold_twin.txt"; grep -E "  ffnc " "$out/f8fold_f8fold1.txt" | head -4
     ;;
   bench)
     timeout 420 sh /work/main/bench/run_suite.sh /work/main/build/ffnc "$out" >"$out/bench.log" 2>&1
