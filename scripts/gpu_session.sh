@@ -1,5 +1,5 @@
 #!/bin/sh
-# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [grad] [wqdl8] [pdl] [wide] [keep] [live] ...
+# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [grad] [wqdl8] [pdl] [wide] [keep] [live] [dsplit] ...
 # What one call on the lent GPU machine runs, with a build made here and carried there (that
 # machine has no flex, bison or jansson headers). The build has absolute paths under
 # /work/main, so the copy is linked there first; the kernel cache in build/test-kernel-cache
@@ -314,6 +314,28 @@ for part in "$@"; do
         $S/llama3_8b_layer_i8.ffn --tokens 1,8,16 --reps 20 --no-graphs --no-ceilings >"$out/live_$b$r.txt" 2>&1
       echo "== $b $r: exit $?"; grep -E "  ffnc" "$out/live_$b$r.txt" | awk '{print $1, $4}' | tr '\n' ';'; echo
     done; done
+    ;;
+  dsplit)
+    # the decode products' split-K (kernels/gemm_host.h: ffn_gemm_pick_splits), about 3 minutes:
+    # each mma.sync product of the 70B fp8 / bf16 and 8B fp8 sublayers at one token under ncu
+    # (--clock-control none), with the rule's split and with FFNC_GEMM_SPLITS forced (which sets
+    # both products' split: ncu separates them); the median of each kernel's launches, us
+    S=/work/main/bench/suite
+    if command -v ncu >/dev/null; then
+      for m in llama3_70b_layer_f8 llama3_70b_layer llama3_8b_layer_f8; do
+        for sp in rule 1 2 3 4 6 8; do
+          if [ $sp = rule ]; then unset FFNC_GEMM_SPLITS; else export FFNC_GEMM_SPLITS=$sp; fi
+          timeout 40 ncu --clock-control none -k regex:'^k[0-9]+_sm80' --metrics gpu__time_duration.sum \
+            ./ffnc bench $S/$m.ffn --tokens 1 --reps 5 --no-graphs --no-ceilings >"$out/dsplit_${m}_$sp.txt" 2>&1
+          printf '%s splits %s (exit %s):' $m $sp $?
+          awk '/^  k[0-9]+_sm80/ {k = $1 "@" $2 $3 substr($4, 1, index($4, "x") - 1)} /gpu__time_duration.sum/ {print k, $2, $3}' "$out/dsplit_${m}_$sp.txt" |
+            sort -k1,1 -k3,3n | awk '{a[$1] = a[$1] " " $3; u[$1] = $2; n[$1]++}
+              END {for (k in a) {split(a[k], v, " "); printf " %s %s %s (%d)", k, v[int((n[k] + 1) / 2)], u[k], n[k]}}'
+          echo
+        done
+      done
+      unset FFNC_GEMM_SPLITS
+    fi
     ;;
   bench)
     timeout 420 sh /work/main/bench/run_suite.sh /work/main/build/ffnc "$out" >"$out/bench.log" 2>&1
