@@ -320,10 +320,11 @@ for part in "$@"; do
     # each mma.sync product of the 70B fp8 / bf16 and 8B fp8 sublayers at one token under ncu
     # (--clock-control none), with the rule's split and with FFNC_GEMM_SPLITS forced (which sets
     # both products' split: ncu separates them); the median of each kernel's launches, us
+    # (DSPLIT_MODELS, DSPLIT_SPLITS: fewer of either)
     S=/work/main/bench/suite
     if command -v ncu >/dev/null; then
-      for m in llama3_70b_layer_f8 llama3_70b_layer llama3_8b_layer_f8; do
-        for sp in rule 1 2 3 4 6 8; do
+      for m in ${DSPLIT_MODELS:-llama3_70b_layer_f8 llama3_70b_layer llama3_8b_layer_f8}; do
+        for sp in ${DSPLIT_SPLITS:-rule 1 2 3 4 6 8}; do
           if [ $sp = rule ]; then unset FFNC_GEMM_SPLITS; else export FFNC_GEMM_SPLITS=$sp; fi
           timeout 40 ncu --clock-control none -k regex:'^k[0-9]+_sm80' --metrics gpu__time_duration.sum \
             ./ffnc bench $S/$m.ffn --tokens 1 --reps 5 --no-graphs --no-ceilings >"$out/dsplit_${m}_$sp.txt" 2>&1
