@@ -179,7 +179,16 @@ static const char usage[] =
 
 enum { O_WEIGHTS, O_INPUTS, O_SEED, O_DIM, O_GRAD, O_KEEP };
 
-int cmd_gen(int argc, char **argv) {
+typedef struct {
+  CompileArgs ca;
+  const char *wpath, *ipath;
+  DimArg dims[16];
+  int ndims;
+  long long seed;
+} GenArgs;
+
+/* The command line into a; 0, or the exit status (-1: --help, printed). */
+static int gen_args(int argc, char **argv, GenArgs *a) {
   static const CliOpt opts[] = {CLI_OPT("--weights", "W.safetensors", O_WEIGHTS),
                                 CLI_OPT("--inputs", "IN.safetensors", O_INPUTS),
                                 CLI_OPT("--seed", "S", O_SEED),
@@ -187,143 +196,154 @@ int cmd_gen(int argc, char **argv) {
                                 CLI_OPT("--grad", NULL, O_GRAD),
                                 CLI_OPT("--keep", NULL, O_KEEP),
                                 {0}};
-  CompileArgs ca = {.opt_level = 3};
-  const char *wpath = NULL, *ipath = NULL, *v;
-  DimArg dimargs[16];
-  int ndimargs = 0;
-  long long seed = 1;
+  *a = (GenArgs){.ca = {.opt_level = 3}, .seed = 1};
+  const char *v;
   CliParser p;
   cli_parser_init(&p, "gen", opts, argc, argv);
   for (int id; (id = cli_next(&p, &v)) != CLI_END;) {
     if (id == CLI_HELP)
-      return fputs(usage, stdout), 0;
-    if (id == CLI_BAD || (id == O_SEED && cli_int("gen", "--seed", v, 0, INT64_MAX, &seed) != 0) ||
-        (id == O_DIM && parse_dim(v, dimargs, &ndimargs) != 0))
+      return fputs(usage, stdout), -1;
+    if (id == CLI_BAD || (id == O_SEED && cli_int("gen", "--seed", v, 0, INT64_MAX, &a->seed) != 0) ||
+        (id == O_DIM && parse_dim(v, a->dims, &a->ndims) != 0))
       return EXIT_USAGE;
     if (id == O_WEIGHTS)
-      wpath = v;
+      a->wpath = v;
     else if (id == O_INPUTS)
-      ipath = v;
+      a->ipath = v;
     else if (id == O_GRAD)
-      ca.grad = true;
+      a->ca.grad = true;
     else if (id == O_KEEP)
-      ca.keep = true;
-    else if (id == CLI_ARG && ca.file)
+      a->ca.keep = true;
+    else if (id == CLI_ARG && a->ca.file)
       return cli_error("gen: unexpected argument '%s' (one FILE.ffn)", v), EXIT_USAGE;
     else if (id == CLI_ARG)
-      ca.file = v;
+      a->ca.file = v;
   }
-  if (!ca.file || (!wpath && !ipath)) {
-    cli_error("gen: usage: ffnc gen FILE.ffn [--weights W.safetensors] [--inputs IN.safetensors --dim T=N]");
-    return EXIT_USAGE;
+  if (!a->ca.file || (!a->wpath && !a->ipath))
+    return cli_error("gen: usage: ffnc gen FILE.ffn [--weights W.safetensors] [--inputs IN.safetensors --dim T=N]"),
+           EXIT_USAGE;
+  if (a->ca.keep && !a->ca.grad)
+    return cli_error("gen: --keep needs --grad (the training forward's inputs are the program's: ffnc gen without --keep)"),
+           EXIT_USAGE;
+  if (a->ca.keep && a->ipath && !a->wpath)
+    return cli_error("gen: --grad --keep --inputs: give --weights too (the saved tensors are the training forward's, "
+                     "computed from the weights)"),
+           EXIT_USAGE;
+  return 0;
+}
+
+/* Writes w to path and destroys it; rc, or EXIT_USER if rc was 0 and the file could not be written. */
+static int save(StWriter *w, const char *path, int rc) {
+  char err[512];
+  if (rc == 0 && st_writer_save(w, path, err, sizeof err) != 0) {
+    cli_error("gen: %s", err);
+    rc = EXIT_USER;
   }
-  if (ca.keep && !ca.grad) {
-    cli_error("gen: --keep needs --grad (the training forward's inputs are the program's: ffnc gen without --keep)");
-    return EXIT_USAGE;
+  st_writer_destroy(w);
+  return rc;
+}
+
+/* Every weight of g, random, into the safetensors file a->wpath. */
+static int gen_weights(const GenArgs *a, Graph *g, Bufs *keep) {
+  StWriter *w = st_writer_create();
+  char err[512];
+  int rc = 0;
+  for (int i = 0; i < g->nodes.len && rc == 0; i++) {
+    Node *n = GRAPH_NODE(g, i);
+    if (n->op != OP_WEIGHT)
+      continue;
+    int64_t shape[FFN_MAX_RANK], numel = 1;
+    for (int d = 0; d < n->shape.rank; d++)
+      shape[d] = n->shape.d[d].size;
+    if (shape_check_limits(n->shape.rank, shape, &numel) != SHAPE_OK) /* check refuses these */
+      numel = -1;
+    double mean, std;
+    randinit_weight_scale(g, n, &mean, &std);
+    size_t nbytes;
+    if (n->stored != DT_NONE) {
+      rc = add_prequant(w, keep, g, n, (uint64_t)a->seed, numel, mean, std);
+      continue;
+    }
+    void *p = fill(keep, n->name, (uint64_t)a->seed, n->dtype, numel, mean, std, &nbytes);
+    if (st_writer_add(w, n->name, n->dtype, n->shape.rank, shape, p, nbytes, err, sizeof err) != 0) {
+      cli_error("gen: %s", err);
+      rc = EXIT_USER;
+    }
   }
-  if (ca.keep && ipath && !wpath) {
-    cli_error("gen: --grad --keep --inputs: give --weights too (the saved tensors are the training forward's, "
-              "computed from the weights)");
-    return EXIT_USAGE;
+  return save(w, a->wpath, rc);
+}
+
+/* The shape of input n with the dynamic dims' sizes dims[] (-1: not given); 0 or the exit status. */
+static int input_shape(const Graph *g, const Node *n, const int64_t *dims, int64_t *shape, int64_t *numel) {
+  for (int d = 0; d < n->shape.rank; d++) {
+    Dim dm = n->shape.d[d];
+    if (dm.sym >= 0 && dims[dm.sym] < 0)
+      return cli_error("gen: input '%s' needs dim %s: give it with --dim %s=N", n->name, g->dims[dm.sym].name,
+                       g->dims[dm.sym].name),
+             EXIT_USAGE;
+    shape[d] = dm.sym >= 0 ? dims[dm.sym] : dm.size;
   }
-  int status;
-  Graph *g = cli_frontend(&ca, &status);
+  ShapeLimit why = shape_check_limits(n->shape.rank, shape, numel);
+  if (why != SHAPE_OK)
+    return cli_error("gen: input '%s' with these --dim sizes is too large: %s", n->name, shape_limit_words(why)),
+           EXIT_USAGE;
+  return 0;
+}
+
+/* Every input of g, random (with --grad --keep the saved tensors computed: add_saved), into the
+ * safetensors file a->ipath. */
+static int gen_inputs(const GenArgs *a, Graph *g, const int64_t *dims, Bufs *keep) {
+  StWriter *w = st_writer_create();
+  GenInput *gen = calloc((size_t)g->nodes.len + 1, sizeof *gen);
+  char err[512];
+  int ngen = 0, rc = gen ? 0 : (cli_error("gen: out of host memory"), EXIT_USER);
+  for (int i = 0; i < g->nodes.len && rc == 0; i++) {
+    Node *n = GRAPH_NODE(g, i);
+    int64_t shape[FFN_MAX_RANK], numel = 1;
+    if (n->op != OP_INPUT || (rc = input_shape(g, n, dims, shape, &numel)) != 0)
+      continue;
+    if (a->ca.keep && strncmp(n->name, "saved.", 6) == 0)
+      continue; /* add_saved, below */
+    size_t nbytes;
+    void *p = fill(keep, n->name, (uint64_t)a->seed ^ 0x5eed, n->dtype, numel, 0.0, 1.0, &nbytes);
+    if (st_writer_add(w, n->name, n->dtype, n->shape.rank, shape, p, nbytes, err, sizeof err) != 0) {
+      cli_error("gen: %s", err);
+      rc = EXIT_USER;
+    }
+    GenInput *gi = &gen[ngen++];
+    *gi = (GenInput){n->name, {n->dtype, n->shape.rank, {0}, p, nbytes}};
+    memcpy(gi->t.shape, shape, sizeof gi->t.shape);
+  }
+  if (rc == 0 && a->ca.keep)
+    rc = add_saved(&a->ca, g, a->wpath, gen, ngen, w, keep);
+  free(gen);
+  return save(w, a->ipath, rc);
+}
+
+int cmd_gen(int argc, char **argv) {
+  GenArgs a;
+  int status = gen_args(argc, argv, &a);
+  if (status)
+    return status < 0 ? 0 : status;
+  Graph *g = cli_frontend(&a.ca, &status);
   if (!g)
     return status;
   int64_t dims[64] = {0};
   for (int d = 0; d < g->ndims && d < 64; d++) {
     dims[d] = -1;
-    for (int j = 0; j < ndimargs; j++)
-      if (strcmp(dimargs[j].name, g->dims[d].name) == 0)
-        dims[d] = dimargs[j].size;
+    for (int j = 0; j < a.ndims; j++)
+      if (strcmp(a.dims[j].name, g->dims[d].name) == 0)
+        dims[d] = a.dims[j].size;
   }
-  for (int j = 0; j < ndimargs; j++)
-    if (graph_find_dim(g, dimargs[j].name) < 0) {
-      cli_error("gen: --dim %s: the model has no dynamic dim '%s'", dimargs[j].name, dimargs[j].name);
-      graph_destroy(g);
-      return EXIT_USAGE;
-    }
-  Bufs keep = {0};
-  char err[512];
   int rc = 0;
-  if (wpath) {
-    StWriter *w = st_writer_create();
-    for (int i = 0; i < g->nodes.len && rc == 0; i++) {
-      Node *n = GRAPH_NODE(g, i);
-      if (n->op != OP_WEIGHT)
-        continue;
-      int64_t shape[FFN_MAX_RANK], numel = 1;
-      for (int d = 0; d < n->shape.rank; d++)
-        shape[d] = n->shape.d[d].size;
-      if (shape_check_limits(n->shape.rank, shape, &numel) != SHAPE_OK) /* check refuses these */
-        numel = -1;
-      double mean, std;
-      randinit_weight_scale(g, n, &mean, &std);
-      size_t nbytes;
-      if (n->stored != DT_NONE) {
-        rc = add_prequant(w, &keep, g, n, (uint64_t)seed, numel, mean, std);
-        continue;
-      }
-      void *p = fill(&keep, n->name, (uint64_t)seed, n->dtype, numel, mean, std, &nbytes);
-      if (st_writer_add(w, n->name, n->dtype, n->shape.rank, shape, p, nbytes, err, sizeof err) != 0) {
-        cli_error("gen: %s", err);
-        rc = EXIT_USER;
-      }
-    }
-    if (rc == 0 && st_writer_save(w, wpath, err, sizeof err) != 0) {
-      cli_error("gen: %s", err);
-      rc = EXIT_USER;
-    }
-    st_writer_destroy(w);
-  }
-  if (ipath && rc == 0) {
-    StWriter *w = st_writer_create();
-    GenInput *gen_inputs = calloc((size_t)g->nodes.len + 1, sizeof *gen_inputs);
-    int ngen = 0;
-    for (int i = 0; i < g->nodes.len && rc == 0; i++) {
-      Node *n = GRAPH_NODE(g, i);
-      if (n->op != OP_INPUT)
-        continue;
-      int64_t shape[FFN_MAX_RANK], numel = 1;
-      for (int d = 0; d < n->shape.rank; d++) {
-        Dim dm = n->shape.d[d];
-        if (dm.sym >= 0 && dims[dm.sym] < 0) {
-          cli_error("gen: input '%s' needs dim %s: give it with --dim %s=N", n->name, g->dims[dm.sym].name,
-                    g->dims[dm.sym].name);
-          rc = EXIT_USAGE;
-          break;
-        }
-        shape[d] = dm.sym >= 0 ? dims[dm.sym] : dm.size;
-      }
-      if (rc)
-        break;
-      ShapeLimit why = shape_check_limits(n->shape.rank, shape, &numel);
-      if (why != SHAPE_OK) {
-        cli_error("gen: input '%s' with these --dim sizes is too large: %s", n->name, shape_limit_words(why));
-        rc = EXIT_USAGE;
-        break;
-      }
-      if (ca.keep && strncmp(n->name, "saved.", 6) == 0)
-        continue; /* add_saved, below */
-      size_t nbytes;
-      void *p = fill(&keep, n->name, (uint64_t)seed ^ 0x5eed, n->dtype, numel, 0.0, 1.0, &nbytes);
-      if (st_writer_add(w, n->name, n->dtype, n->shape.rank, shape, p, nbytes, err, sizeof err) != 0) {
-        cli_error("gen: %s", err);
-        rc = EXIT_USER;
-      }
-      GenInput *gi = &gen_inputs[ngen++];
-      *gi = (GenInput){n->name, {n->dtype, n->shape.rank, {0}, p, nbytes}};
-      memcpy(gi->t.shape, shape, sizeof gi->t.shape);
-    }
-    if (rc == 0 && ca.keep)
-      rc = add_saved(&ca, g, wpath, gen_inputs, ngen, w, &keep);
-    if (rc == 0 && st_writer_save(w, ipath, err, sizeof err) != 0) {
-      cli_error("gen: %s", err);
-      rc = EXIT_USER;
-    }
-    st_writer_destroy(w);
-    free(gen_inputs);
-  }
+  for (int j = 0; j < a.ndims && rc == 0; j++)
+    if (graph_find_dim(g, a.dims[j].name) < 0)
+      rc = (cli_error("gen: --dim %s: the model has no dynamic dim '%s'", a.dims[j].name, a.dims[j].name), EXIT_USAGE);
+  Bufs keep = {0};
+  if (rc == 0 && a.wpath)
+    rc = gen_weights(&a, g, &keep);
+  if (rc == 0 && a.ipath)
+    rc = gen_inputs(&a, g, dims, &keep);
   for (int i = 0; i < keep.n; i++)
     free(keep.bufs[i]);
   free(keep.bufs);

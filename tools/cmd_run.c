@@ -68,7 +68,13 @@ static const char usage[] =
 
 enum { O_WEIGHTS, O_INPUT, O_OUTPUT, O_DEVICE, O_GRAD, O_KEEP };
 
-int cmd_run(int argc, char **argv) {
+typedef struct {
+  CompileArgs ca;
+  const char *wpath, *ipath, *opath, *device;
+} RunArgs;
+
+/* The command line into a; 0, or the exit status (-1: --help, printed). */
+static int run_args(int argc, char **argv, RunArgs *a) {
   static const CliOpt opts[] = {CLI_OPT("--weights", "W.safetensors", O_WEIGHTS),
                                 CLI_OPT("--input", "IN.safetensors", O_INPUT),
                                 CLI_OPT("--output", "OUT.safetensors", O_OUTPUT),
@@ -78,102 +84,112 @@ int cmd_run(int argc, char **argv) {
                                 CLI_PASS_OPTIONS,
                                 CLI_TARGET_OPTIONS,
                                 {0}};
-  CompileArgs ca = {.opt_level = 3};
-  const char *wpath = NULL, *ipath = NULL, *opath = NULL, *device = NULL, *v;
+  *a = (RunArgs){.ca = {.opt_level = 3}};
+  const char *v;
   CliParser p;
   cli_parser_init(&p, "run", opts, argc, argv);
   for (int id; (id = cli_next(&p, &v)) != CLI_END;) {
     if (id == CLI_HELP)
-      return fputs(usage, stdout), 0;
-    if (id == CLI_BAD || cli_compile_option("run", id, v, &ca) < 0)
+      return fputs(usage, stdout), -1;
+    if (id == CLI_BAD || cli_compile_option("run", id, v, &a->ca) < 0)
       return EXIT_USAGE;
     if (id == O_WEIGHTS)
-      wpath = v;
+      a->wpath = v;
     else if (id == O_INPUT)
-      ipath = v;
+      a->ipath = v;
     else if (id == O_OUTPUT)
-      opath = v;
+      a->opath = v;
     else if (id == O_DEVICE)
-      device = v;
+      a->device = v;
     else if (id == O_GRAD)
-      ca.grad = true;
+      a->ca.grad = true;
     else if (id == O_KEEP)
-      ca.keep = true;
-    else if (id == CLI_ARG && ca.file)
+      a->ca.keep = true;
+    else if (id == CLI_ARG && a->ca.file)
       return cli_error("run: unexpected argument '%s' (one FILE.ffn)", v), EXIT_USAGE;
     else if (id == CLI_ARG)
-      ca.file = v;
+      a->ca.file = v;
   }
-  if (!ca.file || !ipath || !opath) {
-    cli_error("run: usage: ffnc run FILE.ffn --weights W.safetensors --input IN.safetensors --output OUT.safetensors");
+  if (!a->ca.file || !a->ipath || !a->opath)
+    return cli_error("run: usage: ffnc run FILE.ffn --weights W.safetensors --input IN.safetensors --output OUT.safetensors"),
+           EXIT_USAGE;
+  if (a->device && strcmp(a->device, "cpu") != 0 && strcmp(a->device, "gpu") != 0)
+    return cli_error("run: --device must be gpu or cpu, not '%s'", a->device), EXIT_USAGE;
+  if (cli_check_tp("run", &a->ca, true) != 0)
     return EXIT_USAGE;
-  }
-  if (device && strcmp(device, "cpu") != 0 && strcmp(device, "gpu") != 0) {
-    cli_error("run: --device must be gpu or cpu, not '%s'", device);
-    return EXIT_USAGE;
-  }
-  if (cli_check_tp("run", &ca, true) != 0)
-    return EXIT_USAGE;
-  if (ca.tp_rank_given) {
-    cli_error("run: --tp-rank: ffnc run runs all the ranks of --tp N together (no rank runs alone)");
-    return EXIT_USAGE;
-  }
-  if (ca.grad && ca.tp > 1 && device && strcmp(device, "gpu") == 0) {
-    cli_error("run: the backward graph of a tensor-parallel program on the GPU: not yet; --device cpu runs it");
-    return EXIT_USER;
-  }
-  if (ca.grad && ca.tp > 1)
+  if (a->ca.tp_rank_given)
+    return cli_error("run: --tp-rank: ffnc run runs all the ranks of --tp N together (no rank runs alone)"), EXIT_USAGE;
+  if (a->ca.grad && a->ca.tp > 1 && a->device && strcmp(a->device, "gpu") == 0)
+    return cli_error("run: the backward graph of a tensor-parallel program on the GPU: not yet; --device cpu runs it"),
+           EXIT_USER;
+  if (a->ca.grad && a->ca.tp > 1)
+    a->device = "cpu";
+  return 0;
+}
+
+/* Without --device: the GPU where this machine has one for each rank (and NCCL for several),
+ * else the CPU reference, saying why. */
+static const char *pick_device(int nranks) {
+  char why[1024];
+  int count = ffn_device_count(why, sizeof why);
+  const char *device = count >= nranks ? "gpu" : "cpu";
+  if (count > 0 && count < nranks)
+    snprintf(why, sizeof why, "--tp %d needs %d GPUs, this machine has %d", nranks, nranks, count);
+  if (nranks > 1 && count >= nranks && !nccl_api(why, sizeof why))
     device = "cpu";
-  int status, nranks = ca.tp > 1 ? ca.tp : 1;
+  if (strcmp(device, "cpu") == 0)
+    fprintf(stderr, "ffnc: note: %s; running on the CPU reference interpreter\n", why);
+  return device;
+}
+
+/* The program of rank r of nranks per rank (nranks 1: the whole program); NULL and *status on failure. */
+static Graph **rank_graphs(const CompileArgs *ca, int nranks, int *status) {
   Graph **ranks = calloc((size_t)nranks, sizeof *ranks);
+  if (!ranks)
+    return cli_error("run: out of host memory"), *status = EXIT_USER, NULL;
   for (int r = 0; r < nranks; r++) {
-    CompileArgs rank_args = ca;
+    CompileArgs rank_args = *ca;
     rank_args.tp_rank = r;
-    if (!(ranks[r] = cli_frontend(&rank_args, &status))) {
+    if (!(ranks[r] = cli_frontend(&rank_args, status))) {
       for (int k = 0; k < r; k++)
         graph_destroy(ranks[k]);
       free(ranks);
-      return status;
+      return NULL;
     }
   }
-  Graph *g = ranks[0];
+  return ranks;
+}
+
+/* The weights and input files of a, opened; 0 or the exit status. */
+static int open_files(const RunArgs *a, const Graph *g, StFile **wf, StFile **inf) {
   char err[512];
-  StFile *wf = NULL, *inf = NULL;
-  int rc = 0;
   bool needs_weights = false;
   for (int i = 0; i < g->nodes.len; i++)
     needs_weights |= GRAPH_NODE(g, i)->op == OP_WEIGHT;
-  if (needs_weights && !wpath) {
-    cli_error("run: %s reads weights: give them with --weights W.safetensors", ca.file);
-    rc = EXIT_USAGE;
-    goto out;
+  if (needs_weights && !a->wpath)
+    return cli_error("run: %s reads weights: give them with --weights W.safetensors", a->ca.file), EXIT_USAGE;
+  if (a->wpath && !(*wf = st_open(a->wpath, err, sizeof err)))
+    return cli_error("%s", err), EXIT_USER;
+  if (!(*inf = st_open(a->ipath, err, sizeof err)))
+    return cli_error("%s", err), EXIT_USER;
+  return 0;
+}
+
+int cmd_run(int argc, char **argv) {
+  RunArgs a;
+  int status = run_args(argc, argv, &a);
+  if (status)
+    return status < 0 ? 0 : status;
+  int nranks = a.ca.tp > 1 ? a.ca.tp : 1;
+  Graph **ranks = rank_graphs(&a.ca, nranks, &status);
+  if (!ranks)
+    return status;
+  StFile *wf = NULL, *inf = NULL;
+  int rc = open_files(&a, ranks[0], &wf, &inf);
+  if (rc == 0) {
+    const char *device = a.device ? a.device : pick_device(nranks);
+    rc = strcmp(device, "cpu") == 0 ? run_cpu(ranks, nranks, wf, inf, a.opath) : run_gpu(&a.ca, wf, inf, a.wpath, a.opath);
   }
-  if (wpath && !(wf = st_open(wpath, err, sizeof err))) {
-    cli_error("%s", err);
-    rc = EXIT_USER;
-    goto out;
-  }
-  if (!(inf = st_open(ipath, err, sizeof err))) {
-    cli_error("%s", err);
-    rc = EXIT_USER;
-    goto out;
-  }
-  if (!device) {
-    char why[1024];
-    int count = ffn_device_count(why, sizeof why);
-    device = count >= nranks ? "gpu" : "cpu";
-    if (count > 0 && count < nranks)
-      snprintf(why, sizeof why, "--tp %d needs %d GPUs, this machine has %d", nranks, nranks, count);
-    if (nranks > 1 && count >= nranks && !nccl_api(why, sizeof why))
-      device = "cpu";
-    if (strcmp(device, "cpu") == 0)
-      fprintf(stderr, "ffnc: note: %s; running on the CPU reference interpreter\n", why);
-  }
-  if (strcmp(device, "cpu") == 0)
-    rc = run_cpu(ranks, nranks, wf, inf, opath);
-  else
-    rc = run_gpu(&ca, wf, inf, wpath, opath);
-out:
   st_close(wf);
   st_close(inf);
   for (int r = 0; r < nranks; r++)
