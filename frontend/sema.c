@@ -841,16 +841,14 @@ static bool eval_chunk(Sema *s, Expr *call, int nnames, Val *parts) {
 
 static Val call_block(Sema *s, Sym *blk, Val *args, int nargs);
 
-static Val eval_builtin(Sema *s, Expr *e, const Builtin *b) {
-  if (b->kind == B_CHUNK) {
-    if (error_at(s, e->op_span, "`chunk` can only be used on the right of a binding of several names"))
-      note(s, "usage: a, b = chunk(x, 2)");
-    return poison();
-  }
-  Val v[4];
+/* The arguments of a call of builtin b evaluated into v[] (a cast's type name skipped) and
+ * their expressions into arg[]; their number, or -1 (reported, or an argument already poisoned). */
+static int builtin_args(Sema *s, Expr *e, const Builtin *b, Val v[4], Expr *arg[4]) {
   int n = 0;
   bool bad = false;
   for (Expr *a = e->args; a; a = a->next, n++) {
+    if (n < 4)
+      arg[n] = a;
     if (b->kind == B_CAST && n == 1)
       continue; /* a type name, not a value */
     Val x = eval(s, a);
@@ -867,15 +865,79 @@ static Val eval_builtin(Sema *s, Expr *e, const Builtin *b) {
       shown = error_at(s, e->op_span, "`%s` takes %d to %d arguments, got %d", b->name, b->min_args, b->max_args, n);
     if (shown)
       note(s, "usage: %s", b->usage);
+    return -1;
+  }
+  return bad ? -1 : n;
+}
+
+/* rmsnorm(x, g[, eps]) and layernorm(x, g[, bias][, eps]) with n arguments v[] at arg[]. */
+static Val eval_norm(Sema *s, Expr *e, const Builtin *b, const Val *v, Expr *const *arg, int n) {
+  Node *args[3];
+  int nargs = 2;
+  double eps = DEFAULT_EPS;
+  for (int i = 0; i < 2; i++) {
+    if (v[i].kind != VAL_TENSOR) {
+      error_at(s, arg[i]->span, "the %s of `%s` must be a tensor, not %s", i ? "gain" : "input", b->name,
+               kind_words(v[i]));
+      return poison();
+    }
+    args[i] = v[i].node;
+  }
+  for (int i = 2; i < n; i++) {
+    bool bias_slot = b->kind == B_LAYERNORM && i == 2;
+    if (v[i].kind == VAL_TENSOR && bias_slot) {
+      args[nargs++] = v[i].node;
+    } else if (v[i].kind == VAL_NUM && (i == n - 1)) {
+      eps = v[i].num.value;
+    } else {
+      error_at(s, arg[i]->span, "the %s argument of `%s` must be %s, not %s", i == 2 ? "third" : "fourth", b->name,
+               bias_slot ? "the bias tensor" : "the epsilon, a number", kind_words(v[i]));
+      if (bias_slot && v[i].kind == VAL_NUM)
+        note(s, "usage: %s", b->usage);
+      return poison();
+    }
+  }
+  if (!(eps > 0) || isinf(eps)) {
+    error_at(s, arg[n - 1]->span, "the epsilon of `%s` must be a positive number", b->name);
     return poison();
   }
-  if (bad)
+  Node *node = make(s, b->op, s->vtype, args, nargs, NULL, e->op_span);
+  if (node)
+    node->fval = eps;
+  return made(node);
+}
+
+/* cast(x, TYPE): x as it is where it has that type already. */
+static Val eval_cast(Sema *s, Expr *e, const Builtin *b, const Val *v, Expr *const *arg) {
+  Expr *t = arg[1];
+  if (t->kind != EX_NAME) {
+    if (error_at(s, t->span, "the second argument of `cast` must be an element type"))
+      note(s, "usage: %s", b->usage);
+    return poison();
+  }
+  DType dt = tensor_dtype(s, t->name, t->span);
+  if (dt == DT_NONE)
+    return poison();
+  Node *x = as_node(s, v[0], arg[0]->span);
+  if (!x)
+    return poison();
+  if (x->dtype == dt)
+    return tensor(x);
+  return made(make(s, OP_CAST, dt, &x, 1, NULL, e->op_span));
+}
+
+static Val eval_builtin(Sema *s, Expr *e, const Builtin *b) {
+  if (b->kind == B_CHUNK) {
+    if (error_at(s, e->op_span, "`chunk` can only be used on the right of a binding of several names"))
+      note(s, "usage: a, b = chunk(x, 2)");
+    return poison();
+  }
+  Val v[4];
+  Expr *arg[4];
+  int n = builtin_args(s, e, b, v, arg);
+  if (n < 0)
     return poison();
   Span at = e->op_span;
-  Expr *arg[4] = {e->args};
-  for (int i = 1; i < n; i++)
-    arg[i] = arg[i - 1]->next;
-
   switch (b->kind) {
   case B_UNARY: {
     Node *x = as_node(s, v[0], arg[0]->span);
@@ -890,58 +952,10 @@ static Val eval_builtin(Sema *s, Expr *e, const Builtin *b) {
     return made(make(s, OP_MUL, s->vtype, args, 2, NULL, at));
   }
   case B_RMSNORM:
-  case B_LAYERNORM: {
-    Node *args[3];
-    int nargs = 2;
-    double eps = DEFAULT_EPS;
-    for (int i = 0; i < 2; i++) {
-      if (v[i].kind != VAL_TENSOR) {
-        error_at(s, arg[i]->span, "the %s of `%s` must be a tensor, not %s", i ? "gain" : "input", b->name,
-                 kind_words(v[i]));
-        return poison();
-      }
-      args[i] = v[i].node;
-    }
-    for (int i = 2; i < n; i++) {
-      bool bias_slot = b->kind == B_LAYERNORM && i == 2;
-      if (v[i].kind == VAL_TENSOR && bias_slot) {
-        args[nargs++] = v[i].node;
-      } else if (v[i].kind == VAL_NUM && (i == n - 1)) {
-        eps = v[i].num.value;
-      } else {
-        error_at(s, arg[i]->span, "the %s argument of `%s` must be %s, not %s", i == 2 ? "third" : "fourth", b->name,
-                 bias_slot ? "the bias tensor" : "the epsilon, a number", kind_words(v[i]));
-        if (bias_slot && v[i].kind == VAL_NUM)
-          note(s, "usage: %s", b->usage);
-        return poison();
-      }
-    }
-    if (!(eps > 0) || isinf(eps)) {
-      error_at(s, arg[n - 1]->span, "the epsilon of `%s` must be a positive number", b->name);
-      return poison();
-    }
-    Node *node = make(s, b->op, s->vtype, args, nargs, NULL, at);
-    if (node)
-      node->fval = eps;
-    return made(node);
-  }
-  case B_CAST: {
-    Expr *t = arg[1];
-    if (t->kind != EX_NAME) {
-      if (error_at(s, t->span, "the second argument of `cast` must be an element type"))
-        note(s, "usage: %s", b->usage);
-      return poison();
-    }
-    DType dt = tensor_dtype(s, t->name, t->span);
-    if (dt == DT_NONE)
-      return poison();
-    Node *x = as_node(s, v[0], arg[0]->span);
-    if (!x)
-      return poison();
-    if (x->dtype == dt)
-      return tensor(x);
-    return made(make(s, OP_CAST, dt, &x, 1, NULL, at));
-  }
+  case B_LAYERNORM:
+    return eval_norm(s, e, b, v, arg, n);
+  case B_CAST:
+    return eval_cast(s, e, b, v, arg);
   case B_CHUNK:
     break;
   }
