@@ -1,5 +1,5 @@
 #!/bin/sh
-# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [grad] [wqdl8] [pdl] [wide] [keep] [live] [dsplit] ...
+# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [grad] [wqdl8] [pdl] [wide] [keep] [live] [dsplit] [bars] ...
 # What one call on the lent GPU machine runs, with a build made here and carried there (that
 # machine has no flex, bison or jansson headers). The build has absolute paths under
 # /work/main, so the copy is linked there first; the kernel cache in build/test-kernel-cache
@@ -337,6 +337,21 @@ for part in "$@"; do
       done
       unset FFNC_GEMM_SPLITS
     fi
+    ;;
+  bars)
+    # the rows of issues 9 and 10 that have bars, in about 2 minutes (for a call with little device
+    # time left; lowp is the whole table): fp8 70B and 8B, bf16 8B at 1, 128 and 8192 tokens
+    # beside torch's best, then int4 g128 and int8 decode at one token
+    S=/work/main/bench/suite
+    timeout 150 ./ffnc bench $S/llama3_70b_layer_f8.ffn $S/llama3_8b_layer_f8.ffn $S/llama3_8b_layer.ffn \
+      --tokens 1,128,8192 --reps 20 --json "$out/bars.json" >"$out/bars.txt" 2>&1
+    echo "bars bench: exit $?"; grep -E "suite|ceilings|  ffnc" "$out/bars.txt"
+    timeout 60 ./ffnc bench $S/llama3_70b_layer_i4g128.ffn $S/llama3_8b_layer_i4g128.ffn $S/llama3_70b_layer_i8.ffn \
+      --tokens 1 --reps 10 --no-graphs --no-ceilings >"$out/bars_int.txt" 2>&1
+    echo "int bench: exit $?"; grep -E "suite|  ffnc" "$out/bars_int.txt"
+    PYTHONUNBUFFERED=1 timeout 120 python3 /work/main/bench/torch_peer.py --ffnc "$out/bars.json" \
+      --models llama3_8b_layer --reps 20 >"$out/torch_bars.txt" 2>&1
+    echo "torch: exit $?"; grep -E "^\|" "$out/torch_bars.txt"
     ;;
   bench)
     timeout 420 sh /work/main/bench/run_suite.sh /work/main/build/ffnc "$out" >"$out/bench.log" 2>&1
