@@ -1,5 +1,5 @@
 #!/bin/sh
-# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [grad] [wqdl8] [pdl] [wide] [keep] [live] [dsplit] [bars] ...
+# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [grad] [wqdl8] [pdl] [wide] [keep] [live] [dsplit] [splitab] [bars] ...
 # What one call on the lent GPU machine runs, with a build made here and carried there (that
 # machine has no flex, bison or jansson headers). The build has absolute paths under
 # /work/main, so the copy is linked there first; the kernel cache in build/test-kernel-cache
@@ -337,6 +337,18 @@ for part in "$@"; do
       done
       unset FFNC_GEMM_SPLITS
     fi
+    ;;
+  splitab)
+    # the decode products' split rule (kernels/gemm_host.h: ffn_gemm_pick_splits) against an
+    # alternative built here (.devcarry/ffnc_alt, stripped), in alternating rounds, graphs, us
+    S=/work/main/bench/suite
+    for r in 1 2; do for b in base alt; do
+      bin=./ffnc; [ $b = alt ] && bin=/work/main/.devcarry/ffnc_alt
+      timeout 60 $bin bench $S/llama3_70b_layer_f8.ffn $S/llama3_70b_layer.ffn $S/llama3_8b_layer_f8.ffn \
+        $S/llama3_8b_layer.ffn --tokens 1,8,16 --reps 20 --no-ceilings >"$out/splitab_$b$r.txt" 2>&1
+      echo "== $b $r: exit $?"
+      awk '/ \(/ && /\.ffn/ {printf "\n %s:", $1} / ffnc +yes/ {printf " %s %s %s;", $1, $4, $(NF-1)}' "$out/splitab_$b$r.txt"; echo
+    done; done
     ;;
   bars)
     # the rows of issues 9 and 10 that have bars, in about 2 minutes (for a call with little device
