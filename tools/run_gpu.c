@@ -98,132 +98,179 @@ static ffn_status run_ranks(ffn_model **models, int nranks, const DLTensor *in, 
   return s;
 }
 
-int run_gpu(const CompileArgs *ca, StFile *wf, StFile *inf, const char *weights_path, const char *out_path) {
-  int nranks = ca->tp > 1 ? ca->tp : 1;
-  char why[512];
-  int rc = 0;
-  if (nranks > 1 && (rc = cli_check_tp_devices("run", nranks)) != 0) /* before spending time compiling */
-    return rc;
-  if (ffn_device_count(why, sizeof why) == 0) {
-    cli_error("%s", why);
-    return EXIT_DEVICE;
-  }
-  ffn_program **progs = calloc((size_t)nranks, sizeof *progs);
-  ffn_model **models = calloc((size_t)nranks, sizeof *models);
-  ffn_status s = FFN_OK;
-  for (int r = 0; r < nranks && s == FFN_OK; r++) {
+/* One `ffnc run` on the GPU, rank by rank: what run_gpu's steps share, freed by run_free. */
+typedef struct {
+  int nranks;
+  ffn_program **progs;
+  ffn_model **models;
+  const Plan *p;                     /* rank 0's plan: the ranks share inputs and outputs */
+  DLTensor *in, **out;               /* in[input]; out[rank][output] */
+  void ***bufs;                      /* bufs[rank][output]: host memory of out */
+  int64_t (*shapes)[FFN_MAX_RANK];   /* shapes[output] */
+  DType *odt;                        /* odt[output] */
+} Run;
+
+static int out_of_memory(void) {
+  cli_error("run: out of host memory");
+  return EXIT_USER;
+}
+
+/* Each rank's program (--tp-rank r), then the host arrays sized by rank 0's plan. */
+static int compile_ranks(const CompileArgs *ca, Run *g) {
+  g->progs = calloc((size_t)g->nranks, sizeof *g->progs);
+  g->models = calloc((size_t)g->nranks, sizeof *g->models);
+  g->out = calloc((size_t)g->nranks, sizeof *g->out);
+  g->bufs = calloc((size_t)g->nranks, sizeof *g->bufs);
+  if (!g->progs || !g->models || !g->out || !g->bufs)
+    return out_of_memory();
+  for (int r = 0; r < g->nranks; r++) {
     CompileArgs rank_args = *ca;
     rank_args.tp_rank = r;
     ffn_options *o = NULL;
-    s = cli_options(&rank_args, &o);
+    ffn_status s = cli_options(&rank_args, &o);
     if (s == FFN_OK)
-      s = ffn_program_compile_file(ca->file, o, &progs[r]);
+      s = ffn_program_compile_file(ca->file, o, &g->progs[r]);
     ffn_options_destroy(o);
+    if (s != FFN_OK)
+      return fail(s);
   }
-  if (s != FFN_OK)
-    rc = fail(s);
-  const Plan *p = progs[0] ? progs[0]->plan : NULL;
-  DLTensor *in = NULL, **out = calloc((size_t)nranks, sizeof *out);
-  int64_t(*shapes)[FFN_MAX_RANK] = NULL;
-  DType *odt = NULL;
-  void ***bufs = calloc((size_t)nranks, sizeof *bufs);
-  if (rc == 0) {
-    in = calloc((size_t)p->ninputs + 1, sizeof *in);
-    shapes = calloc((size_t)p->noutputs + 1, sizeof *shapes);
-    odt = calloc((size_t)p->noutputs + 1, sizeof *odt);
-  }
-  /* inputs by name, checked against the declarations */
-  for (int t = 0; rc == 0 && t < p->ntensors; t++) {
-    const PlanTensor *pt = &p->tensors[t];
+  g->p = g->progs[0]->plan;
+  g->in = calloc((size_t)g->p->ninputs + 1, sizeof *g->in);
+  g->shapes = calloc((size_t)g->p->noutputs + 1, sizeof *g->shapes);
+  g->odt = calloc((size_t)g->p->noutputs + 1, sizeof *g->odt);
+  return g->in && g->shapes && g->odt ? 0 : out_of_memory();
+}
+
+/* The inputs by name from the input file, checked against the declarations. */
+static int bind_inputs(Run *g, StFile *inf) {
+  for (int t = 0; t < g->p->ntensors; t++) {
+    const PlanTensor *pt = &g->p->tensors[t];
     if (pt->kind == PT_OUTPUT)
-      odt[pt->index] = pt->dtype;
+      g->odt[pt->index] = pt->dtype;
     if (pt->kind != PT_INPUT)
       continue;
     const StTensor *st = st_find(inf, pt->name);
     if (!st) {
       cli_error("%s: missing input '%s'", st_label(inf), pt->name);
-      rc = EXIT_USER;
-    } else if (st->dtype != pt->dtype) {
+      return EXIT_USER;
+    }
+    if (st->dtype != pt->dtype) {
       cli_error("%s: input '%s' is %s, the model declares %s", st_label(inf), pt->name, dtype_name(st->dtype),
                 dtype_name(pt->dtype));
-      rc = EXIT_USER;
-    } else {
-      in[pt->index] = (DLTensor){(void *)st->data, {kDLCPU, 0}, st->rank, dl_type(st->dtype), (int64_t *)st->shape, NULL, 0};
+      return EXIT_USER;
     }
+    g->in[pt->index] = (DLTensor){(void *)st->data, {kDLCPU, 0}, st->rank, dl_type(st->dtype), (int64_t *)st->shape, NULL, 0};
   }
-  for (int r = 0; r < nranks && rc == 0; r++) {
-    if ((s = ffn_model_create(progs[r], r, &models[r])) != FFN_OK) {
-      rc = fail(s);
-      break;
-    }
+  return 0;
+}
+
+/* A model per rank on device r, its weights bound and prepared; with several, their NCCL
+ * communicators. */
+static int load_models(const CompileArgs *ca, Run *g, bool weights, const char *weights_path) {
+  ffn_status s;
+  for (int r = 0; r < g->nranks; r++) {
+    if ((s = ffn_model_create(g->progs[r], r, &g->models[r])) != FFN_OK)
+      return fail(s);
     if (ca->verbose && r == 0) /* which `ffnc tune` choices it uses, or why none */
-      fprintf(stderr, "run: %s\n", ffn_model_tuning(models[r]));
-    if (wf && (s = ffn_model_bind_weights_file(models[r], weights_path)) != FFN_OK)
-      rc = fail(s);
-    else if ((s = ffn_model_prepare(models[r])) != FFN_OK)
-      rc = fail(s);
+      fprintf(stderr, "run: %s\n", ffn_model_tuning(g->models[r]));
+    if (weights && (s = ffn_model_bind_weights_file(g->models[r], weights_path)) != FFN_OK)
+      return fail(s);
+    if ((s = ffn_model_prepare(g->models[r])) != FFN_OK)
+      return fail(s);
   }
-  if (rc == 0 && nranks > 1) {
-    int *devices = calloc((size_t)nranks, sizeof *devices);
-    for (int r = 0; devices && r < nranks; r++)
-      devices[r] = r;
-    s = devices ? nccl_init_models(models, devices, nranks) : rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
-    free(devices);
-    if (s != FFN_OK)
-      rc = fail(s);
-  }
-  for (int r = 0; r < nranks && rc == 0; r++) {
-    out[r] = calloc((size_t)p->noutputs + 1, sizeof **out);
-    bufs[r] = calloc((size_t)p->noutputs + 1, sizeof(void *));
-    for (int i = 0; i < p->noutputs && rc == 0; i++) {
+  if (g->nranks == 1)
+    return 0;
+  int *devices = calloc((size_t)g->nranks, sizeof *devices);
+  if (!devices)
+    return out_of_memory();
+  for (int r = 0; r < g->nranks; r++)
+    devices[r] = r;
+  s = nccl_init_models(g->models, devices, g->nranks);
+  free(devices);
+  return s == FFN_OK ? 0 : fail(s);
+}
+
+/* Host memory for each rank's outputs, shaped by the inputs. */
+static int alloc_outputs(Run *g) {
+  const Plan *p = g->p;
+  for (int r = 0; r < g->nranks; r++) {
+    g->out[r] = calloc((size_t)p->noutputs + 1, sizeof **g->out);
+    g->bufs[r] = calloc((size_t)p->noutputs + 1, sizeof(void *));
+    if (!g->out[r] || !g->bufs[r])
+      return out_of_memory();
+    for (int i = 0; i < p->noutputs; i++) {
       int nd;
-      if ((s = ffn_model_output_shape(models[r], i, in, p->ninputs, shapes[i], &nd)) != FFN_OK) {
-        rc = fail(s);
-        break;
-      }
+      ffn_status s = ffn_model_output_shape(g->models[r], i, g->in, p->ninputs, g->shapes[i], &nd);
+      if (s != FFN_OK)
+        return fail(s);
       size_t numel = 1;
       for (int d = 0; d < nd; d++)
-        numel *= (size_t)shapes[i][d];
-      bufs[r][i] = malloc(dtype_bytes(odt[i], numel) + 16);
-      out[r][i] = (DLTensor){bufs[r][i], {kDLCPU, 0}, nd, dl_type(odt[i]), shapes[i], NULL, 0};
+        numel *= (size_t)g->shapes[i][d];
+      if (!(g->bufs[r][i] = malloc(dtype_bytes(g->odt[i], numel) + 16)))
+        return out_of_memory();
+      g->out[r][i] = (DLTensor){g->bufs[r][i], {kDLCPU, 0}, nd, dl_type(g->odt[i]), g->shapes[i], NULL, 0};
     }
   }
-  if (rc == 0 && (s = run_ranks(models, nranks, in, p->ninputs, out, p->noutputs)) != FFN_OK)
-    rc = fail(s);
-  if (rc == 0) {
-    char err[512];
-    StWriter *w = st_writer_create();
-    for (int i = 0; i < p->noutputs && rc == 0; i++) {
-      size_t numel = 1;
-      for (int d = 0; d < out[0][i].ndim; d++)
-        numel *= (size_t)shapes[i][d];
-      if (st_writer_add(w, ffn_program_output_name(progs[0], i), odt[i], out[0][i].ndim, shapes[i], bufs[0][i],
-                        dtype_bytes(odt[i], numel), err, sizeof err) != 0) {
-        cli_error("%s", err);
-        rc = EXIT_USER;
-      }
-    }
-    if (rc == 0 && st_writer_save(w, out_path, err, sizeof err) != 0) {
+  return 0;
+}
+
+/* Rank 0's outputs into a safetensors file (st_writer_save: whole or not at all). */
+static int save_outputs(const Run *g, const char *out_path) {
+  char err[512];
+  int rc = 0;
+  StWriter *w = st_writer_create();
+  if (!w)
+    return out_of_memory();
+  for (int i = 0; i < g->p->noutputs && rc == 0; i++) {
+    const DLTensor *o = &g->out[0][i];
+    size_t numel = 1;
+    for (int d = 0; d < o->ndim; d++)
+      numel *= (size_t)o->shape[d];
+    if (st_writer_add(w, ffn_program_output_name(g->progs[0], i), g->odt[i], o->ndim, o->shape, o->data,
+                      dtype_bytes(g->odt[i], numel), err, sizeof err) != 0) {
       cli_error("%s", err);
       rc = EXIT_USER;
     }
-    st_writer_destroy(w);
   }
-  for (int r = 0; r < nranks; r++) {
-    for (int i = 0; bufs[r] && i < p->noutputs; i++)
-      free(bufs[r][i]);
-    free(bufs[r]);
-    free(out[r]);
-    ffn_model_destroy(models[r]);
+  if (rc == 0 && st_writer_save(w, out_path, err, sizeof err) != 0) {
+    cli_error("%s", err);
+    rc = EXIT_USER;
   }
-  for (int r = 0; r < nranks; r++)
-    ffn_program_destroy(progs[r]);
-  free(bufs);
-  free(in);
-  free(out);
-  free(shapes);
-  free(odt);
-  free(models);
-  free(progs);
+  st_writer_destroy(w);
+  return rc;
+}
+
+static void run_free(Run *g) {
+  for (int r = 0; r < g->nranks; r++) {
+    for (int i = 0; g->bufs && g->bufs[r] && i < g->p->noutputs; i++)
+      free(g->bufs[r][i]);
+    if (g->bufs)
+      free(g->bufs[r]);
+    if (g->out)
+      free(g->out[r]);
+    if (g->models)
+      ffn_model_destroy(g->models[r]);
+  }
+  for (int r = 0; g->progs && r < g->nranks; r++)
+    ffn_program_destroy(g->progs[r]);
+  free(g->bufs), free(g->in), free(g->out), free(g->shapes), free(g->odt), free(g->models), free(g->progs);
+}
+
+int run_gpu(const CompileArgs *ca, StFile *wf, StFile *inf, const char *weights_path, const char *out_path) {
+  Run g = {.nranks = ca->tp > 1 ? ca->tp : 1};
+  char why[512];
+  int rc;
+  if (g.nranks > 1 && (rc = cli_check_tp_devices("run", g.nranks)) != 0) /* before spending time compiling */
+    return rc;
+  if (ffn_device_count(why, sizeof why) == 0) {
+    cli_error("%s", why);
+    return EXIT_DEVICE;
+  }
+  if ((rc = compile_ranks(ca, &g)) == 0 && (rc = bind_inputs(&g, inf)) == 0 &&
+      (rc = load_models(ca, &g, wf != NULL, weights_path)) == 0 && (rc = alloc_outputs(&g)) == 0) {
+    ffn_status s = run_ranks(g.models, g.nranks, g.in, g.p->ninputs, g.out, g.p->noutputs);
+    rc = s == FFN_OK ? save_outputs(&g, out_path) : fail(s);
+  }
+  run_free(&g);
   return rc;
 }
