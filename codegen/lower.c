@@ -708,116 +708,133 @@ static int wgrad_sm90_kernel(Gen *G, const Node *n, const char *mma_call, int64_
   return kernel;
 }
 
+/* What lower_single's cases decide: the template call, its comment, the launch's rows and
+ * threads, and the dims the rowwise form is sized by. */
+typedef struct {
+  char call[256], what[160];
+  Shape rows;        /* the launch's rows: x's leading dims (all but the last) unless a case says */
+  int64_t C, K, N;
+  int threads;
+  bool wgmma;        /* a weight gradient on sm_90: wgrad_sm90_kernel */
+} Single;
+
+static bool single_matmul_at(Gen *G, const Node *n, Single *o) {
+  const Shape *xs = &n->args[0]->shape, *bs = &n->args[1]->shape;
+  if (!static_dims(xs, xs->rank - 1, xs->rank, &o->K) || !static_dims(bs, bs->rank - 1, bs->rank, &o->N)) {
+    fail(G, n, "matmul_at with a dynamic inner dim is not supported by the GPU code generator yet");
+    return false;
+  }
+  long long K = o->K, N = o->N;
+  if (K > FFN_MAX_DIM || N > FFN_MAX_DIM) {
+    fail(G, n, "matmul_at with K = %lld, N = %lld is above the kernels' 32-bit limit", K, N);
+    return false;
+  }
+  bool tc = at_on_tensor_cores(n, K, N);
+  o->wgmma = tc && G->c->arch == 90;
+  const char *tx = gen_ctype(n->args[0]->dtype), *tb = gen_ctype(n->args[1]->dtype), *to = gen_ctype(n->dtype);
+  snprintf(o->call, sizeof o->call, "ffn::%s<%s, %s%s%s>((const %s *)args.p[0], (const %s *)args.p[1], (%s *)args.p[2], "
+           "args.m, %lld, %lld)", tc ? "matmul_at_tc" : "matmul_at", tx, tc ? "" : tb, tc ? "" : ", ", to, tx, tb, to, K, N);
+  snprintf(o->what, sizeof o->what, "matmul_at%s: [M, %lld]^T [M, %lld] -> [%lld, %lld], summed over M",
+           o->wgmma ? " (wgmma; mma.sync as _mma)" : tc ? " (tensor cores)" : "", K, N, K, N);
+  return true;
+}
+
+/* sum_to over a prefix of x's dims (the rows: sum_rows) or a suffix (along each row: sum_cols) */
+static bool single_sum_to(Gen *G, const Node *n, Single *o) {
+  const Shape *xs = &n->args[0]->shape;
+  const char *tx = gen_ctype(n->args[0]->dtype), *to = gen_ctype(n->dtype);
+  int lead = xs->rank - (int)n->ival[0], p = 0, q = xs->rank;
+  bool summed[FFN_MAX_RANK]; /* x's leading dims, and the result's dims whose bit is set */
+  for (int d = 0; d < xs->rank; d++)
+    summed[d] = d < lead || (n->ival[1] >> (d - lead) & 1);
+  while (p < xs->rank && summed[p])
+    p++; /* [0, p): a prefix summed */
+  while (q > 0 && summed[q - 1])
+    q--; /* [q, rank): a suffix summed */
+  bool cols = q == xs->rank && p > 0, rowsum = p == 0 && q < xs->rank && q > 0;
+  for (int d = p; cols && d < xs->rank; d++)
+    cols = !summed[d];
+  for (int d = 0; rowsum && d < q; d++)
+    rowsum = !summed[d];
+  if (cols && static_dims(xs, p, xs->rank, &o->C)) { /* x [rows, C] -> [C]: over the rows (tokens) */
+    long long C = o->C;
+    o->rows.rank = p + 1;
+    snprintf(o->call, sizeof o->call, "ffn::sum_rows<%s, %s, %d>((const %s *)args.p[0], (%s *)args.p[1], args.m, %lldLL)",
+             tx, to, o->threads, tx, to, C);
+    snprintf(o->what, sizeof o->what, "sum_to: [M, %lld] -> [%lld], summed over M", C, C);
+    return true;
+  }
+  if (rowsum && static_dims(xs, q, xs->rank, &o->C)) { /* x [rows, C] -> [rows]: along each row */
+    long long C = o->C;
+    o->rows.rank = q + 1;
+    o->threads = C >= 256 ? 256 : C >= 128 ? 128 : C >= 64 ? 64 : 32;
+    snprintf(o->call, sizeof o->call, "ffn::sum_cols<%s, %s>((const %s *)args.p[0], (%s *)args.p[1], args.m, %lldLL)", tx,
+             to, tx, to, C);
+    snprintf(o->what, sizeof o->what, "sum_to: [M, %lld] -> [M], summed along the rows", C);
+    return true;
+  }
+  fail(G, n, "sum_to of a rank-%d value to rank %lld (dims 0x%llx) is not supported by the GPU code generator yet: "
+             "only sums over leading or over trailing static dims", xs->rank, (long long)n->ival[0],
+       (unsigned long long)n->ival[1]);
+  return false;
+}
+
+static bool single_transpose(Gen *G, const Node *n, Single *o) {
+  const Shape *xs = &n->args[0]->shape;
+  const char *tx = gen_ctype(n->args[0]->dtype);
+  if (xs->rank != 2 || !static_dims(xs, 1, 2, &o->C)) {
+    fail(G, n, "a transpose computed at run time of a rank-%d value or with a dynamic last dim is not supported by "
+               "the GPU code generator yet", xs->rank);
+    return false;
+  }
+  if (n->args[0]->dtype != n->dtype) {
+    fail(G, n, "internal error: a transpose that changes the element type");
+    return false;
+  }
+  snprintf(o->call, sizeof o->call, "ffn::transpose<%s>((const %s *)args.p[0], (%s *)args.p[1], args.m, %lldLL)", tx, tx,
+           tx, (long long)o->C);
+  snprintf(o->what, sizeof o->what, "transpose: [M, %lld] -> [%lld, M]", (long long)o->C, (long long)o->C);
+  return true;
+}
+
 /* An op of a backward graph alone in a kernel: an entry point that calls its template of
  * grad.cuh with the shapes as constants, on the operands and the result (slots in that order);
  * KArgs.m is the product of the leading dims of the first operand. A form the templates do not
  * cover fails with the reason. */
 static void lower_single(Gen *G, Group *gr) {
-  Node *n = gr->nodes.items[0], *x = n->args[0];
-  const char *opname = op_info[n->op].name;
+  Node *n = gr->nodes.items[0];
   for (int i = 0; i <= n->nargs; i++) {
     const Node *v = i < n->nargs ? n->args[i] : n;
     if (!tname(v->dtype)) {
-      fail(G, n, "%s of %s values is not supported by the GPU code generator yet", opname, dtype_name(v->dtype));
+      fail(G, n, "%s of %s values is not supported by the GPU code generator yet", op_info[n->op].name,
+           dtype_name(v->dtype));
       return;
     }
   }
-  const Shape *xs = &x->shape;
-  Shape rows = *xs; /* its leading dims (all but the last) are the launch's rows */
-  int64_t C = 0, K = 0, N = 0;
-  char call[256], what[160];
-  bool wgmma = false; /* a weight gradient on sm_90: wgrad_sm90_kernel */
-  const char *tx = gen_ctype(x->dtype), *to = gen_ctype(n->dtype);
-  int threads = 256;
-  switch (n->op) {
-  case OP_MATMUL_AT: {
-    const Shape *bs = &n->args[1]->shape;
-    if (!static_dims(xs, xs->rank - 1, xs->rank, &K) || !static_dims(bs, bs->rank - 1, bs->rank, &N)) {
-      fail(G, n, "matmul_at with a dynamic inner dim is not supported by the GPU code generator yet");
-      return;
-    }
-    if (K > FFN_MAX_DIM || N > FFN_MAX_DIM) {
-      fail(G, n, "matmul_at with K = %lld, N = %lld is above the kernels' 32-bit limit", (long long)K, (long long)N);
-      return;
-    }
-    bool tc = at_on_tensor_cores(n, K, N);
-    wgmma = tc && G->c->arch == 90;
-    snprintf(call, sizeof call, "ffn::%s<%s, %s%s%s>((const %s *)args.p[0], (const %s *)args.p[1], (%s *)args.p[2], "
-             "args.m, %lld, %lld)", tc ? "matmul_at_tc" : "matmul_at", tx, tc ? "" : gen_ctype(n->args[1]->dtype),
-             tc ? "" : ", ", to, tx, gen_ctype(n->args[1]->dtype), to, (long long)K, (long long)N);
-    snprintf(what, sizeof what, "matmul_at%s: [M, %lld]^T [M, %lld] -> [%lld, %lld], summed over M",
-             wgmma ? " (wgmma; mma.sync as _mma)" : tc ? " (tensor cores)" : "",
-             (long long)K, (long long)N, (long long)K, (long long)N);
-    break;
-  }
-  case OP_SUM_TO: { /* summed: x's leading dims, and the result's dims whose bit is set */
-    int lead = xs->rank - (int)n->ival[0], p = 0, q = xs->rank;
-    bool summed[FFN_MAX_RANK];
-    for (int d = 0; d < xs->rank; d++)
-      summed[d] = d < lead || (n->ival[1] >> (d - lead) & 1);
-    while (p < xs->rank && summed[p])
-      p++; /* [0, p): a prefix summed */
-    while (q > 0 && summed[q - 1])
-      q--; /* [q, rank): a suffix summed */
-    bool cols = q == xs->rank && p > 0, rowsum = p == 0 && q < xs->rank && q > 0;
-    for (int d = p; cols && d < xs->rank; d++)
-      cols = !summed[d];
-    for (int d = 0; rowsum && d < q; d++)
-      rowsum = !summed[d];
-    if (cols && static_dims(xs, p, xs->rank, &C)) { /* x [rows, C] -> [C]: over the rows (tokens) */
-      rows.rank = p + 1;
-      snprintf(call, sizeof call, "ffn::sum_rows<%s, %s, %d>((const %s *)args.p[0], (%s *)args.p[1], args.m, %lldLL)", tx,
-               to, threads, tx, to, (long long)C);
-      snprintf(what, sizeof what, "sum_to: [M, %lld] -> [%lld], summed over M", (long long)C, (long long)C);
-      break;
-    }
-    if (rowsum && static_dims(xs, q, xs->rank, &C)) { /* x [rows, C] -> [rows]: along each row */
-      rows.rank = q + 1;
-      threads = C >= 256 ? 256 : C >= 128 ? 128 : C >= 64 ? 64 : 32;
-      snprintf(call, sizeof call, "ffn::sum_cols<%s, %s>((const %s *)args.p[0], (%s *)args.p[1], args.m, %lldLL)", tx, to,
-               tx, to, (long long)C);
-      snprintf(what, sizeof what, "sum_to: [M, %lld] -> [M], summed along the rows", (long long)C);
-      break;
-    }
-    fail(G, n, "sum_to of a rank-%d value to rank %lld (dims 0x%llx) is not supported by the GPU code generator yet: "
-               "only sums over leading or over trailing static dims", xs->rank, (long long)n->ival[0],
-         (unsigned long long)n->ival[1]);
+  Single o = {.rows = n->args[0]->shape, .threads = 256};
+  bool ok = n->op == OP_MATMUL_AT  ? single_matmul_at(G, n, &o)
+            : n->op == OP_SUM_TO   ? single_sum_to(G, n, &o)
+            : n->op == OP_TRANSPOSE ? single_transpose(G, n, &o)
+                                    : (fail(G, n, "internal error: %s reached the single-op generator", op_info[n->op].name),
+                                       false);
+  if (!ok)
     return;
-  }
-  case OP_TRANSPOSE:
-    if (xs->rank != 2 || !static_dims(xs, 1, 2, &C)) {
-      fail(G, n, "a transpose computed at run time of a rank-%d value or with a dynamic last dim is not supported by "
-                 "the GPU code generator yet", xs->rank);
-      return;
-    }
-    snprintf(call, sizeof call, "ffn::transpose<%s>((const %s *)args.p[0], (%s *)args.p[1], args.m, %lldLL)", tx, tx, tx,
-             (long long)C);
-    snprintf(what, sizeof what, "transpose: [M, %lld] -> [%lld, M]", (long long)C, (long long)C);
-    break;
-  default:
-    fail(G, n, "internal error: %s reached the single-op generator", opname);
-    return;
-  }
-  if (n->op == OP_TRANSPOSE && x->dtype != n->dtype) {
-    fail(G, n, "internal error: a transpose that changes the element type");
-    return;
-  }
   Kgen k = {.G = G, .gr = gr, .full = gr->shape, .f8_stats = -1};
   for (int i = 0; i < n->nargs; i++)
     if ((k.slot_tensor[k.nslots++] = gen_tensor_for(G, n->args[i])) < 0)
       return;
   if ((k.slot_tensor[k.nslots++] = gen_tensor_for(G, n)) < 0)
     return;
-  if (wgmma) {
-    add_step(G, wgrad_sm90_kernel(G, n, call, K, N, what), &k, &rows);
+  if (o.wgmma) {
+    add_step(G, wgrad_sm90_kernel(G, n, o.call, o.K, o.N, o.what), &k, &o.rows);
     return;
   }
   Buf body = {0};
   buf_printf(&body, "extern \"C\" __global__ void __launch_bounds__(%d) @(const __grid_constant__ ffn::KArgs args) {\n"
-             "  ffn::pdl_entry();\n  %s;\n}\n", threads, call);
-  RowForm form = {threads, threads, "", 0}; /* a block per row, or its own grid (exec.c) */
-  int kernel = rowwise_kernel(G, body.s, C ? C : N, &form, 1, n->op, what);
-  add_step(G, kernel, &k, &rows);
+             "  ffn::pdl_entry();\n  %s;\n}\n", o.threads, o.call);
+  RowForm form = {o.threads, o.threads, "", 0}; /* a block per row, or its own grid (exec.c) */
+  int kernel = rowwise_kernel(G, body.s, o.C ? o.C : o.N, &form, 1, n->op, o.what);
+  add_step(G, kernel, &k, &o.rows);
   buf_free(&body);
 }
 
