@@ -33,7 +33,7 @@ keep_step() {
 for part in "$@"; do
   case $part in
   tests)
-    timeout 240 ctest -L gpu --output-on-failure -j 4 >"$out/gpu_tests.log" 2>&1
+    timeout 300 ctest -L gpu -E gpu_diff_random --output-on-failure -j 8 >"$out/gpu_tests.log" 2>&1
     echo "gpu tests: exit $?"
     grep -E "tests passed|Failed|Skipped|Passed" "$out/gpu_tests.log" | tail -20
     grep -q "tests failed" "$out/gpu_tests.log" && ctest --rerun-failed --output-on-failure 2>&1 | grep -v "^ok " | tail -60
