@@ -382,96 +382,105 @@ static void emit_quads(Buf *out, int streams, int64_t ncols, int nq, const char 
              nq, (long long)ncols, st4);
 }
 
-static void gen_epilogue(Kgen *k, Buf *out) {
-  Group *gr = k->gr;
-  Gen *G = k->G;
-  Buf rowb = {0}, elb = {0}, srcb = {0}, fields = {0};
-  bool n_even = k->ncols % 2 == 0;
-  Scope rs = {.kind = SC_ROW, .out = &rowb, .indent = "    ", .col = "col"};
-  Scope es = {.kind = SC_ELEM, .parent = &rs, .out = &elb, .indent = "        ", .col = "(col + e)",
-              .src = &srcb, .fields = &fields, .pair = n_even};
-  /* the stream values, and the statistics of A's rows */
-  for (int s = 0; s < gr->streams; s++) {
-    char *v = arena_printf(G->g->arena, "v[%d][e]", s);
-    memo_put(&es.memo, gr->stream[s]->id, v);
-  }
-  for (int i = 0; i < gr->nodes.len; i++) {
-    Node *n = gr->nodes.items[i];
+/* The epilogue's code as gen_epilogue collects it: apply()'s stores, compute()'s others, and
+ * the 16-bit full-shape stores that compute() packs (packs) and store4() writes (st4). */
+typedef struct {
+  Buf stores, others, packs, st4;
+  int nq; /* packed stores */
+} EpiStores;
+
+/* The statistics of A's rows (RMSNorm, LayerNorm) as the row's values. */
+static void epi_row_stats(Kgen *k, Scope *rs) {
+  for (int i = 0; i < k->gr->nodes.len; i++) {
+    Node *n = k->gr->nodes.items[i];
     if (n->op == OP_RMS_RSTD || n->op == OP_LN_MEAN || n->op == OP_LN_RSTD) {
-      char expr[256], *var = arena_printf(G->g->arena, "t%d", k->nvars++);
-      emit_line(k, &rs, n);
-      buf_printf(&rowb, "    const float %s = %s;\n", var, stat_expr(k, n, expr, sizeof expr));
-      memo_put(&rs.memo, n->id, var);
+      char expr[256], *var = arena_printf(k->G->g->arena, "t%d", k->nvars++);
+      emit_line(k, rs, n);
+      buf_printf(rs->out, "    const float %s = %s;\n", var, stat_expr(k, n, expr, sizeof expr));
+      memo_put(&rs->memo, n->id, var);
     }
   }
-  /* compute every stored member (and what it needs), element by element; stores: apply()'s,
-   * others: compute()'s (all but the 16-bit full-shape ones, which it packs and store4() stores) */
-  Buf stores = {0}, others = {0}, packs = {0}, st4 = {0};
-  bool quads = k->ncols % 4 == 0; /* whole 8-byte groups of 4 columns in each row */
-  int nq = 0;
+}
+
+/* Every stored member (and what it needs), element by element; stores: apply()'s, others:
+ * compute()'s (all but the 16-bit full-shape ones, which it packs and store4() stores). */
+static void epi_stores(Kgen *k, Scope *rs, Scope *es, EpiStores *o) {
+  Group *gr = k->gr;
+  bool n_even = k->ncols % 2 == 0, quads = k->ncols % 4 == 0; /* whole 8-byte groups of 4 columns in each row */
   for (int i = 0; i < gr->stores.len; i++) {
     Node *n = gr->stores.items[i];
     const char *ty = tname(n->dtype);
     if (!ty) {
-      fail(G, n, "storing %s values is not supported by the GPU code generator yet", dtype_name(n->dtype));
+      fail(k->G, n, "storing %s values is not supported by the GPU code generator yet", dtype_name(n->dtype));
       continue;
     }
     /* the value first, then the stored tensor's slot: operands come before results */
-    const char *v = is_row_shaped(k, n) ? value(k, &rs, n) : value(k, &es, n);
-    int sl = slot(k, gen_tensor_for(G, n));
-    size_t at = stores.len;
+    const char *v = is_row_shaped(k, n) ? value(k, rs, n) : value(k, es, n);
+    int sl = slot(k, gen_tensor_for(k->G, n));
+    size_t at = o->stores.len;
     if (is_row_shaped(k, n)) {
-      buf_printf(&stores, "    if (col == 0) ffn::st_%s(a->p[%d], row, %s);\n", ty, sl, v);
-      buf_puts(&others, stores.s + at);
+      buf_printf(&o->stores, "    if (col == 0) ffn::st_%s(a->p[%d], row, %s);\n", ty, sl, v);
+      buf_puts(&o->others, o->stores.s + at);
       continue;
     }
-    buf_printf(&elb, "        o%d[e] = %s;\n", i, v);
+    buf_printf(es->out, "        o%d[e] = %s;\n", i, v);
     if (n_even)
-      buf_printf(&stores,
+      buf_printf(&o->stores,
                  "    if (ncols == 2) ffn::st2_%s(a->p[%d], base, o%d[0], o%d[1]);\n"
                  "    else ffn::st_%s(a->p[%d], base, o%d[0]);\n",
                  ty, sl, i, i, ty, sl, i);
     else
-      buf_printf(&stores, "    for (int e = 0; e < ncols; ++e) ffn::st_%s(a->p[%d], base + e, o%d[e]);\n", ty, sl, i);
+      buf_printf(&o->stores, "    for (int e = 0; e < ncols; ++e) ffn::st_%s(a->p[%d], base + e, o%d[e]);\n", ty, sl, i);
     if (quads && (n->dtype == DT_BF16 || n->dtype == DT_F16)) {
-      buf_printf(&packs, "    w_[%d] = ffn::pack_%sx2(o%d[0], o%d[1]);\n", nq, ty, i, i);
-      buf_printf(&st4, "    ffn::st4_u16(a->p[%d], base, w_[%d][0], w_[%d][1]);\n", sl, nq, nq);
-      nq++;
+      buf_printf(&o->packs, "    w_[%d] = ffn::pack_%sx2(o%d[0], o%d[1]);\n", o->nq, ty, i, i);
+      buf_printf(&o->st4, "    ffn::st4_u16(a->p[%d], base, w_[%d][0], w_[%d][1]);\n", sl, o->nq, o->nq);
+      o->nq++;
     } else
-      buf_puts(&others, stores.s + at);
+      buf_puts(&o->others, o->stores.s + at);
   }
-  emit_row_state(out, rowb.s ? rowb.s : "", gr->streams);
-  emit_src_state(out, srcb.s, fields.s, gr->streams, k->ncols);
-  Buf body = {0}; /* apply()'s and compute()'s: the row's values, then the element loop */
-  buf_printf(&body,
+}
+
+/* apply()'s and compute()'s body: the row's values (rowb's), then the element loop (elb). */
+static void epi_body(const Kgen *k, const char *rowb, const char *elb, Buf *body) {
+  buf_printf(body,
              "    (void)r_; (void)s_; (void)row;\n"
              "    const long long base = (long long)row * %lldLL + col;\n",
              (long long)k->ncols);
-  for (const char *p = rowb.s; p && (p = strstr(p, "const float ")); ) { /* unpack the row's values */
+  for (const char *p = rowb; p && (p = strstr(p, "const float ")); ) { /* unpack the row's values */
     p += strlen("const float ");
     int n = (int)strcspn(p, " =");
-    buf_printf(&body, "    const float %.*s = r_.%.*s;\n", n, p, n, p);
+    buf_printf(body, "    const float %.*s = r_.%.*s;\n", n, p, n, p);
   }
-  for (int i = 0; i < gr->stores.len; i++)
-    buf_printf(&body, "    float o%d[2] = {0.f, 0.f};\n", i);
-  buf_puts(&body, "#pragma unroll\n    for (int e = 0; e < 2; ++e) {\n      if (e < ncols) {\n"
-                  "        const long long i = base + e;\n        (void)i;\n");
-  buf_puts(&body, elb.s ? elb.s : "");
-  buf_puts(&body, "      }\n    }\n");
+  for (int i = 0; i < k->gr->stores.len; i++)
+    buf_printf(body, "    float o%d[2] = {0.f, 0.f};\n", i);
+  buf_puts(body, "#pragma unroll\n    for (int e = 0; e < 2; ++e) {\n      if (e < ncols) {\n"
+                 "        const long long i = base + e;\n        (void)i;\n");
+  buf_puts(body, elb ? elb : "");
+  buf_puts(body, "      }\n    }\n");
+}
+
+static void gen_epilogue(Kgen *k, Buf *out) {
+  Group *gr = k->gr;
+  Buf rowb = {0}, elb = {0}, srcb = {0}, fields = {0}, body = {0};
+  Scope rs = {.kind = SC_ROW, .out = &rowb, .indent = "    ", .col = "col"};
+  Scope es = {.kind = SC_ELEM, .parent = &rs, .out = &elb, .indent = "        ", .col = "(col + e)",
+              .src = &srcb, .fields = &fields, .pair = k->ncols % 2 == 0};
+  for (int s = 0; s < gr->streams; s++) /* the stream values */
+    memo_put(&es.memo, gr->stream[s]->id, arena_printf(k->G->g->arena, "v[%d][e]", s));
+  epi_row_stats(k, &rs);
+  EpiStores o = {0};
+  epi_stores(k, &rs, &es, &o);
+  emit_row_state(out, rowb.s ? rowb.s : "", gr->streams);
+  emit_src_state(out, srcb.s, fields.s, gr->streams, k->ncols);
+  epi_body(k, rowb.s, elb.s, &body);
   buf_printf(out,
              "  __device__ __forceinline__ void apply(const Row &r_, const Src &s_, int row, int col, int ncols,\n"
              "                                        const float (&v)[%d][2]) const {\n%s%s  }\n",
-             gr->streams, body.s, stores.s ? stores.s : "");
-  emit_quads(out, gr->streams, k->ncols, nq, body.s, others.s, packs.s, st4.s);
-  buf_free(&body);
-  buf_free(&others);
-  buf_free(&packs);
-  buf_free(&st4);
-  buf_free(&rowb);
-  buf_free(&elb);
-  buf_free(&srcb);
-  buf_free(&fields);
-  buf_free(&stores);
+             gr->streams, body.s, o.stores.s ? o.stores.s : "");
+  emit_quads(out, gr->streams, k->ncols, o.nq, body.s, o.others.s, o.packs.s, o.st4.s);
+  Buf *bufs[] = {&body, &o.others, &o.packs, &o.st4, &rowb, &elb, &srcb, &fields, &o.stores};
+  for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+    buf_free(bufs[i]);
   memo_free(&rs.memo);
   memo_free(&es.memo);
 }
