@@ -491,30 +491,10 @@ static ffn_status load_module(ffn_model *m) {
   return FFN_OK;
 }
 
-ffn_status ffn_model_create(const ffn_program *prog, int device, ffn_model **out) {
-  ARG(prog && out, "NULL argument");
-  *out = NULL;
-  char why[512];
-  const CuApi *cu = cu_api(why, sizeof why);
-  if (!cu)
-    return rt_error(FFN_ERR_NO_DEVICE, "%s", why);
-  int count = 0;
-  CU_CHECK(cu, cu->cuDeviceGetCount(&count));
-  if (device < 0 || device >= count)
-    return rt_error(FFN_ERR_NO_DEVICE, "no CUDA device %d (the driver sees %d)", device, count);
-  ffn_model *m = calloc(1, sizeof *m);
-  if (!m)
-    return rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
-  m->prog = prog;
-  m->cu = cu;
-  m->device = device;
-  pthread_mutex_init(&m->lock, NULL);
-  m->tensor = calloc((size_t)prog->plan->ntensors + 1, sizeof(CUdeviceptr));
-  m->owned = calloc((size_t)prog->plan->ntensors + 1, sizeof(bool));
-  m->consumed = calloc((size_t)prog->plan->ntensors + 1, sizeof(bool));
-  m->prequant = calloc((size_t)prog->plan->ntensors + 1, sizeof(PrequantWeight));
-  /* tuning knob, read once: FFNC_GEMM_VARIANT=CONFIG (a name in kernels/gemm_host.h) forces
-   * that tile configuration wherever a GEMM has it */
+/* The tuning knobs of the environment, read once a model. */
+static void read_knobs(ffn_model *m) {
+  /* FFNC_GEMM_VARIANT=CONFIG (a name in kernels/gemm_host.h) forces that tile configuration
+   * wherever a GEMM has it */
   const char *force = getenv("FFNC_GEMM_VARIANT");
   snprintf(m->gemm_variant, sizeof m->gemm_variant, "%s", force ? force : "");
   /* FFNC_GEMM_SPLITS=N (1..32) forces that split-K wherever a GEMM can split */
@@ -534,43 +514,81 @@ ffn_status ffn_model_create(const ffn_program *prog, int device, ffn_model **out
    * instead of wgmma (grad_sm90.cuh), for comparison; any other value: the default */
   const char *wgrad = getenv("FFNC_WGRAD");
   m->wgrad_mma = wgrad && strcmp(wgrad, "mma") == 0;
-  if (!m->tensor || !m->owned || !m->consumed || !m->prequant) {
-    ffn_model_destroy(m);
-    return rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
-  }
+}
+
+/* A tensor-parallel rank's plan narrowed to its slices (the same tensors and kernels: only
+ * weight shapes and slices differ), and what the plan's shape tells the runtime. */
+static ffn_status narrow_plan(ffn_model *m, const ffn_program *prog) {
   Plan *narrow = NULL;
   ffn_status s = tp_narrow_plan(prog->plan, &narrow, &m->window);
-  if (s == FFN_OK && narrow && !(m->narrowed = calloc(1, sizeof *m->narrowed))) {
-    plan_destroy(narrow);
-    s = rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
-  } else if (narrow) { /* the same tensors and kernels: only weight shapes and slices differ */
+  if (s != FFN_OK)
+    return s;
+  if (narrow) {
+    if (!(m->narrowed = calloc(1, sizeof *m->narrowed))) {
+      plan_destroy(narrow);
+      return rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
+    }
     *m->narrowed = (ffn_program){narrow, prog->images, prog->nimages};
     m->prog = m->narrowed;
-  }
-  if (s != FFN_OK) {
-    ffn_model_destroy(m);
-    return s;
   }
   m->row_dim = tp_row_dim(m->prog->plan);
   for (int i = 0; i < m->prog->plan->nsteps; i++)
     m->reduces |= m->prog->plan->steps[i].kind == STEP_ALLREDUCE;
-  CUresult r = cu->cuDeviceGet(&m->dev, device);
-  if (r == CUDA_SUCCESS)
-    r = cu->cuDevicePrimaryCtxRetain(&m->ctx, m->dev);
-  if (r != CUDA_SUCCESS) {
-    s = cu_fail(cu, r, "cu->cuDevicePrimaryCtxRetain()");
+  return FFN_OK;
+}
+
+/* The device's primary context, and in it the kernels, the `ffnc tune` choices and the pool. */
+static ffn_status open_device(ffn_model *m) {
+  const CuApi *cu = m->cu;
+  CUresult r = cu->cuDeviceGet(&m->dev, m->device);
+  if (r != CUDA_SUCCESS)
+    return cu_fail(cu, r, "cu->cuDeviceGet()");
+  if ((r = cu->cuDevicePrimaryCtxRetain(&m->ctx, m->dev)) != CUDA_SUCCESS) {
     m->ctx = NULL;
-  } else if ((r = cu->cuCtxPushCurrent(m->ctx)) != CUDA_SUCCESS) {
-    s = cu_fail(cu, r, "cu->cuCtxPushCurrent()");
-  } else {
-    s = load_module(m);
-    if (s == FFN_OK)
-      s = tune_load_model(m);
-    if (s == FFN_OK && !(m->pool = pool_create(cu, m->ctx)))
-      s = FFN_ERR_OUT_OF_MEMORY;
-    CUcontext c;
-    cu->cuCtxPopCurrent(&c);
+    return cu_fail(cu, r, "cu->cuDevicePrimaryCtxRetain()");
   }
+  if ((r = cu->cuCtxPushCurrent(m->ctx)) != CUDA_SUCCESS)
+    return cu_fail(cu, r, "cu->cuCtxPushCurrent()");
+  ffn_status s = load_module(m);
+  if (s == FFN_OK)
+    s = tune_load_model(m);
+  if (s == FFN_OK && !(m->pool = pool_create(cu, m->ctx)))
+    s = FFN_ERR_OUT_OF_MEMORY; /* pool_create said why */
+  CUcontext c;
+  if ((r = cu->cuCtxPopCurrent(&c)) != CUDA_SUCCESS && s == FFN_OK)
+    s = cu_fail(cu, r, "cu->cuCtxPopCurrent()");
+  return s;
+}
+
+ffn_status ffn_model_create(const ffn_program *prog, int device, ffn_model **out) {
+  ARG(prog && out, "NULL argument");
+  *out = NULL;
+  char why[512];
+  const CuApi *cu = cu_api(why, sizeof why);
+  if (!cu)
+    return rt_error(FFN_ERR_NO_DEVICE, "%s", why);
+  int count = 0;
+  CU_CHECK(cu, cu->cuDeviceGetCount(&count));
+  if (device < 0 || device >= count)
+    return rt_error(FFN_ERR_NO_DEVICE, "no CUDA device %d (the driver sees %d)", device, count);
+  ffn_model *m = calloc(1, sizeof *m);
+  if (!m)
+    return rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
+  m->prog = prog;
+  m->cu = cu;
+  m->device = device;
+  pthread_mutex_init(&m->lock, NULL);
+  size_t n = (size_t)prog->plan->ntensors + 1;
+  m->tensor = calloc(n, sizeof(CUdeviceptr));
+  m->owned = calloc(n, sizeof(bool));
+  m->consumed = calloc(n, sizeof(bool));
+  m->prequant = calloc(n, sizeof(PrequantWeight));
+  read_knobs(m);
+  ffn_status s = !m->tensor || !m->owned || !m->consumed || !m->prequant
+                     ? rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory")
+                     : narrow_plan(m, prog);
+  if (s == FFN_OK)
+    s = open_device(m);
   if (s != FFN_OK) {
     ffn_model_destroy(m);
     return s;
