@@ -852,6 +852,64 @@ static CUresult launch(const ffn_model *m, CUfunction f, const unsigned grid[3],
   return m->cu->cuLaunchKernelEx(&cfg, f, params, NULL);
 }
 
+/* A's row statistics, once, for a GEMM's epilogue that reads them (KernelVariant.ext_stats). */
+static ffn_status launch_row_stats(ExecRun *run, const PlanStep *ps, const PlanKernel *k, long long M) {
+  ffn_model *m = run->m;
+  CUdeviceptr a = run->ptr[ps->args[0]], out = run->rowstats;
+  int is_f16 = m->prog->plan->tensors[ps->args[0]].dtype == DT_F16, K = (int)k->k;
+  long long blocks = (M + 7) / 8;
+  void *sp[] = {&a, &is_f16, &M, &K, &out};
+  CUresult r = m->cu->cuLaunchKernel(m->row_stats, (unsigned)(blocks < 65535 ? blocks : 65535), 1, 1, 256, 1, 1, 0,
+                                     run->stream, sp, NULL);
+  return r == CUDA_SUCCESS ? FFN_OK : cu_fail(m->cu, r, "cu->cuLaunchKernel(ffn_row_stats)");
+}
+
+/* A kernel step's grid for its chosen variant c. */
+static void step_grid(const ffn_model *m, const PlanKernel *k, const LaunchChoice *c, unsigned grid[3]) {
+  grid[0] = grid[1] = grid[2] = 1;
+  if (k->kind == KK_GEMM)
+    ffn_gemm_launch_grid(&c->v->cfg, (int)c->m, (int)k->n, k->streams, c->splits, m->sms, grid);
+  else if (wgrad_wgmma(k, c->v)) /* persistent over its tiles and splits, one CTA per SM (grad_sm90.cuh) */
+    grid[0] = ffn_wgrad_grid((int)k->k, (int)k->n, c->splits, m->sms);
+  else if (k->op == OP_MATMUL_AT) /* strides over its [K, N] tiles, not rows: as many as fit (grad.cuh) */
+    grid[0] = (unsigned)m->sms * 2;
+  else { /* a rowwise kernel: grid-strided over its rows, cfg.bm of them per block (lower.c: rowwise_kernel) */
+    int64_t per_block = c->v->cfg.bm > 1 ? c->v->cfg.bm : 1, blocks = (c->m + per_block - 1) / per_block;
+    grid[0] = (unsigned)(blocks < 1 ? 1 : blocks < (int64_t)m->sms * 16 ? blocks : (int64_t)m->sms * 16);
+  }
+}
+
+/* The tensor maps of a kernel that loads by TMA (the wgmma weight gradient, FFN_GEMM_SM90T/P). */
+static ffn_status step_maps(ExecRun *run, const PlanStep *ps, const PlanKernel *k, const LaunchChoice *c, TmaMaps *maps) {
+  ffn_model *m = run->m;
+  if (wgrad_wgmma(k, c->v)) {
+    const CUdeviceptr ab[2] = {run->ptr[ps->args[0]], run->ptr[ps->args[1]]};
+    return wgrad_maps(m, k, &c->v->cfg, ab, c->m, maps);
+  }
+  if (!ffn_gemm_tma(&c->v->cfg))
+    return FFN_OK;
+  ffn_status st = tma_map(m, k, &c->v->cfg, 0, false, run->ptr[ps->args[0]], c->m, &maps->a);
+  if (st == FFN_OK)
+    st = tma_map(m, k, &c->v->cfg, 1, c->v->b_kn, run->ptr[ps->args[1]], (long long)k->streams * k->n, &maps->b);
+  return st;
+}
+
+/* Whether the next GEMM may start during this one's tail: only if this one fills >= 3/4 of the
+ * SMs' resident CTA slots (into the room a smaller grid leaves, the next one's CTAs would be
+ * placed at once, to wait beside it, and that slowed it: kernels/NOTES.md, fourteenth session),
+ * and only if its work is at most PDL_WAVES waves of that grid (behind a long persistent GEMM the
+ * tail is a small part, and chaining cost 4-8% at 8192 tokens, 30-55 waves; at 1024 tokens, 4-14
+ * waves, it gains up to 1.4%: fifteenth session). */
+static bool chain_next(const ffn_model *m, const PlanKernel *k, const LaunchChoice *c, const unsigned grid[3]) {
+  if (k->kind != KK_GEMM)
+    return false;
+  unsigned all[3];
+  ffn_gemm_grid(&c->v->cfg, (int)c->m, (int)k->n, k->streams, c->splits, all);
+  long long ctas = (long long)grid[0] * grid[1] * grid[2], items = (long long)all[0] * all[1] * all[2];
+  long long slots = (long long)m->sms * (c->v->cfg.ctas_per_sm > 1 ? c->v->cfg.ctas_per_sm : 1);
+  return 4 * ctas >= 3 * slots && items <= PDL_WAVES * ctas;
+}
+
 ffn_status exec_step(ExecRun *run, int s) {
   ffn_model *m = run->m;
   bool chain = run->chain && m->pdl; /* a GEMM after a large GEMM (rt.h: ffn_model.pdl) */
@@ -878,60 +936,24 @@ ffn_status exec_step(ExecRun *run, int s) {
                 .rowstats = (const float *)run->rowstats};
   for (int j = 0; j < ps->nargs; j++)
     args.p[j] = (void *)run->ptr[ps->args[j]];
-  if (c.v->ext_stats) { /* A's row statistics, once, for this GEMM's epilogue */
-    CUdeviceptr a = run->ptr[ps->args[0]], out = run->rowstats;
-    int is_f16 = p->tensors[ps->args[0]].dtype == DT_F16, K = (int)k->k;
-    long long M = c.m, blocks = (M + 7) / 8;
-    void *sp[] = {&a, &is_f16, &M, &K, &out};
-    r = m->cu->cuLaunchKernel(m->row_stats, (unsigned)(blocks < 65535 ? blocks : 65535), 1, 1, 256, 1, 1, 0, run->stream,
-                           sp, NULL);
-    if (r != CUDA_SUCCESS)
-      return cu_fail(m->cu, r, "cu->cuLaunchKernel()");
+  ffn_status st;
+  if (c.v->ext_stats) {
+    if ((st = launch_row_stats(run, ps, k, c.m)) != FFN_OK)
+      return st;
     chain = false; /* ffn_row_stats came between */
   }
   chain = chain && k->kind == KK_GEMM;
-  unsigned grid[3] = {1, 1, 1};
-  if (k->kind == KK_GEMM)
-    ffn_gemm_launch_grid(&c.v->cfg, (int)c.m, (int)k->n, k->streams, c.splits, m->sms, grid);
-  else if (wgrad_wgmma(k, c.v)) /* persistent over its tiles and splits, one CTA per SM (grad_sm90.cuh) */
-    grid[0] = ffn_wgrad_grid((int)k->k, (int)k->n, c.splits, m->sms);
-  else if (k->op == OP_MATMUL_AT) /* strides over its [K, N] tiles, not rows: as many as fit (grad.cuh) */
-    grid[0] = (unsigned)m->sms * 2;
-  else { /* a rowwise kernel: grid-strided over its rows, cfg.bm of them per block (lower.c: rowwise_kernel) */
-    int64_t per_block = c.v->cfg.bm > 1 ? c.v->cfg.bm : 1, blocks = (c.m + per_block - 1) / per_block;
-    grid[0] = (unsigned)(blocks < 1 ? 1 : blocks < (int64_t)m->sms * 16 ? blocks : (int64_t)m->sms * 16);
-  }
+  unsigned grid[3];
+  step_grid(m, k, &c, grid);
   CUfunction f = m->funcs[m->func_base[ps->kernel] + (int)(c.v - k->variants)];
   TmaMaps maps;
   void *params[] = {&args, &maps};
-  if (wgrad_wgmma(k, c.v)) {
-    const CUdeviceptr ab[2] = {run->ptr[ps->args[0]], run->ptr[ps->args[1]]};
-    ffn_status st = wgrad_maps(m, k, &c.v->cfg, ab, c.m, &maps);
-    if (st != FFN_OK)
-      return st;
-  } else if (ffn_gemm_tma(&c.v->cfg)) {
-    ffn_status st = tma_map(m, k, &c.v->cfg, 0, false, run->ptr[ps->args[0]], c.m, &maps.a);
-    if (st == FFN_OK)
-      st = tma_map(m, k, &c.v->cfg, 1, c.v->b_kn, run->ptr[ps->args[1]], (long long)k->streams * k->n, &maps.b);
-    if (st != FFN_OK)
-      return st;
-  }
+  if ((st = step_maps(run, ps, k, &c, &maps)) != FFN_OK)
+    return st;
   r = launch(m, f, grid, (unsigned)c.v->threads, (unsigned)c.v->smem, run->stream, params, chain);
   if (r != CUDA_SUCCESS)
     return cu_fail(m->cu, r, chain ? "cu->cuLaunchKernelEx(programmatic stream serialization)" : "cu->cuLaunchKernel()");
-  /* the next GEMM may start during this one's tail only if this one fills >= 3/4 of the SMs'
-   * resident CTA slots: into the room a smaller grid leaves, the next one's CTAs would be placed
-   * at once, to wait beside it, and that slowed it (kernels/NOTES.md, fourteenth session); and
-   * only if this one's work is at most PDL_WAVES waves of that grid: behind a long persistent
-   * GEMM the tail is a small part, and chaining cost 4-8% (8B and GPT at 8192 tokens, 30-55
-   * waves; at 1024 tokens, 4-14 waves, it gains up to 1.4%: fifteenth session) */
-  if (k->kind == KK_GEMM) {
-    unsigned all[3];
-    ffn_gemm_grid(&c.v->cfg, (int)c.m, (int)k->n, k->streams, c.splits, all);
-    long long ctas = (long long)grid[0] * grid[1] * grid[2], items = (long long)all[0] * all[1] * all[2];
-    long long slots = (long long)m->sms * (c.v->cfg.ctas_per_sm > 1 ? c.v->cfg.ctas_per_sm : 1);
-    run->chain = 4 * ctas >= 3 * slots && items <= PDL_WAVES * ctas;
-  }
+  run->chain = chain_next(m, k, &c, grid);
   return FFN_OK;
 }
 
