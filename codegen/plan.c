@@ -44,6 +44,83 @@ static json_t *ints_json(const int *v, int n) {
   return a;
 }
 
+static json_t *tensor_json(const Plan *p, const PlanTensor *t) {
+  json_t *o = json_object();
+  json_object_set_new(o, "kind", json_string(kind_names[t->kind]));
+  json_object_set_new(o, "dtype", json_string(dtype_name(t->dtype)));
+  json_object_set_new(o, "shape", dims_json(p, t->dims, t->rank));
+  json_object_set_new(o, "index", json_integer(t->index));
+  if (t->name)
+    json_object_set_new(o, "name", json_string(t->name));
+  json_object_set_new(o, "first", json_integer(t->first));
+  json_object_set_new(o, "last", json_integer(t->last));
+  json_object_set_new(o, "keep", json_boolean(t->keep));
+  if (t->alias >= 0)
+    json_object_set_new(o, "alias", json_integer(t->alias));
+  if (t->stored != DT_NONE) {
+    json_object_set_new(o, "stored", json_string(dtype_name(t->stored)));
+    json_object_set_new(o, "scale", json_string(t->scale ? t->scale : ""));
+  }
+  return o;
+}
+
+static json_t *prep_json(const PrepStep *s) {
+  json_t *o = json_object();
+  json_object_set_new(o, "op", json_string(op_info[s->op].name));
+  json_object_set_new(o, "out", json_integer(s->out));
+  json_object_set_new(o, "args", ints_json(s->args, s->nargs));
+  json_object_set_new(o, "ival", json_pack("[II]", (json_int_t)s->ival[0], (json_int_t)s->ival[1]));
+  json_object_set_new(o, "fval", json_real(s->fval));
+  return o;
+}
+
+static json_t *variant_json(const KernelVariant *kv) {
+  const ffn_gemm_config *c = &kv->cfg;
+  json_t *o = json_pack("{s:s, s:i, s:i, s:I, s:s, s:i, s:[iiiiiiiii], s:b}", "func", kv->func, "threads", kv->threads,
+                        "smem", kv->smem, "max_m", (json_int_t)kv->max_m, "cfg", c->name ? c->name : "", "cfg_kind",
+                        (int)c->kind, "tile", c->bm, c->bn, c->bk, c->wm, c->wn, c->stages, c->threads, c->min_blocks,
+                        c->ctas_per_sm, "ext_stats", kv->ext_stats);
+  if (kv->out != DT_NONE) { /* a direct form of a weight gradient (absent in older plans) */
+    json_object_set_new(o, "out", json_string(dtype_name(kv->out)));
+    json_object_set_new(o, "accumulate", json_boolean(kv->accumulate));
+  }
+  if (kv->b_kn) /* B [K, N] as the weight lies (absent: [N, K]) */
+    json_object_set_new(o, "b_kn", json_true());
+  return o;
+}
+
+static json_t *kernel_json(const PlanKernel *k) {
+  json_t *o = json_object();
+  json_object_set_new(o, "kind", json_string(k->kind == KK_GEMM ? "gemm" : "rowwise"));
+  json_object_set_new(o, "n", json_integer(k->n));
+  json_object_set_new(o, "k", json_integer(k->k));
+  json_object_set_new(o, "streams", json_integer(k->streams));
+  json_object_set_new(o, "splittable", json_boolean(k->splittable));
+  json_object_set_new(o, "op", json_string(k->op < OP_COUNT ? op_info[k->op].name : ""));
+  json_t *vs = json_array();
+  for (int v = 0; v < k->nvariants; v++)
+    json_array_append_new(vs, variant_json(&k->variants[v]));
+  json_object_set_new(o, "variants", vs);
+  return o;
+}
+
+static json_t *step_json(const Plan *p, const PlanStep *s) {
+  json_t *o = json_object();
+  if (s->kind == STEP_LAUNCH) {
+    json_object_set_new(o, "kind", json_string("launch"));
+    json_object_set_new(o, "kernel", json_integer(s->kernel));
+    json_object_set_new(o, "args", ints_json(s->args, s->nargs));
+    json_object_set_new(o, "rows", dims_json(p, s->rowdims, s->nrowdims));
+    return o;
+  }
+  json_object_set_new(o, "kind", json_string(s->kind == STEP_ALLREDUCE ? "allreduce" : "copy"));
+  json_object_set_new(o, "src", json_integer(s->src));
+  json_object_set_new(o, "dst", json_integer(s->dst));
+  if (s->kind == STEP_ALLREDUCE)
+    json_object_set_new(o, "ranks", json_integer(s->ranks));
+  return o;
+}
+
 char *plan_to_json(const Plan *p) {
   json_t *root = json_object();
   json_object_set_new(root, "format", json_string("ffnc-plan-1"));
@@ -54,98 +131,23 @@ char *plan_to_json(const Plan *p) {
     json_object_set_new(root, "tp", json_integer(p->tp));
     json_object_set_new(root, "tp_rank", json_integer(p->tp_rank));
   }
-  json_t *dims = json_array();
+  json_t *dims = json_array(), *ts = json_array(), *prep = json_array(), *ks = json_array(), *steps = json_array();
   for (int i = 0; i < p->ndims; i++)
     json_array_append_new(dims, json_string(p->dim_names[i]));
+  for (int i = 0; i < p->ntensors; i++)
+    json_array_append_new(ts, tensor_json(p, &p->tensors[i]));
+  for (int i = 0; i < p->nprep; i++)
+    json_array_append_new(prep, prep_json(&p->prep[i]));
+  for (int i = 0; i < p->nkernels; i++)
+    json_array_append_new(ks, kernel_json(&p->kernels[i]));
+  for (int i = 0; i < p->nsteps; i++)
+    json_array_append_new(steps, step_json(p, &p->steps[i]));
   json_object_set_new(root, "dims", dims);
   json_object_set_new(root, "ninputs", json_integer(p->ninputs));
   json_object_set_new(root, "noutputs", json_integer(p->noutputs));
-  json_t *ts = json_array();
-  for (int i = 0; i < p->ntensors; i++) {
-    const PlanTensor *t = &p->tensors[i];
-    json_t *o = json_object();
-    json_object_set_new(o, "kind", json_string(kind_names[t->kind]));
-    json_object_set_new(o, "dtype", json_string(dtype_name(t->dtype)));
-    json_object_set_new(o, "shape", dims_json(p, t->dims, t->rank));
-    json_object_set_new(o, "index", json_integer(t->index));
-    if (t->name)
-      json_object_set_new(o, "name", json_string(t->name));
-    json_object_set_new(o, "first", json_integer(t->first));
-    json_object_set_new(o, "last", json_integer(t->last));
-    json_object_set_new(o, "keep", json_boolean(t->keep));
-    if (t->alias >= 0)
-      json_object_set_new(o, "alias", json_integer(t->alias));
-    if (t->stored != DT_NONE) {
-      json_object_set_new(o, "stored", json_string(dtype_name(t->stored)));
-      json_object_set_new(o, "scale", json_string(t->scale ? t->scale : ""));
-    }
-    json_array_append_new(ts, o);
-  }
   json_object_set_new(root, "tensors", ts);
-  json_t *prep = json_array();
-  for (int i = 0; i < p->nprep; i++) {
-    const PrepStep *s = &p->prep[i];
-    json_t *o = json_object();
-    json_object_set_new(o, "op", json_string(op_info[s->op].name));
-    json_object_set_new(o, "out", json_integer(s->out));
-    json_object_set_new(o, "args", ints_json(s->args, s->nargs));
-    json_object_set_new(o, "ival", json_pack("[II]", (json_int_t)s->ival[0], (json_int_t)s->ival[1]));
-    json_object_set_new(o, "fval", json_real(s->fval));
-    json_array_append_new(prep, o);
-  }
   json_object_set_new(root, "prep", prep);
-  json_t *ks = json_array();
-  for (int i = 0; i < p->nkernels; i++) {
-    const PlanKernel *k = &p->kernels[i];
-    json_t *o = json_object();
-    json_object_set_new(o, "kind", json_string(k->kind == KK_GEMM ? "gemm" : "rowwise"));
-    json_object_set_new(o, "n", json_integer(k->n));
-    json_object_set_new(o, "k", json_integer(k->k));
-    json_object_set_new(o, "streams", json_integer(k->streams));
-    json_object_set_new(o, "splittable", json_boolean(k->splittable));
-    json_object_set_new(o, "op", json_string(k->op < OP_COUNT ? op_info[k->op].name : ""));
-    json_t *vs = json_array();
-    for (int v = 0; v < k->nvariants; v++) {
-      const KernelVariant *kv = &k->variants[v];
-      const ffn_gemm_config *c = &kv->cfg;
-      json_array_append_new(vs, json_pack("{s:s, s:i, s:i, s:I, s:s, s:i, s:[iiiiiiiii], s:b}", "func", kv->func,
-                                          "threads", kv->threads, "smem", kv->smem, "max_m", (json_int_t)kv->max_m,
-                                          "cfg", c->name ? c->name : "", "cfg_kind", (int)c->kind, "tile", c->bm, c->bn,
-                                          c->bk, c->wm, c->wn, c->stages, c->threads, c->min_blocks, c->ctas_per_sm,
-                                          "ext_stats", kv->ext_stats));
-      if (kv->out != DT_NONE) { /* a direct form of a weight gradient (absent in older plans) */
-        json_t *vo = json_array_get(vs, json_array_size(vs) - 1);
-        json_object_set_new(vo, "out", json_string(dtype_name(kv->out)));
-        json_object_set_new(vo, "accumulate", json_boolean(kv->accumulate));
-      }
-      if (kv->b_kn) /* B [K, N] as the weight lies (absent: [N, K]) */
-        json_object_set_new(json_array_get(vs, json_array_size(vs) - 1), "b_kn", json_true());
-    }
-    json_object_set_new(o, "variants", vs);
-    json_array_append_new(ks, o);
-  }
   json_object_set_new(root, "kernels", ks);
-  json_t *steps = json_array();
-  for (int i = 0; i < p->nsteps; i++) {
-    const PlanStep *s = &p->steps[i];
-    json_t *o = json_object();
-    if (s->kind == STEP_LAUNCH) {
-      json_object_set_new(o, "kind", json_string("launch"));
-      json_object_set_new(o, "kernel", json_integer(s->kernel));
-      json_object_set_new(o, "args", ints_json(s->args, s->nargs));
-      json_object_set_new(o, "rows", dims_json(p, s->rowdims, s->nrowdims));
-    } else if (s->kind == STEP_ALLREDUCE) {
-      json_object_set_new(o, "kind", json_string("allreduce"));
-      json_object_set_new(o, "src", json_integer(s->src));
-      json_object_set_new(o, "dst", json_integer(s->dst));
-      json_object_set_new(o, "ranks", json_integer(s->ranks));
-    } else {
-      json_object_set_new(o, "kind", json_string("copy"));
-      json_object_set_new(o, "src", json_integer(s->src));
-      json_object_set_new(o, "dst", json_integer(s->dst));
-    }
-    json_array_append_new(steps, o);
-  }
   json_object_set_new(root, "steps", steps);
   char *text = json_dumps(root, JSON_COMPACT);
   json_decref(root);
