@@ -444,8 +444,93 @@ static void print_dims_header(const Graph *g, FILE *out) {
     fprintf(out, "dim %s\n", g->dims[i].name);
 }
 
-void ir_print(const Graph *g, FILE *out) {
+/* s in double quotes, with the DSL's own escapes */
+static void print_quoted(const char *s, FILE *out) {
+  fputc('"', out);
+  for (const char *p = s; *p; p++)
+    fprintf(out, *p == '"' || *p == '\\' ? "\\%c" : "%c", *p);
+  fputc('"', out);
+}
+
+/* An op's parameters after its operands (eps=, offset= ...). */
+static void print_params(const Node *n, FILE *out) {
+  switch (n->op) {
+  case OP_RMSNORM:
+  case OP_LAYERNORM:
+    fprintf(out, " eps=%.9g", n->fval);
+    break;
+  case OP_SLICE:
+    fprintf(out, " offset=%lld len=%lld", (long long)n->ival[0], (long long)n->ival[1]);
+    break;
+  case OP_CONCAT:
+    fprintf(out, " axis=%lld", (long long)n->ival[0]);
+    break;
+  case OP_SUM_TO:
+    fprintf(out, " rank=%lld dims=%lld", (long long)n->ival[0], (long long)n->ival[1]);
+    break;
+  case OP_INTERLEAVE:
+    fprintf(out, " group=%lld streams=%lld", (long long)n->ival[0], (long long)n->ival[1]);
+    break;
+  case OP_RMS_RSTD:
+  case OP_LN_RSTD:
+    fprintf(out, " eps=%.9g", n->fval);
+    break;
+  case OP_ALLREDUCE:
+    fprintf(out, " ranks=%lld", (long long)n->ival[0]);
+    break;
+  case OP_WQ_SCALE:
+  case OP_WQ_PACK:
+    fprintf(out, " bits=%lld group=%lld", (long long)n->ival[0], (long long)n->ival[1]);
+    break;
+  case OP_F8_SCALE:
+  case OP_F8_PACK:
+  case OP_F8_DEQUANT:
+    fprintf(out, " %s", n->ival[0] ? "e5m2" : "e4m3");
+    break;
+  case OP_MATMUL: /* no parameters; an OTHER op must say here which it prints */
+  case OP_TRANSPOSE:
+  case OP_MATMUL_AT:
+  case OP_LN_MEAN:
+  case OP_ROWSUM:
+  case OP_F8_SCALES:
+#define LEAF_OP(e, name) case OP_##e:
+#define UNARY_OP(e, math, dsl) case OP_##e:
+#define BINARY_OP(e, math, dsl) case OP_##e:
+#include "ops.def"
+#undef LEAF_OP
+#undef UNARY_OP
+#undef BINARY_OP
+    break;
+  }
+}
+
+static void print_node(const Graph *g, const Node *n, FILE *out) {
   char buf[256];
+  fprintf(out, "%%%d = %s", n->id, op_info[n->op].name);
+  if (n->op == OP_INPUT || n->op == OP_WEIGHT) {
+    fputc(' ', out);
+    print_quoted(n->name, out);
+  }
+  if (n->op == OP_WEIGHT && n->stored != DT_NONE) {
+    fprintf(out, " %s scale ", dtype_name(n->stored));
+    print_quoted(n->scale, out);
+  }
+  if (n->op == OP_SCALAR)
+    fprintf(out, " %.9g", n->fval);
+  for (int j = 0; j < n->nargs; j++)
+    fprintf(out, "%s%%%d", j ? ", " : " ", n->args[j]->id);
+  print_params(n, out);
+  fprintf(out, " : %s %s", shape_str(g, &n->shape, buf, sizeof buf), dtype_name(n->dtype));
+  if (n->sublayer >= 0)
+    fprintf(out, " sublayer=%d", n->sublayer);
+  if (n->group >= 0)
+    fprintf(out, " kernel=%d", n->group);
+  if (n->var)
+    fprintf(out, "  # %s", n->var);
+  fputc('\n', out);
+}
+
+void ir_print(const Graph *g, FILE *out) {
   fprintf(out, "model %s\n", g->model ? g->model : "?");
   print_dims_header(g, out);
   for (int c = 0; c < PREC_COUNT; c++) {
@@ -458,84 +543,9 @@ void ir_print(const Graph *g, FILE *out) {
   }
   for (int i = 0; i < g->nfuse; i++)
     fprintf(out, "fuse ffn %d..%d\n", g->fuse[i].first, g->fuse[i].last);
-  for (int i = 0; i < g->nodes.len; i++) {
-    Node *n = GRAPH_NODE(g, i);
-    if (n->dead)
-      continue;
-    fprintf(out, "%%%d = %s", n->id, op_info[n->op].name);
-    if (n->op == OP_INPUT || n->op == OP_WEIGHT) {
-      fputs(" \"", out);
-      for (const char *p = n->name; *p; p++) /* the DSL's own escapes */
-        fprintf(out, *p == '"' || *p == '\\' ? "\\%c" : "%c", *p);
-      fputc('"', out);
-    }
-    if (n->op == OP_WEIGHT && n->stored != DT_NONE) {
-      fprintf(out, " %s scale \"", dtype_name(n->stored));
-      for (const char *p = n->scale; *p; p++)
-        fprintf(out, *p == '"' || *p == '\\' ? "\\%c" : "%c", *p);
-      fputc('"', out);
-    }
-    if (n->op == OP_SCALAR)
-      fprintf(out, " %.9g", n->fval);
-    for (int j = 0; j < n->nargs; j++)
-      fprintf(out, "%s%%%d", j ? ", " : " ", n->args[j]->id);
-    switch (n->op) {
-    case OP_RMSNORM:
-    case OP_LAYERNORM:
-      fprintf(out, " eps=%.9g", n->fval);
-      break;
-    case OP_SLICE:
-      fprintf(out, " offset=%lld len=%lld", (long long)n->ival[0], (long long)n->ival[1]);
-      break;
-    case OP_CONCAT:
-      fprintf(out, " axis=%lld", (long long)n->ival[0]);
-      break;
-    case OP_SUM_TO:
-      fprintf(out, " rank=%lld dims=%lld", (long long)n->ival[0], (long long)n->ival[1]);
-      break;
-    case OP_INTERLEAVE:
-      fprintf(out, " group=%lld streams=%lld", (long long)n->ival[0], (long long)n->ival[1]);
-      break;
-    case OP_RMS_RSTD:
-    case OP_LN_RSTD:
-      fprintf(out, " eps=%.9g", n->fval);
-      break;
-    case OP_ALLREDUCE:
-      fprintf(out, " ranks=%lld", (long long)n->ival[0]);
-      break;
-    case OP_WQ_SCALE:
-    case OP_WQ_PACK:
-      fprintf(out, " bits=%lld group=%lld", (long long)n->ival[0], (long long)n->ival[1]);
-      break;
-    case OP_F8_SCALE:
-    case OP_F8_PACK:
-    case OP_F8_DEQUANT:
-      fprintf(out, " %s", n->ival[0] ? "e5m2" : "e4m3");
-      break;
-    case OP_MATMUL: /* no parameters; an OTHER op must say here which it prints */
-    case OP_TRANSPOSE:
-    case OP_MATMUL_AT:
-    case OP_LN_MEAN:
-    case OP_ROWSUM:
-    case OP_F8_SCALES:
-#define LEAF_OP(e, name) case OP_##e:
-#define UNARY_OP(e, math, dsl) case OP_##e:
-#define BINARY_OP(e, math, dsl) case OP_##e:
-#include "ops.def"
-#undef LEAF_OP
-#undef UNARY_OP
-#undef BINARY_OP
-      break;
-    }
-    fprintf(out, " : %s %s", shape_str(g, &n->shape, buf, sizeof buf), dtype_name(n->dtype));
-    if (n->sublayer >= 0)
-      fprintf(out, " sublayer=%d", n->sublayer);
-    if (n->group >= 0)
-      fprintf(out, " kernel=%d", n->group);
-    if (n->var)
-      fprintf(out, "  # %s", n->var);
-    fputc('\n', out);
-  }
+  for (int i = 0; i < g->nodes.len; i++)
+    if (!GRAPH_NODE(g, i)->dead)
+      print_node(g, GRAPH_NODE(g, i), out);
   for (int i = 0; i < g->noutputs; i++)
     fprintf(out, "output %s = %%%d\n", g->outputs[i].name, g->outputs[i].node->id);
 }
