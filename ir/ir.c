@@ -558,68 +558,84 @@ void ir_print(const Graph *g, FILE *out) {
     return -1;                           \
   } while (0)
 
-int ir_verify(const Graph *g, char *err, size_t errlen) {
-  int *pos = calloc((size_t)g->next_id + 1, sizeof(int)); /* id -> position + 1 of live nodes */
-  if (!pos)
-    VFAIL("out of memory");
-  int rc = -1, last_id = -1;
-  char why[256];
-  for (int i = 0; i < g->nodes.len; i++) {
-    Node *n = GRAPH_NODE(g, i);
-    if (n->dead)
-      continue;
 #define CHECK(cond, ...)                                                             \
   if (!(cond)) {                                                                     \
     int k = snprintf(err, errlen, "%%%d (%s): ", n->id,                              \
                      n->op >= 0 && n->op < OP_COUNT ? op_info[n->op].name : "?");   \
     snprintf(err + k, errlen > (size_t)k ? errlen - (size_t)k : 0, __VA_ARGS__);     \
-    goto out;                                                                        \
+    return false;                                                                    \
   }
-    CHECK(n->op >= 0 && n->op < OP_COUNT, "unknown op %d", n->op);
-    CHECK(n->id > last_id && n->id < g->next_id, "id out of order (previous %d)", last_id);
-    last_id = n->id;
-    CHECK(n->nargs >= op_info[n->op].min_args && n->nargs <= op_info[n->op].max_args,
-          "has %d operands, the op takes %d to %d", n->nargs, op_info[n->op].min_args, op_info[n->op].max_args);
-    CHECK(n->dtype > DT_NONE && n->dtype < DT_COUNT, "has no element type");
-    CHECK(n->shape.rank >= 0 && n->shape.rank <= FFN_MAX_RANK, "bad rank %d", n->shape.rank);
-    for (int d = 0; d < n->shape.rank; d++)
-      CHECK(n->shape.d[d].sym < g->ndims && (n->shape.d[d].sym >= 0 || n->shape.d[d].size >= 0),
-            "bad dim %d", d);
-    for (int j = 0; j < n->nargs; j++) {
-      Node *a = n->args[j];
-      CHECK(a && a->id >= 0 && a->id < g->next_id && pos[a->id] && GRAPH_NODE(g, pos[a->id] - 1) == a,
-            "operand %d is not a live node defined before it", j);
-      /* after kernel fusion (passes/fuse.c): run-time operands come from this kernel or an earlier one */
-      if (n->group >= 0 && !a->konst && op_info[a->op].cls != OPC_LEAF) {
-        CHECK(a->group >= 0, "operand %d (%%%d) is computed by no kernel", j, a->id);
-        CHECK(a->group <= n->group, "operand %d (%%%d) is computed by kernel %d, after this node's kernel %d", j, a->id,
-              a->group, n->group);
-      }
+
+/* n's operands: live nodes defined before it (pos: id -> position + 1 of the live nodes seen),
+ * and after kernel fusion (passes/fuse.c) run-time ones computed by this kernel or an earlier one */
+static bool verify_operands(const Graph *g, const Node *n, const int *pos, char *err, size_t errlen) {
+  for (int j = 0; j < n->nargs; j++) {
+    const Node *a = n->args[j];
+    CHECK(a && a->id >= 0 && a->id < g->next_id && pos[a->id] && GRAPH_NODE(g, pos[a->id] - 1) == a,
+          "operand %d is not a live node defined before it", j);
+    if (n->group >= 0 && !a->konst && op_info[a->op].cls != OPC_LEAF) {
+      CHECK(a->group >= 0, "operand %d (%%%d) is computed by no kernel", j, a->id);
+      CHECK(a->group <= n->group, "operand %d (%%%d) is computed by kernel %d, after this node's kernel %d", j, a->id,
+            a->group, n->group);
     }
-    bool k = n->op == OP_WEIGHT || n->op == OP_SCALAR || (n->op != OP_INPUT && n->nargs > 0 && args_const(n->args, n->nargs));
-    CHECK(n->konst == k, "const flag is stale");
-    if (op_info[n->op].cls == OPC_LEAF) {
-      CHECK(n->op != OP_SCALAR || n->shape.rank == 0, "scalar with rank %d", n->shape.rank);
-      CHECK(n->op == OP_SCALAR || n->name, "has no name");
-    } else {
-      Shape s;
-      CHECK(ir_infer_shape(g, n->op, n->args, n->nargs, n, &s, why, sizeof why), "%s", why);
-      char s1[128], s2[128];
-      CHECK(shape_eq(&s, &n->shape), "shape %s, but the operands give %s", shape_str(g, &n->shape, s1, sizeof s1),
-            shape_str(g, &s, s2, sizeof s2));
-    }
-    if (n->op == OP_WEIGHT && n->stored != DT_NONE)
-      CHECK((n->stored == DT_F8E4M3 || n->stored == DT_F8E5M2) && n->scale && n->dtype == DT_F32,
-            "a pre-quantized weight holds f8e4m3 or f8e5m2 codes, names its scale tensor and has the value type f32");
-    CHECK(n->op == OP_WEIGHT || (n->stored == DT_NONE && !n->scale), "only weights are stored pre-quantized");
-    if (n->op == OP_INTERLEAVE || n->op == OP_ROWSUM) /* concat also joins the gradients of chunks */
-      CHECK(n->konst, "load-time op applied to a run-time value");
-    CHECK(n->op != OP_ALLREDUCE || !n->konst, "an all-reduce of a load-time value (each rank computes it alone)");
-    CHECK(n->op != OP_WQ_SCALE && n->op != OP_WQ_PACK && n->op != OP_F8_SCALE && n->op != OP_F8_PACK &&
-              n->op != OP_F8_SCALES && n->op != OP_F8_DEQUANT,
-          "weight packing for the GPU appears in a graph");
-    pos[n->id] = i + 1;
+  }
+  return true;
+}
+
+/* n's const flag, its shape against its operands', and the flags only some ops may carry */
+static bool verify_facts(const Graph *g, const Node *n, char *err, size_t errlen) {
+  char why[256], s1[128], s2[128];
+  bool k = n->op == OP_WEIGHT || n->op == OP_SCALAR || (n->op != OP_INPUT && n->nargs > 0 && args_const(n->args, n->nargs));
+  CHECK(n->konst == k, "const flag is stale");
+  if (op_info[n->op].cls == OPC_LEAF) {
+    CHECK(n->op != OP_SCALAR || n->shape.rank == 0, "scalar with rank %d", n->shape.rank);
+    CHECK(n->op == OP_SCALAR || n->name, "has no name");
+  } else {
+    Shape s;
+    CHECK(ir_infer_shape(g, n->op, n->args, n->nargs, n, &s, why, sizeof why), "%s", why);
+    CHECK(shape_eq(&s, &n->shape), "shape %s, but the operands give %s", shape_str(g, &n->shape, s1, sizeof s1),
+          shape_str(g, &s, s2, sizeof s2));
+  }
+  if (n->op == OP_WEIGHT && n->stored != DT_NONE)
+    CHECK((n->stored == DT_F8E4M3 || n->stored == DT_F8E5M2) && n->scale && n->dtype == DT_F32,
+          "a pre-quantized weight holds f8e4m3 or f8e5m2 codes, names its scale tensor and has the value type f32");
+  CHECK(n->op == OP_WEIGHT || (n->stored == DT_NONE && !n->scale), "only weights are stored pre-quantized");
+  if (n->op == OP_INTERLEAVE || n->op == OP_ROWSUM) /* concat also joins the gradients of chunks */
+    CHECK(n->konst, "load-time op applied to a run-time value");
+  CHECK(n->op != OP_ALLREDUCE || !n->konst, "an all-reduce of a load-time value (each rank computes it alone)");
+  CHECK(n->op != OP_WQ_SCALE && n->op != OP_WQ_PACK && n->op != OP_F8_SCALE && n->op != OP_F8_PACK &&
+            n->op != OP_F8_SCALES && n->op != OP_F8_DEQUANT,
+        "weight packing for the GPU appears in a graph");
+  return true;
+}
+
+/* one live node, after the node of id last_id */
+static bool verify_node(const Graph *g, const Node *n, int last_id, const int *pos, char *err, size_t errlen) {
+  CHECK(n->op >= 0 && n->op < OP_COUNT, "unknown op %d", n->op);
+  CHECK(n->id > last_id && n->id < g->next_id, "id out of order (previous %d)", last_id);
+  CHECK(n->nargs >= op_info[n->op].min_args && n->nargs <= op_info[n->op].max_args,
+        "has %d operands, the op takes %d to %d", n->nargs, op_info[n->op].min_args, op_info[n->op].max_args);
+  CHECK(n->dtype > DT_NONE && n->dtype < DT_COUNT, "has no element type");
+  CHECK(n->shape.rank >= 0 && n->shape.rank <= FFN_MAX_RANK, "bad rank %d", n->shape.rank);
+  for (int d = 0; d < n->shape.rank; d++)
+    CHECK(n->shape.d[d].sym < g->ndims && (n->shape.d[d].sym >= 0 || n->shape.d[d].size >= 0), "bad dim %d", d);
+  return verify_operands(g, n, pos, err, errlen) && verify_facts(g, n, err, errlen);
+}
 #undef CHECK
+
+int ir_verify(const Graph *g, char *err, size_t errlen) {
+  int *pos = calloc((size_t)g->next_id + 1, sizeof(int)); /* id -> position + 1 of live nodes */
+  if (!pos)
+    VFAIL("out of memory");
+  int rc = -1, last_id = -1;
+  for (int i = 0; i < g->nodes.len; i++) {
+    const Node *n = GRAPH_NODE(g, i);
+    if (n->dead)
+      continue;
+    if (!verify_node(g, n, last_id, pos, err, errlen))
+      goto out;
+    last_id = n->id;
+    pos[n->id] = i + 1;
   }
   if (g->noutputs == 0) {
     snprintf(err, errlen, "graph has no outputs");
