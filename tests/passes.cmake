@@ -66,3 +66,11 @@ set_tests_properties(passes_random_programs PROPERTIES LABELS passes TIMEOUT 60 
 # Tensor parallel on the CPU: the ranks of --tp N (2, 4) in lockstep against the unsharded
 # program, Llama, GPT and fused models at T = 1, 7, 64.
 ffn_c_test(tp_test SOURCES ${FFNC_TEST_DIR}/passes/tp_test.c LABELS passes)
+
+# The IR verifier refuses broken graphs (a stale const flag, operands out of order or dead, a
+# wrong shape, type or operand count, no outputs) and names the node.
+add_executable(verify_test passes/verify_test.c)
+target_include_directories(verify_test PRIVATE ${PROJECT_SOURCE_DIR} ${FFNC_TEST_DIR})
+target_link_libraries(verify_test PRIVATE ffn)
+add_test(NAME verify_graph_refusals COMMAND verify_test)
+set_tests_properties(verify_graph_refusals PROPERTIES LABELS passes ENVIRONMENT "FFNC_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
