@@ -621,6 +621,27 @@ static float *copy_values(Ctx *c, const Node *n, const float *src, int64_t count
   return p;
 }
 
+/* The fp8 codes of a matmul's operands in place, with their scales: a's rows into sa, b's columns
+ * into sb. Columns that are stored rows of pre-quantized weights of this type keep their codes and
+ * scales; the others are quantized like any value. */
+static int fp8_operands(Ctx *c, const Node *n, float *qa, float *qb, int64_t M, int64_t K, int64_t N, DType mm,
+                        double *sa, double *sb) {
+  quantize_fp8(qa, M, K, K, 1, mm, sa);
+  double *stored = ir_is_const(n->args[1]) ? sb : NULL;
+  if (stored)
+    stored_col_scales(c, n->args[1], mm, stored);
+  for (int64_t col = 0; col < N; col++) {
+    if (!(stored && stored[col] > 0)) {
+      quantize_fp8(qb + col, 1, K, 1, N, mm, sb + col);
+    } else if (recover_codes(qb + col, K, N, stored[col], mm)) {
+      ffn_errf(c->err, c->errlen, "%%%d (matmul): internal error: column %lld is not the stored codes times %g", n->id,
+               (long long)col, stored[col]);
+      return -1;
+    }
+  }
+  return 0;
+}
+
 static int eval_matmul(Ctx *c, const Node *n, const RefTensor *a, const RefTensor *b, RefTensor *out) {
   const Precision *prec = &c->g->prec;
   DType mm = prec->type[PREC_MATMUL], wq = prec->type[PREC_WEIGHTS];
@@ -668,23 +689,8 @@ static int eval_matmul(Ctx *c, const Node *n, const RefTensor *a, const RefTenso
       ffn_errf(c->err, c->errlen, "%%%d (matmul): out of host memory", n->id);
       goto out;
     }
-    quantize_fp8(qa, M, K, K, 1, mm, sa);
-    /* columns that are stored rows of pre-quantized weights of this type keep their codes
-     * and scales; the others are quantized like any value */
-    double *stored = ir_is_const(n->args[1]) ? sb : NULL;
-    if (stored)
-      stored_col_scales(c, n->args[1], mm, stored);
-    for (int64_t col = 0; col < N; col++) {
-      if (stored && stored[col] > 0) {
-        if (recover_codes(qb + col, K, N, stored[col], mm)) {
-          ffn_errf(c->err, c->errlen, "%%%d (matmul): internal error: column %lld is not the stored codes times %g", n->id,
-               (long long)col, stored[col]);
-          goto out;
-        }
-      } else {
-        quantize_fp8(qb + col, 1, K, 1, N, mm, sb + col);
-      }
-    }
+    if (fp8_operands(c, n, qa, qb, M, K, N, mm, sa, sb) != 0)
+      goto out;
   }
   if (matmul_f64(pa, pb, M, K, N, sa, sb, out->data, n->dtype)) {
     ffn_errf(c->err, c->errlen, "%%%d (matmul): out of host memory", n->id);
