@@ -15,9 +15,9 @@
  *   each checked against the others before timing (a fast wrong kernel is a failure), then
  *   timed with CUDA events after warm-up, median of many runs, inputs rotated across buffers
  *   that together exceed L2, with and without CUDA graph replay for small token counts.
- * Reports time, TFLOP/s, GB/s, the floor (max of FLOPs / measured GEMM rate and minimum bytes
- * / measured bandwidth), the fraction of the floor reached and the speedups; writes JSON with
- * every number and a gnuplot script for the plot (rendered here if gnuplot is installed).
+ * Reports time, TFLOP/s, GB/s, the floor (max of FLOPs / measured GEMM rate, bf16 or fp8 as
+ * the products are, and the fewest bytes, the weights as held, / measured bandwidth), the
+ * fraction of the floor reached and the speedups; writes JSON with every number and a gnuplot script for the plot (rendered here if gnuplot is installed).
  */
 #include "bench.h"
 #include "cli.h"
@@ -498,13 +498,19 @@ static void setup_model(Model *md) {
   md->act[V_CUBLASLT] = plan_actions(md->prog[V_CUBLASLT]->plan, true);
 }
 
+static bool is_f8(DType t) { return t == DT_F8E4M3 || t == DT_F8E5M2; }
+
 /* The bytes a weight occupies on the device: under `precision weights i8|i4` a matrix is held
- * as its codes and f32 scales (kernels/quant.cuh; norm gains and biases stay as they are). */
+ * as its codes and f32 scales (kernels/quant.cuh), under `precision matmul f8e4m3|f8e5m2` (or
+ * stored so) as one-byte codes and an f32 scale a row; norm gains and biases stay as they are. */
 static double weight_bytes(const Graph *g, const Node *n, int64_t numel) {
   DType w = g->prec.type[PREC_WEIGHTS];
+  int64_t K = n->shape.rank == 2 ? n->shape.d[1].size : 1, R = numel / (K ? K : 1);
+  if (is_f8(n->stored) || (n->shape.rank == 2 && is_f8(g->prec.type[PREC_MATMUL])))
+    return (double)numel + 4.0 * (double)R;
   if (n->shape.rank != 2 || (w != DT_I8 && w != DT_I4))
     return (double)dtype_bytes(n->dtype, (size_t)numel);
-  int64_t K = n->shape.d[1].size, R = numel / (K ? K : 1), bits = w == DT_I8 ? 8 : 4;
+  int bits = w == DT_I8 ? 8 : 4;
   return (double)wq_code_rows(R) * (double)wq_row_bytes(K, (int)bits) + 4.0 * (double)R * (double)(bits == 8 ? 1 : wq_ngroups(K, g->prec.group));
 }
 
@@ -548,7 +554,9 @@ static void add_results(const Model *md, int64_t tokens, const Ceilings *ceil, d
                         const double *err, const bool *ok, Result *res, int *nres) {
   double flops, bytes;
   work(md->g, tokens, &flops, &bytes);
-  double floor_us = fmax(flops / (ceil->bf16_tflops * 1e12), bytes / (ceil->copy_gbps * 1e9)) * 1e6;
+  /* fp8 products against the measured fp8 GEMM rate, where there is one */
+  double rate = is_f8(md->g->prec.type[PREC_MATMUL]) && ceil->fp8_tflops > 0 ? ceil->fp8_tflops : ceil->bf16_tflops;
+  double floor_us = fmax(flops / (rate * 1e12), bytes / (ceil->copy_gbps * 1e9)) * 1e6;
   if (md->type == DT_F32)
     floor_us = bytes / (ceil->copy_gbps * 1e9) * 1e6; /* no measured f32 GEMM ceiling: bandwidth only */
   for (int gr = 0; gr < ngraph; gr++)
@@ -779,7 +787,7 @@ static void write_plot(const char *prefix, Model *models, Result **res, int *nre
   const char *base = strrchr(prefix, '/') ? strrchr(prefix, '/') + 1 : prefix;
   fprintf(f, "set terminal pngcairo noenhanced size %d,500 font ',10'\nset output '%s.png'\n",
           420 * (nmodels < 4 ? nmodels : 4) + 100, base);
-  fprintf(f, "set multiplot layout 1,%d title 'fraction of the floor (max of FLOPs / cuBLASLt bf16 rate, bytes / copy "
+  fprintf(f, "set multiplot layout 1,%d title 'fraction of the floor (max of FLOPs / cuBLASLt bf16 or fp8 rate, bytes / copy "
              "bandwidth) reached; higher is better'\nset logscale x 2\nset xlabel 'tokens'\n"
              "set ylabel 'fraction of floor'\nset yrange [0:1.1]\nset key bottom right\nset grid\n",
           nmodels);
