@@ -962,6 +962,60 @@ static Val eval_builtin(Sema *s, Expr *e, const Builtin *b) {
   return poison();
 }
 
+/* The block a call names (y and callee: lookup's result), or NULL after saying why not. */
+static Sym *called_block(Sema *s, Expr *e, const Sym *y, Val callee) {
+  if (!y) {
+    if (!s->lenient && error_at(s, e->op_span, "unknown function `%s`", e->name)) {
+      Suggest sg = {NULL, 99, e->name};
+      for (int i = 0; i < NBUILTINS; i++)
+        suggest_consider(&sg, builtins[i].name);
+      suggest_visible(s, &sg, true);
+      suggest_note(s, &sg);
+    }
+    return NULL;
+  }
+  if (callee.kind != VAL_BLOCK) {
+    if (callee.kind != VAL_POISON)
+      error_at(s, e->op_span, "`%s` is %s, not a function", e->name, kind_words(callee));
+    return NULL;
+  }
+  return callee.block;
+}
+
+static bool arity_ok(Sema *s, Expr *e, Sym *blk, int n) {
+  int nparams = 0;
+  for (Ident *p = blk->block->names; p; p = p->next)
+    nparams++;
+  if (n == nparams)
+    return true;
+  if (error_at(s, e->op_span, "block `%s` takes %d argument%s, got %d", e->name, nparams, nparams == 1 ? "" : "s", n)) {
+    char *sig = span_text(s->src, (Span){0, 0, blk->block->name_span.off, blk->block->close.off});
+    note(s, "`%s` is declared at line %d: %s", e->name, blk->where.line, sig);
+    free(sig);
+  }
+  return false;
+}
+
+/* A call of blk while blk is being inlined: the error, and the cycle from blk back to this call. */
+static void recursion_error(Sema *s, Expr *e, Sym *blk) {
+  if (!error_at(s, e->op_span, "recursive call of block `%s`", e->name))
+    return;
+  Buf cycle = {0};
+  int from = 0;
+  while (s->calls[from] != blk)
+    from++;
+  for (int i = from; i < s->ncalls; i++) {
+    buf_add(&cycle, i > from ? " calls `" : "`", i > from ? 8 : 1);
+    buf_add(&cycle, s->calls[i]->name, strlen(s->calls[i]->name));
+    buf_add(&cycle, "`", 1);
+  }
+  if (s->ncalls - from > 1)
+    note(s, "%s calls `%s`; blocks are inlined at each call, so they cannot be recursive", cycle.p, e->name);
+  else
+    note(s, "`%s` calls itself; blocks are inlined at each call, so they cannot be recursive", e->name);
+  free(cycle.p);
+}
+
 static Val eval_call(Sema *s, Expr *e) {
   const Builtin *b = find_builtin(e->name);
   if (b)
@@ -971,66 +1025,19 @@ static Val eval_call(Sema *s, Expr *e) {
   Val *args = xcalloc((size_t)e->nargs, sizeof *args);
   int n = 0;
   bool bad = false;
-  for (Expr *a = e->args; a; a = a->next) {
+  for (Expr *a = e->args; a; a = a->next) { /* the arguments first: their errors come before the call's */
     args[n] = eval(s, a);
     bad |= args[n].kind == VAL_POISON;
     n++;
   }
-  if (!y) {
-    if (!s->lenient && error_at(s, e->op_span, "unknown function `%s`", e->name)) {
-      Suggest sg = {NULL, 99, e->name};
-      for (int i = 0; i < NBUILTINS; i++)
-        suggest_consider(&sg, builtins[i].name);
-      suggest_visible(s, &sg, true);
-      suggest_note(s, &sg);
-    }
-    free(args);
-    return poison();
+  Sym *blk = called_block(s, e, y, callee);
+  Val v = poison();
+  if (blk && arity_ok(s, e, blk, n)) {
+    if (blk->active)
+      recursion_error(s, e, blk);
+    else if (!bad)
+      v = call_block(s, blk, args, n);
   }
-  if (callee.kind != VAL_BLOCK) {
-    if (callee.kind != VAL_POISON)
-      error_at(s, e->op_span, "`%s` is %s, not a function", e->name, kind_words(callee));
-    free(args);
-    return poison();
-  }
-  Sym *blk = callee.block;
-  int nparams = 0;
-  for (Ident *p = blk->block->names; p; p = p->next)
-    nparams++;
-  if (n != nparams) {
-    if (error_at(s, e->op_span, "block `%s` takes %d argument%s, got %d", e->name, nparams, nparams == 1 ? "" : "s", n)) {
-      char *sig = span_text(s->src, (Span){0, 0, blk->block->name_span.off, blk->block->close.off});
-      note(s, "`%s` is declared at line %d: %s", e->name, blk->where.line, sig);
-      free(sig);
-    }
-    free(args);
-    return poison();
-  }
-  if (blk->active) {
-    if (error_at(s, e->op_span, "recursive call of block `%s`", e->name)) {
-      /* the cycle, from the block called here back to this call */
-      Buf cycle = {0};
-      int from = 0;
-      while (s->calls[from] != blk)
-        from++;
-      for (int i = from; i < s->ncalls; i++) {
-        buf_add(&cycle, i > from ? " calls `" : "`", i > from ? 8 : 1);
-        buf_add(&cycle, s->calls[i]->name, strlen(s->calls[i]->name));
-        buf_add(&cycle, "`", 1);
-      }
-      if (s->ncalls - from > 1)
-        note(s, "%s calls `%s`; blocks are inlined at each call, so they cannot be recursive", cycle.p, e->name);
-      else
-        note(s, "`%s` calls itself; blocks are inlined at each call, so they cannot be recursive", e->name);
-      free(cycle.p);
-    }
-    bad = true;
-  }
-  if (bad) {
-    free(args);
-    return poison();
-  }
-  Val v = call_block(s, blk, args, n);
   free(args);
   return v;
 }
