@@ -1211,6 +1211,42 @@ static char *tensor_name(Sema *s, Stmt *st) {
   return interpolate(s, st->str_span);
 }
 
+/* The `{...}` at p (reported at `at`) whose text, without the braces, is the n bytes at p + 1:
+ * the integer its name holds, appended to out; false after saying why not. */
+static bool interpolate_name(Sema *s, Span at, const char *p, size_t n, Buf *out) {
+  char name[128];
+  if (!is_ident(p + 1, n) || n >= sizeof name) {
+    if (error_at(s, at, "`{...}` in a tensor name must hold a name"))
+      note(s, "like \"model.layers.{i}.mlp.up_proj.weight\", where `i` is a loop variable, an integer block "
+              "parameter or an integer const");
+    return false;
+  }
+  memcpy(name, p + 1, n);
+  name[n] = 0;
+  Val v;
+  if (!lookup(s, name, &v)) {
+    if (!s->lenient && error_at(s, at, "unknown name `%s` in `{%s}`", name, name)) {
+      Suggest sg = {NULL, 99, name};
+      suggest_visible(s, &sg, false);
+      suggest_note(s, &sg);
+    }
+    return false;
+  }
+  if (v.kind == VAL_NUM && v.num.is_int) {
+    char num[32];
+    snprintf(num, sizeof num, "%lld", (long long)v.num.ival);
+    buf_add(out, num, strlen(num));
+    return true;
+  }
+  if (v.kind == VAL_NUM)
+    error_at(s, at, "`{%s}` needs an integer, but `%s` is %g", name, name, v.num.value);
+  else if (v.kind != VAL_POISON)
+    error_at(s, at, "`{%s}` needs an integer, but `%s` is %s", name, name, kind_words(v));
+  if (v.kind != VAL_POISON)
+    note(s, "a loop variable, an integer block parameter or an integer const");
+  return false;
+}
+
 /* A string literal's text with `{name}` replaced (tensor names of weights and scales). */
 static char *interpolate(Sema *s, Span str_span) {
   const char *p = s->src->text + str_span.off + 1, *end = s->src->text + str_span.end;
@@ -1244,38 +1280,7 @@ static char *interpolate(Sema *s, Span str_span) {
       ok = false;
       break;
     }
-    size_t n = (size_t)(close - p - 1);
-    char name[128];
-    if (!is_ident(p + 1, n) || n >= sizeof name) {
-      if (error_at(s, at, "`{...}` in a tensor name must hold a name"))
-        note(s, "like \"model.layers.{i}.mlp.up_proj.weight\", where `i` is a loop variable, an integer block "
-                "parameter or an integer const");
-      ok = false;
-    } else {
-      memcpy(name, p + 1, n);
-      name[n] = 0;
-      Val v;
-      if (!lookup(s, name, &v)) {
-        if (!s->lenient && error_at(s, at, "unknown name `%s` in `{%s}`", name, name)) {
-          Suggest sg = {NULL, 99, name};
-          suggest_visible(s, &sg, false);
-          suggest_note(s, &sg);
-        }
-        ok = false;
-      } else if (v.kind == VAL_NUM && v.num.is_int) {
-        char num[32];
-        snprintf(num, sizeof num, "%lld", (long long)v.num.ival);
-        buf_add(&out, num, strlen(num));
-      } else {
-        if (v.kind == VAL_NUM)
-          error_at(s, at, "`{%s}` needs an integer, but `%s` is %g", name, name, v.num.value);
-        else if (v.kind != VAL_POISON)
-          error_at(s, at, "`{%s}` needs an integer, but `%s` is %s", name, name, kind_words(v));
-        if (v.kind != VAL_POISON)
-          note(s, "a loop variable, an integer block parameter or an integer const");
-        ok = false;
-      }
-    }
+    ok &= interpolate_name(s, at, p, (size_t)(close - p - 1), &out);
     col += (int)(close + 1 - p);
     p = close + 1;
   }
