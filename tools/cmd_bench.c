@@ -1012,23 +1012,67 @@ static int run_bench_grad(const BenchArgs *b) {
   return rc;
 }
 
+/* The option combinations bench refuses: an exit status, or -1 when b is fine. */
+static int refused_combination(BenchArgs *b) {
+  if (cli_check_tp("bench", &b->ca, true) != 0)
+    return EXIT_USAGE;
+  if (b->ca.tp_rank_given)
+    return cli_error("bench: --tp-rank: ffnc bench --tp N runs all the ranks together"), EXIT_USAGE;
+  if (b->ca.keep && !b->grad)
+    return cli_error("bench: --keep is a policy of training: it needs --grad"), EXIT_USAGE;
+  if (b->grad && (b->ca.tp > 1 || b->plot))
+    return cli_error("bench: --grad with --tp or --plot: not yet"), EXIT_USAGE;
+  if (b->ca.tp > 1 && (b->json || b->plot || b->compile_only))
+    return cli_error("bench: --tp with --json, --plot or --compile-only: not yet"), EXIT_USAGE;
+  return -1;
+}
+
+/* Each model at each token count, printed as it finishes; then the JSON and the plot. Returns
+ * whether a variant's output disagreed with the others. */
+static bool bench_models(const BenchArgs *b, Model *models, const Device *d, const Ceilings *c, CUstream s) {
+  Result **res = calloc((size_t)b->nfiles, sizeof(Result *));
+  int *nres = calloc((size_t)b->nfiles, sizeof(int));
+  bool failed = false;
+  if (!res || !nres) {
+    cli_error("bench: out of host memory");
+    exit(EXIT_USER);
+  }
+  for (int m = 0; m < b->nfiles; m++) {
+    setup_model(&models[m]);
+    if (!(res[m] = calloc((size_t)b->ntokens * 2 * NVARIANTS + 1, sizeof(Result)))) {
+      cli_error("bench: out of host memory");
+      exit(EXIT_USER);
+    }
+    for (int k = 0; k < b->ntokens; k++)
+      failed |= bench_tokens(&models[m], b->tokens[k], c, b->reps, b->graphs && b->tokens[k] <= 128, (size_t)d->l2, s,
+                             res[m], &nres[m]) != 0;
+    print_results(&models[m], res[m], nres[m]);
+    fflush(stdout);
+    for (int i = 0; i < NVARIANTS; i++)
+      ffn_model_destroy(models[m].model[i]);
+    for (int i = 0; i < models[m].nw; i++)
+      cu->cuMemFree(models[m].wdev[i]);
+  }
+  if (b->json)
+    write_json(b->json, d->card, d->sms, c, models, res, nres, b->nfiles);
+  if (b->plot) {
+    write_plot(b->plot, models, res, nres, b->nfiles);
+    render_plot(b->plot);
+  }
+  for (int m = 0; m < b->nfiles; m++)
+    free(res[m]);
+  free(res);
+  free(nres);
+  return failed;
+}
+
 int cmd_bench(int argc, char **argv) {
   BenchArgs b = {.ca = {.opt_level = 3}, .reps = 30, .graphs = true, .ceilings = true};
   int rc = parse_bench_args(argc, argv, &b);
-  if (rc >= 0)
+  if (rc >= 0 || (rc = refused_combination(&b)) >= 0)
     return rc;
-  if (cli_check_tp("bench", &b.ca, true) != 0)
-    return EXIT_USAGE;
-  if (b.ca.tp_rank_given)
-    return cli_error("bench: --tp-rank: ffnc bench --tp N runs all the ranks together"), EXIT_USAGE;
-  if (b.ca.keep && !b.grad)
-    return cli_error("bench: --keep is a policy of training: it needs --grad"), EXIT_USAGE;
-  if (b.grad && (b.ca.tp > 1 || b.plot))
-    return cli_error("bench: --grad with --tp or --plot: not yet"), EXIT_USAGE;
   if (b.grad && b.compile_only)
     return bench_grad_compile(&b.ca, b.files, b.nfiles);
-  if (b.ca.tp > 1 && (b.json || b.plot || b.compile_only))
-    return cli_error("bench: --tp with --json, --plot or --compile-only: not yet"), EXIT_USAGE;
   char why[512];
   if (b.ca.tp > 1 && (rc = cli_check_tp_devices("bench", b.ca.tp)) != 0) /* before spending time compiling */
     return rc;
@@ -1041,6 +1085,8 @@ int cmd_bench(int argc, char **argv) {
   if (b.grad)
     return run_bench_grad(&b);
   Model *models = calloc((size_t)b.nfiles, sizeof(Model));
+  if (!models)
+    return cli_error("bench: out of host memory"), EXIT_USER;
   if ((rc = compile_models(&b, models)) >= 0)
     return rc;
   if (b.compile_only) {
@@ -1056,27 +1102,7 @@ int cmd_bench(int argc, char **argv) {
   CK(cu->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   Ceilings c = b.ceilings ? measure_ceilings(s, d.major, d.minor) : (Ceilings){1, 1, 0};
   print_ceilings(&d, &c);
-  Result **res = calloc((size_t)b.nfiles, sizeof(Result *));
-  int *nres = calloc((size_t)b.nfiles, sizeof(int)), failed = 0;
-  for (int m = 0; m < b.nfiles; m++) {
-    setup_model(&models[m]);
-    res[m] = calloc((size_t)b.ntokens * 2 * NVARIANTS + 1, sizeof(Result));
-    for (int k = 0; k < b.ntokens; k++)
-      failed |= bench_tokens(&models[m], b.tokens[k], &c, b.reps, b.graphs && b.tokens[k] <= 128, (size_t)d.l2, s,
-                             res[m], &nres[m]) != 0;
-    print_results(&models[m], res[m], nres[m]);
-    fflush(stdout);
-    for (int i = 0; i < NVARIANTS; i++)
-      ffn_model_destroy(models[m].model[i]);
-    for (int i = 0; i < models[m].nw; i++)
-      cu->cuMemFree(models[m].wdev[i]);
-  }
-  if (b.json)
-    write_json(b.json, d.card, d.sms, &c, models, res, nres, b.nfiles);
-  if (b.plot) {
-    write_plot(b.plot, models, res, nres, b.nfiles);
-    render_plot(b.plot);
-  }
+  bool failed = bench_models(&b, models, &d, &c, s);
   lt_destroy(lt);
   cu->cuStreamDestroy(s);
   CUcontext popped;
