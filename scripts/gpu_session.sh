@@ -1,5 +1,5 @@
 #!/bin/sh
-# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [grad] [wqdl8] [pdl] [wide] [keep] [live] [dsplit] [splitab] [bars] ...
+# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [tunewq] [grad] [wqdl8] [pdl] [wide] [keep] [live] [dsplit] [splitab] [bars] ...
 # What one call on the lent GPU machine runs, with a build made here and carried there (that
 # machine has no flex, bison or jansson headers). The build has absolute paths under
 # /work/main, so the copy is linked there first; the kernel cache in build/test-kernel-cache
@@ -226,6 +226,23 @@ for part in "$@"; do
       timeout 150 ./ffnc bench $S/llama3_8b_layer.ffn $S/gpt_gelu_4096.ffn --tokens 1,16,128,1024,8192 --reps 20 \
         --json "$out/tune_bench_$t.json" >"$out/tune_bench_$t.txt" 2>&1
       echo "== bench $t: exit $?"; grep -E "suite|tuned GEMM|ceilings|  ffnc" "$out/tune_bench_$t.txt"
+    done
+    unset FFNC_NO_TUNE
+    ;;
+  tunewq)
+    # the weight-only decode's configurations and splits on this card: ffnc tune of the 70B and 8B
+    # int4 g128 and the 70B int8 sublayers at 1 and 16 tokens (every variant, every split that
+    # fits), then the bench with the tuned choices and without them (FFNC_NO_TUNE=1), about 3 minutes
+    S=/work/main/bench/suite
+    for m in llama3_70b_layer_i4g128 llama3_8b_layer_i4g128 llama3_70b_layer_i8; do
+      timeout 100 ./ffnc tune $S/$m.ffn --tokens 1,16 -v >"$out/tunewq_$m.txt" 2>"$out/tunewq_$m.err"
+      echo "tune $m: exit $?"; grep -E "^tune:|error" "$out/tunewq_$m.err" | head -12
+    done
+    for t in tuned untuned; do
+      if [ $t = tuned ]; then unset FFNC_NO_TUNE; else export FFNC_NO_TUNE=1; fi
+      timeout 60 ./ffnc bench $S/llama3_70b_layer_i4g128.ffn $S/llama3_8b_layer_i4g128.ffn $S/llama3_70b_layer_i8.ffn \
+        --tokens 1,16 --reps 20 --no-graphs --no-ceilings >"$out/tunewq_bench_$t.txt" 2>&1
+      echo "== bench $t: exit $?"; grep -E "suite|tuned GEMM|  ffnc" "$out/tunewq_bench_$t.txt"
     done
     unset FFNC_NO_TUNE
     ;;
