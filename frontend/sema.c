@@ -215,8 +215,6 @@ bool is_value_type(DType t) {
   return t == DT_F32 || t == DT_F16 || t == DT_BF16 || t == DT_F8E4M3 || t == DT_F8E5M2;
 }
 
-static bool is_f8(DType t) { return t == DT_F8E4M3 || t == DT_F8E5M2; }
-
 /* A type for a tensor declaration or a cast; reports and returns DT_NONE if not one. */
 static DType tensor_dtype(Sema *s, const char *name, Span at) {
   DType t = dsl_dtype(name);
@@ -246,7 +244,7 @@ static DType widen(DType a, DType b) {
     return b;
   if (b == DT_NONE)
     return a;
-  int ra = a == DT_F32 ? 3 : is_f8(a) ? 1 : 2, rb = b == DT_F32 ? 3 : is_f8(b) ? 1 : 2;
+  int ra = a == DT_F32 ? 3 : dtype_is_f8(a) ? 1 : 2, rb = b == DT_F32 ? 3 : dtype_is_f8(b) ? 1 : 2;
   if (ra != rb)
     return ra > rb ? a : b;
   return ra == 2 ? DT_F32 : DT_F16;
@@ -679,7 +677,7 @@ static bool prequant_matmul(Sema *s, Expr *e, Node **a, Node **b) {
       prec_note(s, PREC_WEIGHTS);
     return false;
   }
-  if (is_f8(mm) && wb && wb->stored != mm) {
+  if (dtype_is_f8(mm) && wb && wb->stored != mm) {
     if (error_at(s, e->op_span, "weight `%s` holds %s codes; `precision matmul %s` would quantize it again",
                  name, dtype_name(wb->stored), dtype_name(mm))) {
       prec_note(s, PREC_MATMUL);
@@ -687,7 +685,7 @@ static bool prequant_matmul(Sema *s, Expr *e, Node **a, Node **b) {
     }
     return false;
   }
-  if (is_f8(mm) && wb && !tb) {
+  if (dtype_is_f8(mm) && wb && !tb) {
     if (error_at(s, e->op_span, "the pre-quantized weight `%s` is used as `h @ %s`: its scales are per row of %s, "
                  "along this product's inner dimension, so its codes cannot serve as stored", name, name, name))
       note(s, "checkpoints store linear weights [out, in], used as `h @ %s^T`", name);
@@ -1329,7 +1327,7 @@ static bool weight_scale(Sema *s, Stmt *st, DType dt) {
            st->name);
     return false;
   }
-  if (!is_f8(dt)) {
+  if (!dtype_is_f8(dt)) {
     if (error_at(s, st->scale.span, "`scale` is for fp8 weights (f8e4m3, f8e5m2); weight `%s` is %s", st->name,
                  dtype_name(dt)))
       note(s, "a %s weight is read as stored, without a scale tensor", dtype_name(dt));
@@ -1401,10 +1399,10 @@ static void exec_precision(Sema *s, Stmt *st) {
   }
   /* weight-only quantization and fp8 matrix products are two different kernels */
   PrecClass other = cls == PREC_WEIGHTS ? PREC_MATMUL : cls == PREC_MATMUL ? PREC_WEIGHTS : PREC_COUNT;
-  if (other == PREC_COUNT || (cls == PREC_MATMUL && !is_f8(t)))
+  if (other == PREC_COUNT || (cls == PREC_MATMUL && !dtype_is_f8(t)))
     return;
   DType ot = s->cli[other] ? s->prec.type[other] : s->file_set[other] ? s->file_type[other] : DT_NONE;
-  if (ot == DT_NONE || (other == PREC_MATMUL && !is_f8(ot)))
+  if (ot == DT_NONE || (other == PREC_MATMUL && !dtype_is_f8(ot)))
     return;
   DType wt = cls == PREC_WEIGHTS ? t : ot, mt = cls == PREC_MATMUL ? t : ot;
   if (error_at(s, st->span, "`precision weights %s` excludes `precision matmul %s`", dtype_name(wt), dtype_name(mt))) {
@@ -1704,7 +1702,7 @@ static void prepass(Sema *s, Stmt *program, const FrontendOptions *opt, const ch
     if (o.cls == PREC_WEIGHTS)
       s->prec.group = o.group;
   }
-  if (s->cli[PREC_WEIGHTS] && s->cli[PREC_MATMUL] && is_f8(s->prec.type[PREC_MATMUL]))
+  if (s->cli[PREC_WEIGHTS] && s->cli[PREC_MATMUL] && dtype_is_f8(s->prec.type[PREC_MATMUL]))
     diag_plain(s->d, "--precision weights=%s excludes --precision matmul=%s", dtype_name(s->prec.type[PREC_WEIGHTS]),
                dtype_name(s->prec.type[PREC_MATMUL]));
   s->vtype = s->prec.type[PREC_DEFAULT] != DT_NONE ? s->prec.type[PREC_DEFAULT] : inputs != DT_NONE ? inputs : DT_F32;

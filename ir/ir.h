@@ -90,6 +90,7 @@ const char *dtype_name(DType t);          /* "bf16"; for storage-only types the 
 const char *dtype_st_name(DType t);       /* "BF16", or NULL if safetensors has none */
 int dtype_bits(DType t);                  /* 0 for DT_NONE */
 bool dtype_is_float(DType t);
+static inline bool dtype_is_f8(DType t) { return t == DT_F8E4M3 || t == DT_F8E5M2; }
 DType dtype_from_name(const char *name);  /* DSL name -> type, DT_NONE if unknown */
 DType dtype_from_st_name(const char *st); /* safetensors name -> type, DT_NONE if unknown */
 /* Bytes for n elements (i4 packs two per byte, rounding up). */

@@ -7,8 +7,6 @@
  */
 #include "passes.h"
 
-static bool is_f8(DType t) { return t == DT_F8E4M3 || t == DT_F8E5M2; }
-
 static int refuse(Compile *c, PrecClass cls, const char *fmt, const char *a, const char *b) {
   Graph *g = c->g;
   char msg[256];
@@ -25,7 +23,7 @@ static int check_policy(Compile *c) {
   DType mm = g->prec.type[PREC_MATMUL], w = g->prec.type[PREC_WEIGHTS];
   char arch[16];
   snprintf(arch, sizeof arch, "sm_%d", c->arch);
-  if (is_f8(mm) && c->arch < 89)
+  if (dtype_is_f8(mm) && c->arch < 89)
     return refuse(c, PREC_MATMUL, "fp8 matrix products need sm_89 or newer; the target is %s%s", arch, "");
   /* weight-only i8 / i4 run in gemm_wq.cuh, which multiplies by the reference's levels exactly
    * and applies the f32 scales per group of k (whole 32-k blocks), and does not round the
@@ -68,7 +66,7 @@ static int check_f8_gemm(Compile *c, Group *gr) {
 static int check_gemm(Compile *c, Group *gr) {
   Graph *g = c->g;
   DType a = gr->a->dtype, b = (gr->b_nk ? gr->b_nk : gr->b_kn)->dtype, mm = g->prec.type[PREC_MATMUL];
-  if (is_f8(mm))
+  if (dtype_is_f8(mm))
     return check_f8_gemm(c, gr);
   if (mm != DT_NONE && (mm != a || mm != b))
     return refuse(c, PREC_MATMUL, "converting %s operands to `precision matmul %s` is not supported by the GPU code "
@@ -87,7 +85,7 @@ int pass_precision(Compile *c) {
     return -1;
   for (int i = 0; i < g->nodes.len; i++) {
     Node *n = GRAPH_NODE(g, i);
-    if (n->group < 0 && !ir_is_const(n) && (is_f8(n->dtype) || !dtype_is_float(n->dtype))) {
+    if (n->group < 0 && !ir_is_const(n) && (dtype_is_f8(n->dtype) || !dtype_is_float(n->dtype))) {
       diag_error(c->diags, c->src, n->loc, "%s tensors are not supported by the GPU code generator yet",
                  dtype_name(n->dtype));
       return -1;
@@ -102,7 +100,7 @@ int pass_precision(Compile *c) {
       bool stored = false;
       for (int j = 0; j < gr->stores.len; j++)
         stored |= gr->stores.items[j] == n;
-      if (is_f8(n->dtype) && stored) {
+      if (dtype_is_f8(n->dtype) && stored) {
         diag_error(c->diags, c->src, n->loc, "storing %s values is not supported by the GPU code generator yet",
                    dtype_name(n->dtype));
         return -1;

@@ -17,7 +17,8 @@
  *   that together exceed L2, with and without CUDA graph replay for small token counts.
  * Reports time, TFLOP/s, GB/s, the floor (max of FLOPs / measured GEMM rate, bf16 or fp8 as
  * the products are, and the fewest bytes, the weights as held, / measured bandwidth), the
- * fraction of the floor reached and the speedups; writes JSON with every number and a gnuplot script for the plot (rendered here if gnuplot is installed).
+ * fraction of the floor reached and the speedups; writes JSON with every number and a gnuplot
+ * script for the plot (rendered here if gnuplot is installed).
  */
 #include "bench.h"
 #include "cli.h"
@@ -498,15 +499,13 @@ static void setup_model(Model *md) {
   md->act[V_CUBLASLT] = plan_actions(md->prog[V_CUBLASLT]->plan, true);
 }
 
-static bool is_f8(DType t) { return t == DT_F8E4M3 || t == DT_F8E5M2; }
-
 /* The bytes a weight occupies on the device: under `precision weights i8|i4` a matrix is held
  * as its codes and f32 scales (kernels/quant.cuh), under `precision matmul f8e4m3|f8e5m2` (or
  * stored so) as one-byte codes and an f32 scale a row; norm gains and biases stay as they are. */
 static double weight_bytes(const Graph *g, const Node *n, int64_t numel) {
   DType w = g->prec.type[PREC_WEIGHTS];
   int64_t K = n->shape.rank == 2 ? n->shape.d[1].size : 1, R = numel / (K ? K : 1);
-  if (is_f8(n->stored) || (n->shape.rank == 2 && is_f8(g->prec.type[PREC_MATMUL])))
+  if (dtype_is_f8(n->stored) || (n->shape.rank == 2 && dtype_is_f8(g->prec.type[PREC_MATMUL])))
     return (double)numel + 4.0 * (double)R;
   if (n->shape.rank != 2 || (w != DT_I8 && w != DT_I4))
     return (double)dtype_bytes(n->dtype, (size_t)numel);
@@ -555,7 +554,7 @@ static void add_results(const Model *md, int64_t tokens, const Ceilings *ceil, d
   double flops, bytes;
   work(md->g, tokens, &flops, &bytes);
   /* fp8 products against the measured fp8 GEMM rate, where there is one */
-  double rate = is_f8(md->g->prec.type[PREC_MATMUL]) && ceil->fp8_tflops > 0 ? ceil->fp8_tflops : ceil->bf16_tflops;
+  double rate = dtype_is_f8(md->g->prec.type[PREC_MATMUL]) && ceil->fp8_tflops > 0 ? ceil->fp8_tflops : ceil->bf16_tflops;
   double floor_us = fmax(flops / (rate * 1e12), bytes / (ceil->copy_gbps * 1e9)) * 1e6;
   if (md->type == DT_F32)
     floor_us = bytes / (ceil->copy_gbps * 1e9) * 1e6; /* no measured f32 GEMM ceiling: bandwidth only */
