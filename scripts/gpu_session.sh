@@ -1,5 +1,5 @@
 #!/bin/sh
-# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [tunewq] [grad] [wqdl8] [pdl] [wide] [keep] [live] [dsplit] [splitab] [bars] ...
+# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [tunewq] [grad] [wqdl8] [pdl] [wide] [keep] [live] [dsplit] [splitab] [wqsplit] [bars] ...
 # What one call on the lent GPU machine runs, with a build made here and carried there (that
 # machine has no flex, bison or jansson headers). The build has absolute paths under
 # /work/main, so the copy is linked there first; the kernel cache in build/test-kernel-cache
@@ -33,7 +33,8 @@ keep_step() {
 for part in "$@"; do
   case $part in
   tests)
-    timeout 300 ctest -L gpu -E gpu_diff_random --output-on-failure -j 8 >"$out/gpu_tests.log" 2>&1
+    # GPU_TESTS_RE: a subset (a call with little device time left), named in RESULTS.md when used
+    timeout 300 ctest -L gpu -E gpu_diff_random -R "${GPU_TESTS_RE:-.}" --output-on-failure -j 8 >"$out/gpu_tests.log" 2>&1
     echo "gpu tests: exit $?"
     grep -E "tests passed|Failed|Skipped|Passed" "$out/gpu_tests.log" | tail -20
     grep -q "tests failed" "$out/gpu_tests.log" && ctest --rerun-failed --output-on-failure 2>&1 | grep -v "^ok " | tail -60
@@ -365,6 +366,20 @@ for part in "$@"; do
         $S/llama3_8b_layer.ffn --tokens 1,8,16 --reps 20 --no-ceilings >"$out/splitab_$b$r.txt" 2>&1
       echo "== $b $r: exit $?"
       awk '/ \(/ && /\.ffn/ {printf "\n %s:", $1} / ffnc +yes/ {printf " %s %s %s;", $1, $4, $(NF-1)}' "$out/splitab_$b$r.txt"; echo
+    done; done
+    ;;
+  wqsplit)
+    # the decode kernels' split rule (ffn_gemm_wqd_splits, pending/wqdsplit.patch, built as ./ffnc)
+    # against main's wave-fill rule (.devcarry/ffnc_alt, stripped), untuned, alternating rounds,
+    # no graphs, us (~2 minutes)
+    S=/work/main/bench/suite
+    for r in 1 2; do for b in new old; do
+      bin=./ffnc; [ $b = old ] && bin=/work/main/.devcarry/ffnc_alt
+      FFNC_NO_TUNE=1 timeout 60 $bin bench $S/llama3_70b_layer_i4g128.ffn $S/llama3_70b_layer_i8.ffn \
+        $S/llama3_8b_layer_i4g128.ffn $S/llama3_8b_layer_i8.ffn --tokens 1,8,16 --reps 20 --no-graphs --no-ceilings \
+        >"$out/wqsplit_$b$r.txt" 2>&1
+      echo "== $b $r: exit $?"
+      awk '/ \(/ && /\.ffn/ {printf "\n %s:", $1} / ffnc +no/ {printf " %s %s;", $1, $4}' "$out/wqsplit_$b$r.txt"; echo
     done; done
     ;;
   bars)

@@ -68,35 +68,43 @@ static int bind_random(ffn_model *m, const Graph *g) {
   return 0;
 }
 
-int cmd_tune(int argc, char **argv) {
+/* The command line into ca, wpath and tokens; -1 to go on, else the exit status (0 after --help). */
+static int tune_args(int argc, char **argv, CompileArgs *ca, const char **wpath, int64_t tokens[32], int *ntokens) {
   static const CliOpt opts[] = {CLI_OPT("--tokens", "N[,N...]", O_TOKENS),
                                 CLI_OPT("--weights", "W.safetensors", O_WEIGHTS),
                                 CLI_MANY("--precision", "KEY=TYPE", CO_PRECISION),
                                 CLI_MANY("--ffn-fusion", "A..B", CO_FFN_FUSION),
                                 CLI_TARGET_OPTIONS,
                                 {0}};
-  CompileArgs ca = {.opt_level = 3};
-  const char *wpath = NULL, *v;
-  int64_t tokens[32];
-  int ntokens = 0;
+  const char *v;
   CliParser p;
   cli_parser_init(&p, "tune", opts, argc, argv);
   for (int id; (id = cli_next(&p, &v)) != CLI_END;) {
     if (id == CLI_HELP)
       return fputs(usage, stdout), 0;
-    if (id == CLI_BAD || cli_compile_option("tune", id, v, &ca) < 0)
+    if (id == CLI_BAD || cli_compile_option("tune", id, v, ca) < 0)
       return EXIT_USAGE;
-    if (id == O_TOKENS && cli_int_list("tune", "--tokens", v, 1, 2147483647, tokens, 32, &ntokens) != 0)
+    if (id == O_TOKENS && cli_int_list("tune", "--tokens", v, 1, 2147483647, tokens, 32, ntokens) != 0)
       return EXIT_USAGE;
     if (id == O_WEIGHTS)
-      wpath = v;
-    else if (id == CLI_ARG && ca.file)
+      *wpath = v;
+    else if (id == CLI_ARG && ca->file)
       return cli_error("tune: unexpected argument '%s' (one FILE.ffn)", v), EXIT_USAGE;
     else if (id == CLI_ARG)
-      ca.file = v;
+      ca->file = v;
   }
-  if (!ca.file)
+  if (!ca->file)
     return cli_error("tune: usage: ffnc tune FILE.ffn [--tokens N[,N...]] [--weights W.safetensors]"), EXIT_USAGE;
+  return -1;
+}
+
+int cmd_tune(int argc, char **argv) {
+  CompileArgs ca = {.opt_level = 3};
+  const char *wpath = NULL;
+  int64_t tokens[32];
+  int ntokens = 0, rc = tune_args(argc, argv, &ca, &wpath, tokens, &ntokens);
+  if (rc >= 0)
+    return rc;
   char why[1024];
   if (ffn_device_count(why, sizeof why) == 0) /* before spending time compiling */
     return cli_error("tune: %s; tuning measures on the GPU", why), EXIT_DEVICE;
