@@ -157,6 +157,47 @@ static int by_cost(const void *a, const void *b) {
   return x->cost != y->cost ? y->cost - x->cost : x->order - y->order; /* stable */
 }
 
+/* The entry point after the one at p, or end */
+static const char *next_entry(const char *p, const char *end) {
+  const char *q = strstr(p + 1, ENTRY);
+  return q && q < end ? q : end;
+}
+
+/* Whether every entry point of [e, end) is light (a rowwise kernel: one per form) */
+static bool all_light(const char *e, const char *end) {
+  for (const char *p = e; p < end; p = next_entry(p, end))
+    if (entry_cost(p, (size_t)(next_entry(p, end) - p)) != 1)
+      return false;
+  return true;
+}
+
+/* A rowwise kernel [k, end), entry points from e, whole into the batch, its entry points' names
+ * into the batch's; the batch becomes a unit when full. */
+static void batch_kernel(Units *us, Batch *batch, const char *k, const char *e, const char *end) {
+  batch->parts[1 + batch->n] = k, batch->lens[1 + batch->n] = (size_t)(end - k);
+  for (const char *p = e; p < end; p = next_entry(p, end)) {
+    char name[128];
+    entry_name(p + strlen(ENTRY), name, sizeof name);
+    size_t bl = strlen(batch->name);
+    snprintf(batch->name + bl, sizeof batch->name - bl, "%s%s", bl ? "," : "", name);
+  }
+  if (++batch->n == ROWWISE_PER_UNIT)
+    flush_batch(us, batch);
+}
+
+/* Each entry point of a GEMM kernel [k, end) a unit of its own: the prelude, the kernel's shared
+ * part [k, e) and the entry point. */
+static void split_kernel(Units *us, const char *prelude, const char *k, const char *e, const char *end) {
+  for (const char *p = e; p < end && !us->oom; p = next_entry(p, end)) {
+    const char *q = next_entry(p, end);
+    char name[128];
+    entry_name(p + strlen(ENTRY), name, sizeof name);
+    const char *parts[] = {prelude, k, p};
+    size_t lens[] = {strlen(prelude), (size_t)(e - k), (size_t)(q - p)};
+    add_unit(us, name, entry_cost(p, (size_t)(q - p)), parts, lens, 3);
+  }
+}
+
 int compile_units(const char *source, CompileUnit **out) {
   Units us = {0};
   const char *first = strstr(source, KERNEL_HEADING);
@@ -169,52 +210,15 @@ int compile_units(const char *source, CompileUnit **out) {
     size_t lens[] = {strlen(parts[0]), strlen(defines), strlen(RUNTIME_INCLUDE)};
     add_unit(&us, "runtime", RUNTIME_COST, parts, lens, 3);
   }
-  size_t plen_k = prelude ? strlen(prelude) : 0;
-
-  Batch batch = {.parts = {prelude}, .lens = {plen_k}};
+  Batch batch = {.parts = {prelude}, .lens = {prelude ? strlen(prelude) : 0}};
   for (const char *k = first; k && !us.oom;) {
     const char *next = strstr(k + 1, KERNEL_HEADING);
     const char *end = next ? next : k + strlen(k);
-    /* the shared part (heading, functor) up to the first entry point, then the entry points */
-    const char *e = strstr(k + 1, ENTRY);
-    if (!e || e > end)
-      e = end;
-    size_t shared = (size_t)(e - k);
-    /* a rowwise kernel (every entry point light: one per form) goes whole into a batch */
-    bool light = true;
-    for (const char *p = e; p < end && light;) {
-      const char *q = strstr(p + 1, ENTRY);
-      if (!q || q > end)
-        q = end;
-      light = entry_cost(p, (size_t)(q - p)) == 1;
-      p = q;
-    }
-    if (light && e < end) {
-      batch.parts[1 + batch.n] = k, batch.lens[1 + batch.n] = (size_t)(end - k);
-      for (const char *p = e; p < end;) {
-        const char *q = strstr(p + 1, ENTRY);
-        char name[128];
-        entry_name(p + strlen(ENTRY), name, sizeof name);
-        size_t bl = strlen(batch.name);
-        snprintf(batch.name + bl, sizeof batch.name - bl, "%s%s", bl ? "," : "", name);
-        p = q && q < end ? q : end;
-      }
-      if (++batch.n == ROWWISE_PER_UNIT)
-        flush_batch(&us, &batch);
-      k = next;
-      continue;
-    }
-    for (const char *p = e; p < end;) {
-      const char *q = strstr(p + 1, ENTRY);
-      if (!q || q > end)
-        q = end;
-      char name[128];
-      entry_name(p + strlen(ENTRY), name, sizeof name);
-      const char *parts[] = {prelude, k, p}; /* a GEMM entry point: a unit of its own */
-      size_t lens[] = {plen_k, shared, (size_t)(q - p)};
-      add_unit(&us, name, entry_cost(p, (size_t)(q - p)), parts, lens, 3);
-      p = q;
-    }
+    const char *e = next_entry(k, end); /* the shared part (heading, functor) ends at the first entry point */
+    if (e < end && all_light(e, end))
+      batch_kernel(&us, &batch, k, e, end);
+    else
+      split_kernel(&us, prelude, k, e, end);
     k = next;
   }
   flush_batch(&us, &batch);
