@@ -257,25 +257,95 @@ static double check(const Runner *a, const Runner *b) {
   return worst;
 }
 
-static int bench_model(const CompileArgs *ca, const char *file, int n, const int64_t *tokens, int ntokens, int reps) {
-  CompileArgs one = *ca;
-  one.file = file;
-  one.tp = 1;
-  one.tp_rank = 0;
-  int status;
-  Graph *g = cli_frontend(&one, &status);
-  if (!g)
-    return status;
-  fprintf(stderr, "bench: compiling %s (the whole program and %d ranks)\n", file, n);
-  ffn_program *whole = compile(ca, file, 1, 0);
-  ffn_program **progs = calloc((size_t)n, sizeof *progs);
-  Runner *run = calloc((size_t)n + 1, sizeof *run); /* run[0..n): the ranks, run[n]: the whole program */
-  if (!progs || !run) {
-    cli_error("bench: out of host memory");
-    exit(EXIT_USER);
+/* Random host values for each input of the whole program at `tokens` rows into host_in; the
+ * count of inputs, or -1 after a message. */
+static int random_inputs(const ffn_program *whole, int64_t tokens, void *host_in[MAX_IO]) {
+  int nin = ffn_program_num_inputs(whole);
+  if (nin > MAX_IO || ffn_program_num_outputs(whole) > MAX_IO) {
+    cli_error("bench: at most %d inputs and outputs", MAX_IO);
+    return -1;
   }
+  for (int i = 0; i < nin; i++) {
+    ffn_tensor_info info;
+    ffn_program_input_info(whole, i, &info);
+    size_t numel = 1;
+    for (int d = 0; d < info.ndim; d++)
+      numel *= (size_t)(info.shape[d] < 0 ? tokens : info.shape[d]);
+    DType t = DT_F32;
+    for (int pt = 0; pt < whole->plan->ntensors; pt++)
+      if (whole->plan->tensors[pt].kind == PT_INPUT && whole->plan->tensors[pt].index == i)
+        t = whole->plan->tensors[pt].dtype;
+    host_in[i] = random_buffer(t, numel, 0, 1);
+  }
+  return nin;
+}
+
+/* One token count: the ranks against the whole program on one GPU (and, where the call runs in
+ * blocks, against the ranks with the all-reduces after the kernels); a row of the table.
+ * Returns whether the ranks' results matched, or -1 after a message. */
+static int bench_tp_tokens(Runner *run, int n, ffn_program **progs, ffn_program *whole, int64_t tokens, int reductions,
+                           double tol) {
+  void *host_in[MAX_IO];
+  int nin = random_inputs(whole, tokens, host_in);
+  if (nin < 0)
+    return -1;
+  for (int r = 0; r <= n; r++)
+    alloc_call(&run[r], r < n ? progs[r] : whole, tokens, host_in);
+  for (int i = 0; i < nin; i++)
+    free(host_in[i]);
+  push(&run[n]);
+  run_model(&run[n], 0, run[n].stream);
+  CK(cu->cuStreamSynchronize(run[n].stream));
+  pop();
+  run_ranks(run, n, RANK_RUN);
+  double err = check(&run[0], &run[n]);
+  push(&run[n]);
+  run[n].us = time_runs(run_model, &run[n], 1, run[n].reps, run[n].stream);
+  pop();
+  run_ranks(run, n, RANK_TIME);
+  double tp_us = run[0].us, serial_us = 0;
+  int blocks = call_blocks(run[0].m, tokens);
+  if (blocks > 1) { /* the same call whole: the all-reduces after the kernels, not beside them */
+    int keep[64];
+    for (int r = 0; r < n; r++)
+      keep[r] = run[r].m->tp_blocks, run[r].m->tp_blocks = -1;
+    run_ranks(run, n, RANK_RUN);
+    double e = check(&run[0], &run[n]);
+    err = e > err || e != e ? e : err;
+    run_ranks(run, n, RANK_TIME_MODEL);
+    serial_us = run[0].us;
+    for (int r = 0; r < n; r++)
+      run[r].m->tp_blocks = keep[r];
+  }
+  bool ok = err <= tol;
+  char serial[32] = "-";
+  if (blocks > 1)
+    snprintf(serial, sizeof serial, "%.1f", serial_us);
+  printf("%7lld %6d %10.1f %10s %10.1f %7.2fx %13.1f %14.1f  %s (%.1e)\n", (long long)tokens, blocks, tp_us, serial,
+         run[n].us, run[n].us / tp_us, run[0].reduce_us, reductions * run[0].reduce_us, ok ? "ok" : "MISMATCH", err);
+  fflush(stdout);
+  for (int r = 0; r <= n; r++)
+    free_call(&run[r]);
+  return ok;
+}
+
+/* The table's heading: the all-reduces per run, each rank's share of the weights. */
+static void print_tp_heading(const char *file, DType type, const Runner *run, int n, int reductions) {
+  double whole_mib = (double)model_weight_bytes(run[n].m) / 1048576.0;
+  printf("\n%s (%s), tensor parallel over %d GPUs: %d all-reduce%s per run\n", file, dtype_name(type), n, reductions,
+         reductions == 1 ? "" : "s");
+  printf("weights on the device: whole program %.1f MiB; rank", whole_mib);
   for (int r = 0; r < n; r++)
-    progs[r] = compile(ca, file, n, r);
+    printf(" %d %.1f MiB (%.2f)%s", r, (double)model_weight_bytes(run[r].m) / 1048576.0,
+           (double)model_weight_bytes(run[r].m) / 1048576.0 / (whole_mib > 0 ? whole_mib : 1), r + 1 < n ? "," : "\n");
+  printf("%7s %6s %10s %10s %10s %8s %13s %14s  %s\n", "tokens", "blocks", "tp_us", "serial_us", "1gpu_us", "speedup",
+         "allreduce_us", "comm_floor_us", "check vs 1 GPU");
+}
+
+/* Models and streams for the ranks (run[0..n)) and the whole program on GPU 0 (run[n]), their
+ * weights random and alike, the ranks' NCCL communicators; exits on failure. */
+static void open_runners(Runner *run, int n, ffn_program **progs, ffn_program *whole, const Graph *g, const char *file,
+                         int reps) {
   for (int r = 0; r <= n; r++) {
     ffn_status s = ffn_model_create(r < n ? progs[r] : whole, r < n ? r : 0, &run[r].m);
     if (s != FFN_OK)
@@ -295,93 +365,56 @@ static int bench_model(const CompileArgs *ca, const char *file, int n, const int
   ffn_status s = nccl_init_models(ms, devices, n);
   if (s != FFN_OK)
     die(file, s);
+}
 
-  DType type = g->noutputs ? g->outputs[0].node->dtype : DT_F32;
-  int reductions = 0;
-  for (int i = 0; i < progs[0]->plan->nsteps; i++)
-    reductions += progs[0]->plan->steps[i].kind == STEP_ALLREDUCE;
-  double whole_mib = (double)model_weight_bytes(run[n].m) / 1048576.0;
-  printf("\n%s (%s), tensor parallel over %d GPUs: %d all-reduce%s per run\n", file, dtype_name(type), n, reductions,
-         reductions == 1 ? "" : "s");
-  printf("weights on the device: whole program %.1f MiB; rank", whole_mib);
-  for (int r = 0; r < n; r++)
-    printf(" %d %.1f MiB (%.2f)%s", r, (double)model_weight_bytes(run[r].m) / 1048576.0,
-           (double)model_weight_bytes(run[r].m) / 1048576.0 / (whole_mib > 0 ? whole_mib : 1), r + 1 < n ? "," : "\n");
-  printf("%7s %6s %10s %10s %10s %8s %13s %14s  %s\n", "tokens", "blocks", "tp_us", "serial_us", "1gpu_us", "speedup",
-         "allreduce_us", "comm_floor_us", "check vs 1 GPU");
-  int failed = 0;
-  double tol = type == DT_F32 ? 1e-3 : 2e-2; /* the partial sums are rounded to the type before the sum */
-  for (int k = 0; k < ntokens; k++) {
-    int nin = ffn_program_num_inputs(whole);
-    if (nin > MAX_IO || ffn_program_num_outputs(whole) > MAX_IO) {
-      cli_error("bench: at most %d inputs and outputs", MAX_IO);
-      return EXIT_USER;
-    }
-    void *host_in[MAX_IO];
-    for (int i = 0; i < nin; i++) {
-      ffn_tensor_info info;
-      ffn_program_input_info(whole, i, &info);
-      size_t numel = 1;
-      for (int d = 0; d < info.ndim; d++)
-        numel *= (size_t)(info.shape[d] < 0 ? tokens[k] : info.shape[d]);
-      DType t = DT_F32;
-      for (int pt = 0; pt < whole->plan->ntensors; pt++)
-        if (whole->plan->tensors[pt].kind == PT_INPUT && whole->plan->tensors[pt].index == i)
-          t = whole->plan->tensors[pt].dtype;
-      host_in[i] = random_buffer(t, numel, 0, 1);
-    }
-    for (int r = 0; r <= n; r++)
-      alloc_call(&run[r], r < n ? progs[r] : whole, tokens[k], host_in);
-    for (int i = 0; i < nin; i++)
-      free(host_in[i]);
-    push(&run[n]);
-    run_model(&run[n], 0, run[n].stream);
-    CK(cu->cuStreamSynchronize(run[n].stream));
-    pop();
-    run_ranks(run, n, RANK_RUN);
-    double err = check(&run[0], &run[n]);
-    push(&run[n]);
-    run[n].us = time_runs(run_model, &run[n], 1, reps, run[n].stream);
-    pop();
-    run_ranks(run, n, RANK_TIME);
-    double tp_us = run[0].us, serial_us = 0;
-    int blocks = call_blocks(run[0].m, tokens[k]);
-    if (blocks > 1) { /* the same call whole: the all-reduces after the kernels, not beside them */
-      int keep[64];
-      for (int r = 0; r < n; r++)
-        keep[r] = run[r].m->tp_blocks, run[r].m->tp_blocks = -1;
-      run_ranks(run, n, RANK_RUN);
-      double e = check(&run[0], &run[n]);
-      err = e > err || e != e ? e : err;
-      run_ranks(run, n, RANK_TIME_MODEL);
-      serial_us = run[0].us;
-      for (int r = 0; r < n; r++)
-        run[r].m->tp_blocks = keep[r];
-    }
-    bool ok = err <= tol;
-    failed |= !ok;
-    char serial[32] = "-";
-    if (blocks > 1)
-      snprintf(serial, sizeof serial, "%.1f", serial_us);
-    printf("%7lld %6d %10.1f %10s %10.1f %7.2fx %13.1f %14.1f  %s (%.1e)\n", (long long)tokens[k], blocks, tp_us, serial,
-           run[n].us, run[n].us / tp_us, run[0].reduce_us, reductions * run[0].reduce_us, ok ? "ok" : "MISMATCH", err);
-    fflush(stdout);
-    for (int r = 0; r <= n; r++)
-      free_call(&run[r]);
-  }
+static void close_runners(Runner *run, int n) {
   for (int r = 0; r <= n; r++) {
     push(&run[r]);
     CK(cu->cuStreamDestroy(run[r].stream));
     pop();
     ffn_model_destroy(run[r].m);
   }
+}
+
+static int bench_model(const CompileArgs *ca, const char *file, int n, const int64_t *tokens, int ntokens, int reps) {
+  CompileArgs one = *ca;
+  one.file = file;
+  one.tp = 1;
+  one.tp_rank = 0;
+  int status;
+  Graph *g = cli_frontend(&one, &status);
+  if (!g)
+    return status;
+  fprintf(stderr, "bench: compiling %s (the whole program and %d ranks)\n", file, n);
+  ffn_program *whole = compile(ca, file, 1, 0);
+  ffn_program **progs = calloc((size_t)n, sizeof *progs);
+  Runner *run = calloc((size_t)n + 1, sizeof *run); /* run[0..n): the ranks, run[n]: the whole program */
+  if (!progs || !run) {
+    cli_error("bench: out of host memory");
+    exit(EXIT_USER);
+  }
+  for (int r = 0; r < n; r++)
+    progs[r] = compile(ca, file, n, r);
+  open_runners(run, n, progs, whole, g, file, reps);
+  DType type = g->noutputs ? g->outputs[0].node->dtype : DT_F32;
+  int reductions = 0;
+  for (int i = 0; i < progs[0]->plan->nsteps; i++)
+    reductions += progs[0]->plan->steps[i].kind == STEP_ALLREDUCE;
+  print_tp_heading(file, type, run, n, reductions);
+  int rc = 0;
+  double tol = type == DT_F32 ? 1e-3 : 2e-2; /* the partial sums are rounded to the type before the sum */
+  for (int k = 0; k < ntokens && rc != -1; k++) {
+    int ok = bench_tp_tokens(run, n, progs, whole, tokens[k], reductions, tol);
+    rc = ok < 0 ? -1 : ok ? rc : 1;
+  }
+  close_runners(run, n);
   for (int r = 0; r < n; r++)
     ffn_program_destroy(progs[r]);
   ffn_program_destroy(whole);
   free(progs);
   free(run);
   graph_destroy(g);
-  return failed ? EXIT_USER : 0;
+  return rc ? EXIT_USER : 0;
 }
 
 int bench_tp(const CompileArgs *ca, const char *const *files, int nfiles, const int64_t *tokens, int ntokens, int reps) {
