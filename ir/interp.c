@@ -102,6 +102,47 @@ static int check_nbytes(const char *kind, const char *name, const RawTensor *t, 
 
 /* ---- binding ---- */
 
+/* Input n from src: its dims bound into dims (the input that bound each first in bound_by), its
+ * shape, type and bytes checked; 0, or -1 with the reason in err. */
+static int bind_input(const Graph *g, const Node *n, const InterpSources *src, int64_t *dims, const Node **bound_by,
+                      const char **dim_names, char *err, size_t errlen) {
+  char want[256], got[256];
+  RawTensor t;
+  memset(&t, 0, sizeof t);
+  if (!src->inputs || src->inputs(src->inputs_ctx, n->name, &t) != 0)
+    return ffn_errf(err, errlen, "missing input '%s'", n->name);
+  if (!raw_shape_valid(&t))
+    return ffn_errf(err, errlen, "input '%s': invalid shape (rank %d)", n->name, t.rank);
+  int axis;
+  DimsResult bound = dims_bind(n->shape.d, n->shape.rank, t.rank, t.shape, dims, true, &axis);
+  if (bound == DIMS_RANK || bound == DIMS_SIZE) {
+    char why[600];
+    dims_mismatch_str(bound, axis, n->shape.d, n->shape.rank, dim_names, t.rank, t.shape, dims, why, sizeof why);
+    return ffn_errf(err, errlen, "input '%s': %s", n->name, why);
+  }
+  if (t.dtype != n->dtype)
+    return ffn_errf(err, errlen, "input '%s': expected %s %s, got %s %s", n->name,
+                    shape_str(g, &n->shape, want, sizeof want), dtype_name(n->dtype),
+                    ffn_shape_text(t.rank, t.shape, got, sizeof got), dtype_name(t.dtype));
+  if (bound == DIMS_LIMIT)
+    return ffn_errf(err, errlen, "input '%s': dim %d is %lld, above the limit of %lld (kernels index with 32-bit int)",
+                    n->name, axis, (long long)t.shape[axis], (long long)FFN_MAX_DIM);
+  int64_t numel;
+  ShapeLimit why = shape_check_limits(t.rank, t.shape, &numel);
+  if (why != SHAPE_OK)
+    return ffn_errf(err, errlen, "input '%s': shape %s is too large: %s", n->name,
+                    ffn_shape_text(t.rank, t.shape, got, sizeof got), shape_limit_words(why));
+  if (bound == DIMS_CONFLICT) {
+    int sym = n->shape.d[axis].sym;
+    return ffn_errf(err, errlen, "input '%s': dim %s is %lld here but %lld in input '%s'", n->name, g->dims[sym].name,
+                    (long long)t.shape[axis], (long long)dims[sym], bound_by[sym] ? bound_by[sym]->name : n->name);
+  }
+  for (int d = 0; d < t.rank; d++)
+    if (n->shape.d[d].sym >= 0 && !bound_by[n->shape.d[d].sym])
+      bound_by[n->shape.d[d].sym] = n;
+  return check_nbytes("input", n->name, &t, err, errlen);
+}
+
 int interp_bind_dims(const Graph *g, const InterpSources *src, int64_t *dims, char *err, size_t errlen) {
   const Node **bound_by = calloc((size_t)g->ndims + 1, sizeof *bound_by);
   const char **dim_names = calloc((size_t)g->ndims + 1, sizeof *dim_names);
@@ -111,64 +152,13 @@ int interp_bind_dims(const Graph *g, const InterpSources *src, int64_t *dims, ch
     return ffn_errf(err, errlen, "out of host memory");
   }
   for (int i = 0; i < g->ndims; i++)
-    dim_names[i] = g->dims[i].name;
-  for (int i = 0; i < g->ndims; i++)
-    dims[i] = -1;
-  int rc = -1;
-  char want[256], got[256];
-  for (int i = 0; i < g->nodes.len; i++) {
+    dim_names[i] = g->dims[i].name, dims[i] = -1;
+  int rc = 0;
+  for (int i = 0; i < g->nodes.len && rc == 0; i++) {
     const Node *n = GRAPH_NODE(g, i);
-    if (n->dead || n->op != OP_INPUT)
-      continue;
-    RawTensor t;
-    memset(&t, 0, sizeof t);
-    if (!src->inputs || src->inputs(src->inputs_ctx, n->name, &t) != 0) {
-      ffn_errf(err, errlen, "missing input '%s'", n->name);
-      goto out;
-    }
-    if (!raw_shape_valid(&t)) {
-      ffn_errf(err, errlen, "input '%s': invalid shape (rank %d)", n->name, t.rank);
-      goto out;
-    }
-    int axis;
-    DimsResult bound = dims_bind(n->shape.d, n->shape.rank, t.rank, t.shape, dims, true, &axis);
-    if (bound == DIMS_RANK || bound == DIMS_SIZE) {
-      char why[600];
-      dims_mismatch_str(bound, axis, n->shape.d, n->shape.rank, dim_names, t.rank, t.shape, dims, why, sizeof why);
-      ffn_errf(err, errlen, "input '%s': %s", n->name, why);
-      goto out;
-    }
-    if (t.dtype != n->dtype) {
-      ffn_errf(err, errlen, "input '%s': expected %s %s, got %s %s", n->name, shape_str(g, &n->shape, want, sizeof want),
-           dtype_name(n->dtype), ffn_shape_text(t.rank, t.shape, got, sizeof got), dtype_name(t.dtype));
-      goto out;
-    }
-    if (bound == DIMS_LIMIT) {
-      ffn_errf(err, errlen, "input '%s': dim %d is %lld, above the limit of %lld (kernels index with 32-bit int)", n->name,
-           axis, (long long)t.shape[axis], (long long)FFN_MAX_DIM);
-      goto out;
-    }
-    int64_t numel;
-    ShapeLimit why = shape_check_limits(t.rank, t.shape, &numel);
-    if (why != SHAPE_OK) {
-      ffn_errf(err, errlen, "input '%s': shape %s is too large: %s", n->name, ffn_shape_text(t.rank, t.shape, got, sizeof got),
-           shape_limit_words(why));
-      goto out;
-    }
-    if (bound == DIMS_CONFLICT) {
-      int sym = n->shape.d[axis].sym;
-      ffn_errf(err, errlen, "input '%s': dim %s is %lld here but %lld in input '%s'", n->name, g->dims[sym].name,
-           (long long)t.shape[axis], (long long)dims[sym], bound_by[sym] ? bound_by[sym]->name : n->name);
-      goto out;
-    }
-    for (int d = 0; d < t.rank; d++)
-      if (n->shape.d[d].sym >= 0 && !bound_by[n->shape.d[d].sym])
-        bound_by[n->shape.d[d].sym] = n;
-    if (check_nbytes("input", n->name, &t, err, errlen))
-      goto out;
+    if (!n->dead && n->op == OP_INPUT)
+      rc = bind_input(g, n, src, dims, bound_by, dim_names, err, errlen);
   }
-  rc = 0;
-out:
   free(bound_by);
   free(dim_names);
   return rc;
