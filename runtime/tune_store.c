@@ -133,12 +133,9 @@ static bool parse_bucket(char *s, TuneBucket *b) {
   return true;
 }
 
-int tune_parse(const char *text, size_t len, const TuneKey *want, TuneEntry *out, char *why, size_t whylen) {
-  const char *p = text, *end = text + len;
-  size_t mlen = strlen(MAGIC);
-  if (len < mlen || memcmp(text, MAGIC, mlen) != 0)
-    return fail(why, whylen, "not a tuning file of this format (no \"ffnc-tune 1\" line)");
-  /* the checksum line is the last; everything before it is summed */
+/* The checksum line, the file's last, over everything before it: where it starts, or NULL after
+ * saying why. */
+static const char *checked_sum(const char *text, const char *end, char *why, size_t whylen) {
   const char *sum = NULL;
   for (const char *q = text; q < end; q++)
     if ((q == text || q[-1] == '\n') && (size_t)(end - q) >= 4 && memcmp(q, "sum ", 4) == 0)
@@ -146,31 +143,47 @@ int tune_parse(const char *text, size_t len, const TuneKey *want, TuneEntry *out
   char line[512];
   const char *s = sum;
   if (!sum || !next_line(&s, end, line, sizeof line) || s != end || strlen(line) != 20)
-    return fail(why, whylen, "damaged (no checksum line at the end: truncated?)");
+    return fail(why, whylen, "damaged (no checksum line at the end: truncated?)"), NULL;
   char *hex_end;
   errno = 0;
   unsigned long long stored = strtoull(line + 4, &hex_end, 16);
   if (*hex_end || errno || ffn_fnv(text, (size_t)(sum - text), FFN_FNV_OFFSET) != stored)
-    return fail(why, whylen, "damaged (checksum mismatch)");
+    return fail(why, whylen, "damaged (checksum mismatch)"), NULL;
+  return sum;
+}
 
-  /* the key lines must be exactly the loading model's */
+/* The key lines at p (before sum) against the loading model's: their length, or -1 after saying
+ * which line differs (another device, driver, ffnc build or kernel). */
+static int checked_key(const char *p, const char *sum, const TuneKey *want, char *why, size_t whylen) {
   char expect[2048];
   int klen = key_lines(want, expect, sizeof expect);
-  p = text + mlen;
   if (klen < 0 || (size_t)klen >= sizeof expect || (size_t)(sum - p) < (size_t)klen)
     return fail(why, whylen, "damaged (short key)");
-  if (memcmp(p, expect, (size_t)klen) != 0) {
-    /* say which line differs: another device, driver, ffnc build or kernel */
-    const char *a = p, *b = expect;
-    char got[512], exp[512];
-    while (next_line(&a, sum, got, sizeof got) && next_line(&b, expect + klen, exp, sizeof exp))
-      if (strcmp(got, exp) != 0)
-        return fail(why, whylen, "made for another %.*s (the file has \"%.200s\", this is \"%.200s\")",
-                    (int)strcspn(exp, " "), exp, got, exp);
-    return fail(why, whylen, "made for another key");
-  }
-  p += klen;
+  if (memcmp(p, expect, (size_t)klen) == 0)
+    return klen;
+  const char *a = p, *b = expect;
+  char got[512], exp[512];
+  while (next_line(&a, sum, got, sizeof got) && next_line(&b, expect + klen, exp, sizeof exp))
+    if (strcmp(got, exp) != 0)
+      return fail(why, whylen, "made for another %.*s (the file has \"%.200s\", this is \"%.200s\")",
+                  (int)strcspn(exp, " "), exp, got, exp);
+  return fail(why, whylen, "made for another key");
+}
+
+int tune_parse(const char *text, size_t len, const TuneKey *want, TuneEntry *out, char *why, size_t whylen) {
+  const char *end = text + len;
+  size_t mlen = strlen(MAGIC);
+  if (len < mlen || memcmp(text, MAGIC, mlen) != 0)
+    return fail(why, whylen, "not a tuning file of this format (no \"ffnc-tune 1\" line)");
+  const char *sum = checked_sum(text, end, why, whylen);
+  if (!sum)
+    return -1;
+  int klen = checked_key(text + mlen, sum, want, why, whylen);
+  if (klen < 0)
+    return -1;
+  const char *p = text + mlen + klen;
   TuneEntry e = {.key = *want};
+  char line[512];
   while (p < sum) {
     if (!next_line(&p, sum, line, sizeof line) || strncmp(line, "bucket ", 7) != 0)
       return fail(why, whylen, "damaged (an unexpected line)");
