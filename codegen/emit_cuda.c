@@ -233,6 +233,36 @@ static const char *norm_value(Kgen *k, Scope *es, Node *n) {
   return memo_put(&es->memo, n->id, var);
 }
 
+/* A slice's value: its operand (in memory) read at a column offset. */
+static void slice_expr(Kgen *k, Scope *s, Node *n, char *expr, size_t len) {
+  Node *o = n->args[0];
+  int sl = slot(k, gen_tensor_for(k->G, o));
+  int64_t ld = o->shape.d[o->shape.rank - 1].size;
+  snprintf(expr, len, "ffn::ld_%s(a->p[%d], row * %lldLL + %lld + %s)", tname(o->dtype), sl, (long long)ld,
+           (long long)n->ival[0], s->col);
+}
+
+/* A concatenation's value along the last dim: each operand (in memory) read at its own column
+ * offset. */
+static const char *concat_expr(Kgen *k, Scope *s, Node *n) {
+  Buf e = {0};
+  int64_t at = 0;
+  for (int i = 0; i < n->nargs; i++) {
+    Node *o = n->args[i];
+    int sl = slot(k, gen_tensor_for(k->G, o));
+    int64_t w = o->shape.d[o->shape.rank - 1].size;
+    const char *ty = tname(o->dtype);
+    if (!ty)
+      fail(k->G, n, "concatenating %s values in a kernel is not supported", dtype_name(o->dtype));
+    buf_printf(&e, "%s < %lld ? ffn::ld_%s(a->p[%d], row * %lldLL + (%s - %lld)) : ", s->col, (long long)(at + w),
+               ty ? ty : "f32", sl, (long long)w, s->col, (long long)at);
+    at += w;
+  }
+  char *text = arena_printf(k->G->g->arena, "(%s0.f)", e.s ? e.s : "");
+  buf_free(&e);
+  return text;
+}
+
 /* Variable holding member n's value in scope s (emitting its computation if needed). Members
  * that are statistics or norms are set up by the group's generator before this is called. */
 static const char *value(Kgen *k, Scope *s, Node *n) {
@@ -253,6 +283,7 @@ static const char *value(Kgen *k, Scope *s, Node *n) {
     args[i] = value(k, s, n->args[i]);
   char *var = arena_printf(g->arena, "t%d", k->nvars++);
   char expr[512];
+  const char *rhs = expr;
   if (op_info[n->op].cls == OPC_UNARY) {
     const char *fmt = unary_fmt(n);
     if (n->op == OP_SQUARE)
@@ -262,40 +293,15 @@ static const char *value(Kgen *k, Scope *s, Node *n) {
   } else if (op_info[n->op].cls == OPC_BINARY) {
     snprintf(expr, sizeof expr, "%s(%s, %s)", binary_op(n->op), args[0], args[1]);
   } else if (n->op == OP_SLICE) {
-    /* reads its operand (in memory) at a column offset */
-    Node *o = n->args[0];
-    int t = gen_tensor_for(k->G, o);
-    int sl = slot(k, t);
-    int64_t ld = o->shape.d[o->shape.rank - 1].size;
-    snprintf(expr, sizeof expr, "ffn::ld_%s(a->p[%d], row * %lldLL + %lld + %s)", tname(o->dtype), sl, (long long)ld,
-             (long long)n->ival[0], s->col);
+    slice_expr(k, s, n, expr, sizeof expr);
   } else if (n->op == OP_CONCAT) {
-    /* along the last dim, its operands in memory: each read at its own column offset */
-    Buf e = {0};
-    int64_t at = 0;
-    for (int i = 0; i < n->nargs; i++) {
-      Node *o = n->args[i];
-      int sl = slot(k, gen_tensor_for(k->G, o));
-      int64_t w = o->shape.d[o->shape.rank - 1].size;
-      const char *ty = tname(o->dtype);
-      if (!ty)
-        fail(k->G, n, "concatenating %s values in a kernel is not supported", dtype_name(o->dtype));
-      buf_printf(&e, "%s < %lld ? ffn::ld_%s(a->p[%d], row * %lldLL + (%s - %lld)) : ", s->col, (long long)(at + w),
-                 ty ? ty : "f32", sl, (long long)w, s->col, (long long)at);
-      at += w;
-    }
-    buf_puts(&e, "0.f");
-    char *text = arena_printf(g->arena, "(%s)", e.s);
-    buf_free(&e);
-    emit_line(k, s, n);
-    buf_printf(s->out, "%sconst float %s = %s;\n", s->indent, var, text);
-    return memo_put(&s->memo, n->id, var);
+    rhs = concat_expr(k, s, n); /* any length */
   } else {
     fail(k->G, n, "internal error: %s reached the elementwise generator", op_info[n->op].name);
     return "0.f";
   }
   emit_line(k, s, n);
-  buf_printf(s->out, "%sconst float %s = %s;\n", s->indent, var, expr);
+  buf_printf(s->out, "%sconst float %s = %s;\n", s->indent, var, rhs);
   return memo_put(&s->memo, n->id, var);
 }
 
