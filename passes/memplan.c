@@ -91,6 +91,32 @@ static bool in_workspace(const Plan *p, const bool *outputs, int i, int *first, 
   return true;
 }
 
+/* The buffers' offsets, largest first, each at the lowest offset clear of every placed buffer
+ * live at the same time (placed buffers are checked until no conflict moves it any more); the
+ * bytes they span. */
+static size_t place(Item *items, int n, size_t *offsets) {
+  qsort(items, (size_t)n, sizeof(Item), by_size_desc);
+  size_t total = 0;
+  for (int i = 0; i < n; i++) {
+    size_t off = 0;
+    for (bool moved = true; moved;) {
+      moved = false;
+      for (int j = 0; j < i; j++) {
+        size_t uo = offsets[items[j].t], ue = uo + items[j].size;
+        bool overlap_time = items[i].first <= items[j].last && items[j].first <= items[i].last;
+        if (overlap_time && off < ue && uo < off + items[i].size) {
+          off = ue;
+          moved = true;
+        }
+      }
+    }
+    offsets[items[i].t] = off;
+    if (off + items[i].size > total)
+      total = off + items[i].size;
+  }
+  return total;
+}
+
 size_t memplan_assign_call(const Plan *p, const int64_t *dims, const bool *outputs, size_t *offsets, int *input_of) {
   Item *items = malloc(sizeof(Item) * (size_t)(p->ntensors + 1));
   int *buf = malloc(sizeof(int) * (size_t)(p->ntensors + 1));
@@ -127,27 +153,7 @@ size_t memplan_assign_call(const Plan *p, const int64_t *dims, const bool *outpu
     for (int j = 0; buf[i] >= 0 && buf[i] != i && j < n; j++)
       if (items[j].t == buf[i] && p->tensors[i].last > items[j].last)
         items[j].last = p->tensors[i].last;
-  qsort(items, (size_t)n, sizeof(Item), by_size_desc);
-  size_t total = 0;
-  for (int i = 0; i < n; i++) {
-    size_t off = 0;
-    /* lowest offset clear of every placed buffer that is live at the same time; placed
-     * buffers are checked until no conflict moves `off` any more */
-    for (bool moved = true; moved;) {
-      moved = false;
-      for (int j = 0; j < i; j++) {
-        size_t uo = offsets[items[j].t], ue = uo + items[j].size;
-        bool overlap_time = items[i].first <= items[j].last && items[j].first <= items[i].last;
-        if (overlap_time && off < ue && uo < off + items[i].size) {
-          off = ue;
-          moved = true;
-        }
-      }
-    }
-    offsets[items[i].t] = off;
-    if (off + items[i].size > total)
-      total = off + items[i].size;
-  }
+  size_t total = place(items, n, offsets);
   for (int i = 0; i < p->ntensors; i++)
     if (buf[i] >= 0 && buf[i] != i)
       offsets[i] = offsets[buf[i]];
