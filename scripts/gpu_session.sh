@@ -371,13 +371,16 @@ for part in "$@"; do
   wqsplit)
     # the decode kernels' split rule (ffn_gemm_wqd_splits, pending/wqdsplit.patch, built as ./ffnc)
     # against main's wave-fill rule (.devcarry/ffnc_alt, stripped), untuned, alternating rounds,
-    # no graphs, us (~2 minutes)
+    # no graphs, us (~2.5 minutes); `newt`: the new rule with the 3-CTA i4 family wqd4v2t forced
+    # (at 1-8 tokens; the 70B int4 only)
     S=/work/main/bench/suite
-    for r in 1 2; do for b in new old; do
+    for r in 1 2; do for b in new old newt; do
       bin=./ffnc; [ $b = old ] && bin=/work/main/.devcarry/ffnc_alt
-      FFNC_NO_TUNE=1 timeout 60 $bin bench $S/llama3_70b_layer_i4g128.ffn $S/llama3_70b_layer_i8.ffn \
-        $S/llama3_8b_layer_i4g128.ffn $S/llama3_8b_layer_i8.ffn --tokens 1,8,16 --reps 20 --no-graphs --no-ceilings \
-        >"$out/wqsplit_$b$r.txt" 2>&1
+      models="$S/llama3_70b_layer_i4g128.ffn $S/llama3_70b_layer_i8.ffn $S/llama3_8b_layer_i4g128.ffn $S/llama3_8b_layer_i8.ffn"
+      tokens=1,8,16 force=
+      [ $b = newt ] && models=$S/llama3_70b_layer_i4g128.ffn tokens=1,8 force=wqd4v2t
+      FFNC_NO_TUNE=1 FFNC_GEMM_VARIANT=$force timeout 60 $bin bench $models --tokens $tokens --reps 20 --no-graphs \
+        --no-ceilings >"$out/wqsplit_$b$r.txt" 2>&1
       echo "== $b $r: exit $?"
       awk '/ \(/ && /\.ffn/ {printf "\n %s:", $1} / ffnc +no/ {printf " %s %s;", $1, $4}' "$out/wqsplit_$b$r.txt"; echo
     done; done
