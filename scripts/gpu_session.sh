@@ -1,5 +1,5 @@
 #!/bin/sh
-# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [tunewq] [grad] [wqdl8] [pdl] [wide] [keep] [live] [dsplit] [splitab] [wqsplit] [bars] ...
+# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [tunewq] [tunedec] [grad] [wqdl8] [pdl] [wide] [keep] [live] [dsplit] [splitab] [wqsplit] [bars] ...
 # What one call on the lent GPU machine runs, with a build made here and carried there (that
 # machine has no flex, bison or jansson headers). The build has absolute paths under
 # /work/main, so the copy is linked there first; the kernel cache in build/test-kernel-cache
@@ -247,6 +247,22 @@ for part in "$@"; do
     done
     unset FFNC_NO_TUNE
     ;;
+  tunedec)
+    # the 16-bit and fp8 decode's configurations and splits on this card: ffnc tune of the 8B bf16
+    # and the 70B / 8B fp8 sublayers at one token, then the bench tuned and untuned (~2 minutes)
+    S=/work/main/bench/suite
+    for m in llama3_8b_layer llama3_70b_layer_f8 llama3_8b_layer_f8; do
+      timeout 100 ./ffnc tune $S/$m.ffn --tokens 1 -v >"$out/tunedec_$m.txt" 2>"$out/tunedec_$m.err"
+      echo "tune $m: exit $?"; grep -E "^tune:|error" "$out/tunedec_$m.err" | head -12
+    done
+    for t in tuned untuned; do
+      if [ $t = tuned ]; then unset FFNC_NO_TUNE; else export FFNC_NO_TUNE=1; fi
+      timeout 60 ./ffnc bench $S/llama3_8b_layer.ffn $S/llama3_70b_layer_f8.ffn $S/llama3_8b_layer_f8.ffn \
+        --tokens 1 --reps 20 --no-ceilings >"$out/tunedec_bench_$t.txt" 2>&1
+      echo "== bench $t: exit $?"; grep -E "suite|tuned GEMM|  ffnc" "$out/tunedec_bench_$t.txt"
+    done
+    unset FFNC_NO_TUNE
+    ;;
   grad)
     # training (issue 15), about 7 minutes at most: every GPU test of training (the C API's, keep,
     # the direct weight gradients against the staged ones, the Python bridge's loss curves), the
@@ -371,14 +387,16 @@ for part in "$@"; do
   wqsplit)
     # the decode kernels' split rule (ffn_gemm_wqd_splits, pending/wqdsplit.patch, built as ./ffnc)
     # against main's wave-fill rule (.devcarry/ffnc_alt, stripped), untuned, alternating rounds,
-    # no graphs, us (~2.5 minutes); `newt`: the new rule with the 3-CTA i4 family wqd4v2t forced
+    # no graphs, us (~2 minutes); `newt`: the new rule with the 3-CTA i4 family wqd4v2t forced
     # (at 1-8 tokens; the 70B int4 only)
     S=/work/main/bench/suite
-    for r in 1 2; do for b in new old newt; do
+    # `v2`: the new build with the 2-CTA family forced (70B int4: without ffn_gemm_prefer_fuller)
+    for r in 1 2; do for b in new old newt v2; do
       bin=./ffnc; [ $b = old ] && bin=/work/main/.devcarry/ffnc_alt
-      models="$S/llama3_70b_layer_i4g128.ffn $S/llama3_70b_layer_i8.ffn $S/llama3_8b_layer_i4g128.ffn $S/llama3_8b_layer_i8.ffn"
-      tokens=1,8,16 force=
+      models="$S/llama3_70b_layer_i4g128.ffn $S/llama3_70b_layer_i8.ffn" tokens=1,8,16 force=
+      [ $r = 1 ] && models="$models $S/llama3_8b_layer_i4g128.ffn" # its choices are alike under both rules
       [ $b = newt ] && models=$S/llama3_70b_layer_i4g128.ffn tokens=1,8 force=wqd4v2t
+      [ $b = v2 ] && models=$S/llama3_70b_layer_i4g128.ffn tokens=1,8 force=wqd4v2
       FFNC_NO_TUNE=1 FFNC_GEMM_VARIANT=$force timeout 60 $bin bench $models --tokens $tokens --reps 20 --no-graphs \
         --no-ceilings >"$out/wqsplit_$b$r.txt" 2>&1
       echo "== $b $r: exit $?"

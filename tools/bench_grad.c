@@ -332,7 +332,7 @@ static GradResult bench_one(GradModel *md, int64_t tokens, int reps, double bf16
   r.step_us = time_runs(run_step, st, 1, reps, s);
   double flops = 3.0 * forward_flops(md->g, tokens);
   r.tflops = flops / (r.step_us * 1e-6) / 1e12;
-  r.floor_us = flops / (bf16_tflops * 1e12) * 1e6;
+  r.floor_us = bf16_tflops > 0 ? flops / (bf16_tflops * 1e12) * 1e6 : 0; /* 0: --no-ceilings */
   r.ws_bytes = workspace_bytes(md);
   r.derived_bytes = model_weight_bytes(md->model[0]) + model_weight_bytes(md->model[1]);
   r.io_bytes = st->io_bytes;

@@ -555,8 +555,10 @@ static void add_results(const Model *md, int64_t tokens, const Ceilings *ceil, d
   work(md->g, tokens, &flops, &bytes);
   /* fp8 products against the measured fp8 GEMM rate, where there is one */
   double rate = dtype_is_f8(md->g->prec.type[PREC_MATMUL]) && ceil->fp8_tflops > 0 ? ceil->fp8_tflops : ceil->bf16_tflops;
-  double floor_us = fmax(flops / (rate * 1e12), bytes / (ceil->copy_gbps * 1e9)) * 1e6;
-  if (md->type == DT_F32)
+  double floor_us = 0; /* 0: not known (--no-ceilings) */
+  if (ceil->copy_gbps > 0 && rate > 0)
+    floor_us = fmax(flops / (rate * 1e12), bytes / (ceil->copy_gbps * 1e9)) * 1e6;
+  if (ceil->copy_gbps > 0 && md->type == DT_F32)
     floor_us = bytes / (ceil->copy_gbps * 1e9) * 1e6; /* no measured f32 GEMM ceiling: bandwidth only */
   for (int gr = 0; gr < ngraph; gr++)
     for (int v = 0; v < NVARIANTS; v++) {
@@ -758,10 +760,16 @@ static void print_results(const Model *md, const Result *r, int n) {
            "floor counts the packed weights)\n", dtype_name(md->g->prec.type[PREC_WEIGHTS]));
   printf("%7s  %-9s %-5s %10s %8s %8s %10s %6s %8s %8s  %s\n", "tokens", "variant", "graph", "time_us", "TFLOP/s",
          "GB/s", "floor_us", "%floor", "vs_eager", "vs_lt", "check");
-  for (int i = 0; i < n; i++)
-    printf("%7lld  %-9s %-5s %10.1f %8.1f %8.0f %10.1f %5.0f%% %7.2fx %7.2fx  %s (%.1e)\n", (long long)r[i].tokens,
-           variant_names[r[i].variant], r[i].graph ? "yes" : "no", r[i].us, r[i].tflops, r[i].gbps, r[i].floor_us,
-           100 * r[i].frac, r[i].vs_eager, r[i].vs_lt, r[i].check_ok ? "ok" : "MISMATCH", r[i].check_err);
+  for (int i = 0; i < n; i++) {
+    char floor[16] = "-", frac[16] = "-"; /* no floor without the measured ceilings */
+    if (r[i].floor_us > 0) {
+      snprintf(floor, sizeof floor, "%.1f", r[i].floor_us);
+      snprintf(frac, sizeof frac, "%.0f%%", 100 * r[i].frac);
+    }
+    printf("%7lld  %-9s %-5s %10.1f %8.1f %8.0f %10s %6s %7.2fx %7.2fx  %s (%.1e)\n", (long long)r[i].tokens,
+           variant_names[r[i].variant], r[i].graph ? "yes" : "no", r[i].us, r[i].tflops, r[i].gbps, floor, frac,
+           r[i].vs_eager, r[i].vs_lt, r[i].check_ok ? "ok" : "MISMATCH", r[i].check_err);
+  }
 }
 
 static void write_plot(const char *prefix, Model *models, Result **res, int *nres, int nmodels) {
@@ -853,6 +861,8 @@ static const char usage[] =
     "after measuring the card's copy bandwidth and cuBLASLt bf16/fp8 GEMM rate; prints a table, writes JSON\n"
     "(--json) and PREFIX.dat/.gp for gnuplot (--plot; PREFIX.png too where gnuplot is installed).\n"
     "--tokens: up to 32 token counts; --reps: timed runs per variant (median; default 30).\n"
+    "--no-graphs: plain launches only (no CUDA graph rows). --no-ceilings: skip measuring the card (faster);\n"
+    "the floor and %floor columns read '-'.\n"
     "--compile-only compiles every variant into the kernel cache and needs no GPU.\n"
     "--tp N: tensor parallel instead: each model's N ranks on devices 0..N-1 (NCCL: $FFNC_NCCL_LIBRARY, else\n"
     "libnccl.so.2) against the whole program on device 0, checked, timed, with NCCL's all-reduce of a [T, D]\n"
@@ -969,6 +979,10 @@ static Device open_device(void) {
 
 static void print_ceilings(const Device *d, const Ceilings *c) {
   printf("%s, %d SMs, L2 %d MB; ffnc %s (%s)\n", d->card, d->sms, d->l2 >> 20, FFNC_VERSION, FFNC_GIT_COMMIT);
+  if (c->copy_gbps <= 0) {
+    printf("ceilings: not measured (--no-ceilings): no floors\n");
+    return;
+  }
   printf("ceilings: copy %.0f GB/s (read + write), cuBLASLt bf16 %.0f TFLOP/s", c->copy_gbps, c->bf16_tflops);
   if (c->fp8_tflops > 0)
     printf(", fp8 e4m3 %.0f TFLOP/s", c->fp8_tflops);
@@ -1001,7 +1015,7 @@ static int run_bench_grad(const BenchArgs *b) {
   }
   CUstream s;
   CK(cu->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-  Ceilings c = b->ceilings ? measure_ceilings(s, d.major, d.minor) : (Ceilings){1, 1, 0};
+  Ceilings c = b->ceilings ? measure_ceilings(s, d.major, d.minor) : (Ceilings){0};
   print_ceilings(&d, &c);
   int rc = bench_grad(&b->ca, b->files, b->nfiles, b->tokens, b->ntokens, b->reps, b->json, d.card, c.bf16_tflops, s);
   lt_destroy(lt);
@@ -1099,7 +1113,7 @@ int cmd_bench(int argc, char **argv) {
   }
   CUstream s;
   CK(cu->cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-  Ceilings c = b.ceilings ? measure_ceilings(s, d.major, d.minor) : (Ceilings){1, 1, 0};
+  Ceilings c = b.ceilings ? measure_ceilings(s, d.major, d.minor) : (Ceilings){0};
   print_ceilings(&d, &c);
   bool failed = bench_models(&b, models, &d, &c, s);
   lt_destroy(lt);
