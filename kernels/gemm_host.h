@@ -415,6 +415,21 @@ static inline int ffn_gemm_wq_splits(long tiles, int ktiles, long slots) {
   return best;
 }
 
+/* Split-K for the decode kernels (FFN_GEMM_WQD, gemm_wqd / gemm_wqdl), which stream their codes
+ * through each warp's ring: none when the tiles fill the resident CTA slots at least once, else
+ * the most splits that keep the grid in one wave, with >= 8 tiles of codes per split and at most
+ * 32. The last wave's idle slots cost a streaming kernel less than ffn_gemm_wq_splits counts (the
+ * CTAs left stream faster), each split more (ffnc tune, H200, 2026-12-06: the 70B gate/up
+ * products, 448 tiles on 264 slots, unsplit against the wave-fill rule's 4 splits: i4 1 token
+ * 78-86 us, 16 tokens 115.0 against 134.6; i8 117.4 against 124.6 and 133.9 against 146.1; the
+ * 8B's products and the 70B down products pick the same split under both rules). */
+static inline int ffn_gemm_wqd_splits(long tiles, int ktiles, long slots) {
+  long s = tiles >= slots ? 1 : slots / tiles;
+  if (s > 32) s = 32;
+  while (s > 1 && ktiles / s < 8) s--;
+  return (int)s;
+}
+
 /* Split-K factor, fitted to measurements on an H200 (kernels/NOTES.md). Small-M GEMMs stream the
  * weights; they reach full bandwidth with about one CTA per SM, or two when several row tiles
  * (tiles_m >= 2) read the same weights, and splitting further only adds CTAs, pipeline fills and the
@@ -426,7 +441,8 @@ static inline int ffn_gemm_pick_splits(int M, int N, int S, int K, const ffn_gem
   const long tiles_m = ffn_gemm_tiles_m(c, M), tiles = tiles_m * ffn_gemm_tiles_n(c, N, S);
   const int ktiles = (K + c->bk - 1) / c->bk;
   if (num_sms <= 0 || tiles <= 0) return 1;
-  if (c->kind == FFN_GEMM_WQ || c->kind == FFN_GEMM_WQD) return ffn_gemm_wq_splits(tiles, ktiles, (long)num_sms * c->ctas_per_sm);
+  if (c->kind == FFN_GEMM_WQD) return ffn_gemm_wqd_splits(tiles, ktiles, (long)num_sms * c->ctas_per_sm);
+  if (c->kind == FFN_GEMM_WQ) return ffn_gemm_wq_splits(tiles, ktiles, (long)num_sms * c->ctas_per_sm);
   long per_sm = tiles_m >= 2 ? 2 : 1;
   if (c->ctas_per_sm > 0 && per_sm > c->ctas_per_sm) per_sm = c->ctas_per_sm;
   long s = ((long)num_sms * per_sm + tiles / 2) / tiles;

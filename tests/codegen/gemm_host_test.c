@@ -139,6 +139,23 @@ static void check_splits(void) {
   CHECK(wq_splits("wq4_8", 1, 8192, 28672) == 8, "70B i4 down: %d", wq_splits("wq4_8", 1, 8192, 28672));
   CHECK(wq_splits("wq4_8", 1, 28672, 4096) == 2, "8B i4 gate/up: %d", wq_splits("wq4_8", 1, 28672, 4096));
   CHECK(wq_splits("wq8_8", 1, 8192, 28672) == 8, "70B i8 down: %d", wq_splits("wq8_8", 1, 8192, 28672));
+  /* the decode kernels' rule (ffn_gemm_wqd_splits): unsplit from one full wave of tiles, else one wave */
+  static const struct { const char *cfg; int M; long R; int K, splits; } wqd[] = {
+      {"wqd4v2_8", 1, 57344, 8192, 1},   /* 70B gate/up: 448 tiles on 264 slots */
+      {"wqd4v2_16", 16, 57344, 8192, 1}, /* ... at 16 tokens */
+      {"wqd4v2_8", 1, 8192, 28672, 4},   /* 70B down: 64 tiles */
+      {"wqd4v2_8", 1, 28672, 4096, 1},   /* 8B gate/up: 224 tiles */
+      {"wqd4v2_8", 1, 4096, 14336, 8},   /* 8B down: 32 tiles */
+      {"wqd4v2t_8", 1, 8192, 28672, 6},  /* 70B down on 396 slots (3 CTAs an SM) */
+      {"wqd8v2_8", 1, 57344, 8192, 1},   /* 70B i8 gate/up */
+      {"wqd8v2_8", 1, 8192, 28672, 4},   /* 70B i8 down */
+      {"wqd4v2_8", 1, 128, 512, 1},      /* one tile, 8 k tiles: no split leaves 8 per split */
+  };
+  for (size_t i = 0; i < sizeof wqd / sizeof wqd[0]; i++) {
+    int s = wq_splits(wqd[i].cfg, wqd[i].M, wqd[i].R, wqd[i].K);
+    CHECK(s == wqd[i].splits, "%s M=%d R=%ld K=%d: %d splits, expected %d", wqd[i].cfg, wqd[i].M, wqd[i].R, wqd[i].K, s,
+          wqd[i].splits);
+  }
 }
 
 static void check_cluster(const ffn_gemm_config *t, int i) {
