@@ -6,11 +6,15 @@
  * random values in every other tensor it touches, allocated for the largest bucket. Each
  * candidate (a variant with the heuristic's split-K, or with another split the kernel can
  * take while the grid stays within two waves of resident CTAs) gets warm-up launches, then
- * SAMPLES batches of launches between CUDA events, sized to about 200 us each; the median
- * per launch counts. A candidate whose first launch takes 3x the best so far is not
- * sampled further. The heuristic's choice is measured first and again last (the better
- * counts), and stays unless another is faster by more than 1% (the spread of repeated
- * measurements), so that noise does not move it.
+ * single launches between CUDA events, each after L2 was flushed (a write of twice its size
+ * outside the events): in a run the weights a decode product streams were evicted by the
+ * other products since its last launch, so one timed back to back would read them from L2
+ * (the Llama-3-8B int4 down product, 29 MB, did: its tuned choice lost 15% in the model).
+ * SAMPLES launches for a kernel under 200 us, LONG_SAMPLES above; the median counts. A
+ * candidate whose first launch takes 3x the best so far is not sampled further. The
+ * heuristic's choice is measured first and again last (the better counts), and stays unless
+ * another is faster by more than 1% (the spread of repeated measurements), so that noise does
+ * not move it.
  */
 #include "rt.h"
 
@@ -24,8 +28,8 @@
 #include <time.h>
 
 /* candidates(): per variant the heuristic's split and up to 8 others */
-enum { WARMUP = 2, SAMPLES = 7, MAX_BATCH = 50, MAX_CANDIDATES = PLAN_MAX_VARIANTS * 9 };
-#define BATCH_US 200.0
+enum { WARMUP = 2, SAMPLES = 15, LONG_SAMPLES = 7, MAX_CANDIDATES = PLAN_MAX_VARIANTS * 9 };
+#define LONG_US 200.0
 
 static const int64_t default_rows[] = {1, 16, 64, 128, 256, 512, 1024, 4096, 8192};
 
@@ -228,6 +232,10 @@ typedef struct {
   const CuApi *cu;
   CUstream stream;
   CUevent ev[2 * SAMPLES];
+  int nev;     /* events created */
+  bool pushed; /* the model's context made current */
+  CUdeviceptr flush; /* twice the L2's bytes, written before each timed launch */
+  size_t flush_bytes;
   ExecRun run; /* what exec_step reads: choice per step, ptr per tensor, ws, counters, rowstats */
   CUdeviceptr *owned; /* what this kernel's measurement allocated */
   int nowned;
@@ -288,43 +296,41 @@ static int cmp_double(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
-/* The median time of one launch of choice c, microseconds; only the first launch's when it
- * took more than 3x `best` (a candidate that cannot win). */
+/* The median time of one launch of choice c with L2 cold, microseconds; only the first
+ * launch's when it took more than 3x `best` (a candidate that cannot win). */
 static ffn_status time_choice(Tuner *t, int step, LaunchChoice c, double best, double *us) {
   const CuApi *cu = t->cu;
   ffn_status s;
   for (int i = 0; i < WARMUP; i++)
     if ((s = launch(t, step, c)) != FFN_OK)
       return s;
-  CU_CHECK(cu, cu->cuEventRecord(t->ev[0], t->stream));
-  if ((s = launch(t, step, c)) != FFN_OK)
-    return s;
-  CU_CHECK(cu, cu->cuEventRecord(t->ev[1], t->stream));
-  CU_CHECK(cu, cu->cuEventSynchronize(t->ev[1])); /* a fault in the kernel shows here */
-  float ms;
-  CU_CHECK(cu, cu->cuEventElapsedTime(&ms, t->ev[0], t->ev[1]));
-  double once = ms * 1000.0;
-  if (best > 0 && once > 3 * best) {
-    *us = once;
-    return FFN_OK;
-  }
-  int batch = once > 0 ? (int)(BATCH_US / once) : MAX_BATCH;
-  batch = batch < 1 ? 1 : batch > MAX_BATCH ? MAX_BATCH : batch;
-  for (int i = 0; i < SAMPLES; i++) {
-    CU_CHECK(cu, cu->cuEventRecord(t->ev[2 * i], t->stream));
-    for (int b = 0; b < batch; b++)
-      if ((s = launch(t, step, c)) != FFN_OK)
-        return s;
-    CU_CHECK(cu, cu->cuEventRecord(t->ev[2 * i + 1], t->stream));
-  }
-  CU_CHECK(cu, cu->cuEventSynchronize(t->ev[2 * SAMPLES - 1]));
   double times[SAMPLES];
-  for (int i = 0; i < SAMPLES; i++) {
-    CU_CHECK(cu, cu->cuEventElapsedTime(&ms, t->ev[2 * i], t->ev[2 * i + 1]));
-    times[i] = ms * 1000.0 / batch;
+  int n = SAMPLES;
+  for (int i = 0; i < n; i++) {
+    CU_CHECK(cu, cu->cuMemsetD32Async(t->flush, (unsigned)i, t->flush_bytes / 4, t->stream));
+    CU_CHECK(cu, cu->cuEventRecord(t->ev[2 * i], t->stream));
+    if ((s = launch(t, step, c)) != FFN_OK)
+      return s;
+    CU_CHECK(cu, cu->cuEventRecord(t->ev[2 * i + 1], t->stream));
+    if (i > 0)
+      continue;
+    CU_CHECK(cu, cu->cuEventSynchronize(t->ev[1])); /* a fault in the kernel shows here */
+    float ms;
+    CU_CHECK(cu, cu->cuEventElapsedTime(&ms, t->ev[0], t->ev[1]));
+    if (best > 0 && ms * 1000.0 > 3 * best) {
+      *us = ms * 1000.0;
+      return FFN_OK;
+    }
+    n = ms * 1000.0 < LONG_US ? SAMPLES : LONG_SAMPLES;
   }
-  qsort(times, SAMPLES, sizeof times[0], cmp_double);
-  *us = times[SAMPLES / 2];
+  CU_CHECK(cu, cu->cuEventSynchronize(t->ev[2 * n - 1]));
+  for (int i = 0; i < n; i++) {
+    float ms;
+    CU_CHECK(cu, cu->cuEventElapsedTime(&ms, t->ev[2 * i], t->ev[2 * i + 1]));
+    times[i] = ms * 1000.0;
+  }
+  qsort(times, (size_t)n, sizeof times[0], cmp_double);
+  *us = times[n / 2];
   return FFN_OK;
 }
 
@@ -366,18 +372,14 @@ static int bucket_rows(const Plan *p, const PlanStep *ps, const int64_t *req, in
   return n;
 }
 
-/* Measures kernel `kernel` (first launched by step `step`) at the requested rows into e and
- * the progress arrays. */
-static ffn_status tune_kernel(Tuner *t, int kernel, int step, const int64_t *req, int nreq, TuneEntry *e,
-                              int *splits_used) {
+/* The operands of step `step` for kernel k at `dims` (the largest row count's), and a workspace,
+ * split-K counters and row statistics for the largest of the candidates at rows[0..nb): the
+ * model's weights, random activations. Freed by tune_kernel. */
+static ffn_status tune_operands(Tuner *t, const PlanKernel *k, int step, const int64_t *rows, int nb,
+                                const int64_t *dims) {
   ffn_model *m = t->m;
   const Plan *p = m->prog->plan;
   const PlanStep *ps = &p->steps[step];
-  const PlanKernel *k = &p->kernels[kernel];
-  int64_t rows[TUNE_MAX_BUCKETS], dims[64];
-  int nb = bucket_rows(p, ps, req, nreq, rows, dims);
-  if (nb == 0)
-    return rt_error(FFN_ERR_INVALID_ARGUMENT, "ffn_model_tune: no row count within the kernels' limits");
   Candidate cand[MAX_CANDIDATES];
   size_t ws = 0, tiles = 0;
   for (int b = 0; b < nb; b++) { /* the workspace of the largest candidate */
@@ -413,48 +415,70 @@ static ffn_status tune_kernel(Tuner *t, int kernel, int step, const int64_t *req
   if (s == FFN_OK && (r = t->cu->cuMemsetD8Async(counters, 0, (tiles + 4) * 4, t->stream)) != CUDA_SUCCESS)
     s = cu_fail(t->cu, r, "cu->cuMemsetD8Async()");
   t->run.ws = ws_ptr, t->run.counters = counters, t->run.rowstats = rowstats;
+  return s;
+}
 
-  *e = (TuneEntry){.n = nb};
-  tune_model_key(m, kernel, &e->key);
-  for (int b = 0; b < nb && s == FFN_OK; b++) {
-    int M = (int)rows[b], nc = candidates(k, M, m->sms, cand);
-    LaunchChoice dflt = exec_heuristic(k, M, m->sms, m->dram_gbs);
-    int first = 0; /* the heuristic's choice first: it sets the bar */
-    while (first < nc && !(&k->variants[cand[first].variant] == dflt.v && cand[first].splits == 0))
-      first++;
-    if (first == nc) /* cannot happen: every variant is a candidate with the heuristic's split */
-      first = 0;
-    double best_us = INFINITY, default_us = 0;
-    int best = first;
-    for (int i = -1; i < nc && s == FFN_OK; i++) {
-      int c = i < 0 ? first : i;
-      if (i >= 0 && c == first)
-        continue;
-      double us;
-      s = time_choice(t, step, resolve(k, cand[c], M, m->sms), isfinite(best_us) ? best_us : 0, &us);
-      if (s == FFN_OK && c == first)
-        default_us = us;
-      if (s == FFN_OK && us < best_us)
-        best_us = us, best = c;
-    }
-    /* the rule's choice once more: the first measurement may have met a GPU still raising its
-     * clocks, which would flatter every later candidate */
-    double again = 0;
-    if (s == FFN_OK && nc > 1 && (s = time_choice(t, step, resolve(k, cand[first], M, m->sms), 0, &again)) == FFN_OK &&
-        again < default_us) {
-      default_us = again;
-      if (best == first)
-        best_us = again;
-    }
-    if (s != FFN_OK)
-      break;
-    if (best != first && best_us >= 0.99 * default_us)
-      best = first, best_us = default_us;
-    TuneBucket *tb = &e->b[b];
-    *tb = (TuneBucket){.rows = M, .splits = cand[best].splits, .us = best_us, .default_us = default_us};
-    snprintf(tb->config, sizeof tb->config, "%s", k->variants[cand[best].variant].cfg.name);
-    splits_used[b] = resolve(k, cand[best], M, m->sms).splits;
+/* Every candidate of kernel k at M rows, the rule's choice first (it sets the bar) and once more
+ * at the end, into tb; *splits gets the fastest's split-K. */
+static ffn_status tune_bucket(Tuner *t, const PlanKernel *k, int step, int M, TuneBucket *tb, int *splits) {
+  ffn_model *m = t->m;
+  Candidate cand[MAX_CANDIDATES];
+  int nc = candidates(k, M, m->sms, cand);
+  LaunchChoice dflt = exec_heuristic(k, M, m->sms, m->dram_gbs);
+  int first = 0;
+  while (first < nc && !(&k->variants[cand[first].variant] == dflt.v && cand[first].splits == 0))
+    first++;
+  if (first == nc) /* cannot happen: every variant is a candidate with the heuristic's split */
+    first = 0;
+  double best_us = INFINITY, default_us = 0;
+  int best = first;
+  ffn_status s = FFN_OK;
+  for (int i = -1; i < nc && s == FFN_OK; i++) {
+    int c = i < 0 ? first : i;
+    if (i >= 0 && c == first)
+      continue;
+    double us;
+    s = time_choice(t, step, resolve(k, cand[c], M, m->sms), isfinite(best_us) ? best_us : 0, &us);
+    if (s == FFN_OK && c == first)
+      default_us = us;
+    if (s == FFN_OK && us < best_us)
+      best_us = us, best = c;
   }
+  /* the rule's choice once more: the first measurement may have met a GPU still raising its
+   * clocks, which would flatter every later candidate */
+  double again = 0;
+  if (s == FFN_OK && nc > 1 && (s = time_choice(t, step, resolve(k, cand[first], M, m->sms), 0, &again)) == FFN_OK &&
+      again < default_us) {
+    default_us = again;
+    if (best == first)
+      best_us = again;
+  }
+  if (s != FFN_OK)
+    return s;
+  if (best != first && best_us >= 0.99 * default_us)
+    best = first, best_us = default_us;
+  *tb = (TuneBucket){.rows = M, .splits = cand[best].splits, .us = best_us, .default_us = default_us};
+  snprintf(tb->config, sizeof tb->config, "%s", k->variants[cand[best].variant].cfg.name);
+  *splits = resolve(k, cand[best], M, m->sms).splits;
+  return FFN_OK;
+}
+
+/* Measures kernel `kernel` (first launched by step `step`) at the requested rows into e and
+ * the progress arrays. */
+static ffn_status tune_kernel(Tuner *t, int kernel, int step, const int64_t *req, int nreq, TuneEntry *e,
+                              int *splits_used) {
+  const Plan *p = t->m->prog->plan;
+  const PlanKernel *k = &p->kernels[kernel];
+  int64_t rows[TUNE_MAX_BUCKETS], dims[64];
+  int nb = bucket_rows(p, &p->steps[step], req, nreq, rows, dims);
+  if (nb == 0)
+    return rt_error(FFN_ERR_INVALID_ARGUMENT, "ffn_model_tune: no row count within the kernels' limits");
+  ffn_status s = tune_operands(t, k, step, rows, nb, dims);
+  *e = (TuneEntry){.n = nb};
+  tune_model_key(t->m, kernel, &e->key);
+  for (int b = 0; b < nb && s == FFN_OK; b++)
+    s = tune_bucket(t, k, step, (int)rows[b], &e->b[b], &splits_used[b]);
+  CUresult r;
   if (s == FFN_OK && (r = t->cu->cuStreamSynchronize(t->stream)) != CUDA_SUCCESS)
     s = cu_fail(t->cu, r, "cu->cuStreamSynchronize()");
   for (int i = 0; i < t->nowned; i++) /* after the launches that read them (synchronized above) */
@@ -527,6 +551,56 @@ static ffn_status tune_all(Tuner *t, const int64_t *req, int nreq, ffn_tune_prog
   return s;
 }
 
+/* What a tuning needs besides the model: host arrays for exec_step, the model's context
+ * current, a stream, the L2 flush buffer and the events. tuner_close undoes whatever of it was
+ * made, after a failure too. */
+static ffn_status tuner_open(Tuner *t, ffn_model *m) {
+  const Plan *p = m->prog->plan;
+  const CuApi *cu = m->cu;
+  *t = (Tuner){.m = m, .cu = cu, .rng = 0x9e3779b97f4a7c15ull};
+  t->run = (ExecRun){.m = m};
+  t->run.choice = calloc((size_t)p->nsteps + 1, sizeof *t->run.choice);
+  t->run.ptr = calloc((size_t)p->ntensors + 1, sizeof *t->run.ptr);
+  t->owned = calloc((size_t)FFN_KARGS_SLOTS + 4, sizeof *t->owned);
+  if (!t->run.choice || !t->run.ptr || !t->owned)
+    return rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
+  CUresult r = cu->cuCtxPushCurrent(m->ctx);
+  if (r != CUDA_SUCCESS)
+    return cu_fail(cu, r, "cu->cuCtxPushCurrent()");
+  t->pushed = true;
+  if ((r = cu->cuStreamCreate(&t->stream, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS)
+    return cu_fail(cu, r, "cu->cuStreamCreate()");
+  t->run.stream = t->stream;
+  int l2 = 0;
+  if ((r = cu->cuDeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, m->dev)) != CUDA_SUCCESS)
+    return cu_fail(cu, r, "cu->cuDeviceGetAttribute(L2_CACHE_SIZE)");
+  t->flush_bytes = 2 * (size_t)(l2 > (1 << 20) ? l2 : 1 << 20);
+  if ((r = cu->cuMemAlloc(&t->flush, t->flush_bytes)) != CUDA_SUCCESS)
+    return r == CUDA_ERROR_OUT_OF_MEMORY
+               ? rt_error(FFN_ERR_OUT_OF_MEMORY, "ffn_model_tune: %zu bytes of device memory to flush L2 between "
+                          "timed launches", t->flush_bytes)
+               : cu_fail(cu, r, "cu->cuMemAlloc()");
+  for (; t->nev < 2 * SAMPLES; t->nev++)
+    if ((r = cu->cuEventCreate(&t->ev[t->nev], CU_EVENT_DEFAULT)) != CUDA_SUCCESS)
+      return cu_fail(cu, r, "cu->cuEventCreate()");
+  return FFN_OK;
+}
+
+static void tuner_close(Tuner *t) {
+  const CuApi *cu = t->cu;
+  for (int i = 0; i < t->nev; i++)
+    cu->cuEventDestroy(t->ev[i]);
+  if (t->flush)
+    cu->cuMemFree(t->flush);
+  if (t->stream)
+    cu->cuStreamDestroy(t->stream);
+  if (t->pushed) {
+    CUcontext c;
+    cu->cuCtxPopCurrent(&c);
+  }
+  free(t->run.choice), free(t->run.ptr), free(t->owned);
+}
+
 ffn_status ffn_model_tune(ffn_model *m, const int64_t *rows, int nrows, ffn_tune_progress_fn fn, void *user) {
   if (!m || (nrows && !rows) || nrows < 0 || nrows > TUNE_MAX_BUCKETS)
     return rt_error(FFN_ERR_INVALID_ARGUMENT, "ffn_model_tune: NULL model, or rows not 1..%d counts", TUNE_MAX_BUCKETS);
@@ -544,43 +618,13 @@ ffn_status ffn_model_tune(ffn_model *m, const int64_t *rows, int nrows, ffn_tune
   const Plan *p = m->prog->plan;
   if (!m->tuned && !(m->tuned = calloc((size_t)p->nkernels + 1, sizeof *m->tuned)))
     return rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
-  Tuner t = {.m = m, .cu = m->cu, .rng = 0x9e3779b97f4a7c15ull};
-  t.run = (ExecRun){.m = m};
-  t.run.choice = calloc((size_t)p->nsteps + 1, sizeof *t.run.choice);
-  t.run.ptr = calloc((size_t)p->ntensors + 1, sizeof *t.run.ptr);
-  t.owned = calloc((size_t)FFN_KARGS_SLOTS + 4, sizeof *t.owned);
-  if (!t.run.choice || !t.run.ptr || !t.owned) {
-    free(t.run.choice), free(t.run.ptr), free(t.owned);
-    return rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
-  }
-  const CuApi *cu = m->cu;
-  ffn_status s = FFN_OK;
-  CUresult r = cu->cuCtxPushCurrent(m->ctx);
-  if (r != CUDA_SUCCESS)
-    s = cu_fail(cu, r, "cu->cuCtxPushCurrent()");
-  bool pushed = r == CUDA_SUCCESS;
-  if (s == FFN_OK && (r = cu->cuStreamCreate(&t.stream, CU_STREAM_NON_BLOCKING)) != CUDA_SUCCESS)
-    s = cu_fail(cu, r, "cu->cuStreamCreate()");
-  t.run.stream = t.stream;
-  int nev = 0;
-  for (; s == FFN_OK && nev < 2 * SAMPLES; nev++)
-    if ((r = cu->cuEventCreate(&t.ev[nev], CU_EVENT_DEFAULT)) != CUDA_SUCCESS) {
-      s = cu_fail(cu, r, "cu->cuEventCreate()");
-      break;
-    }
+  Tuner t;
+  ffn_status s = tuner_open(&t, m);
   int saved = 0;
   char save_err[700] = "";
   if (s == FFN_OK)
     s = tune_all(&t, rows, nrows, fn, user, &saved, save_err, sizeof save_err);
-  for (int i = 0; i < nev; i++)
-    cu->cuEventDestroy(t.ev[i]);
-  if (t.stream)
-    cu->cuStreamDestroy(t.stream);
-  if (pushed) {
-    CUcontext c;
-    cu->cuCtxPopCurrent(&c);
-  }
-  free(t.run.choice), free(t.run.ptr), free(t.owned);
+  tuner_close(&t);
   if (s == FFN_OK && save_err[0])
     s = rt_error(FFN_ERR_IO, "ffn_model_tune: the choices apply to this model, but could not be saved: %s", save_err);
   return s;
