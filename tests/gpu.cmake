@@ -337,3 +337,7 @@ foreach(m examples/llama3_tiny.ffn tests/gpu/models/wq_llama_i4g32_bf16.ffn)
   add_test(NAME gpu_tune_${base} COMMAND gpu_tune_test ${m})
   set_tests_properties(gpu_tune_${base} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 ENVIRONMENT "${FFNC_GPU_ENV}")
 endforeach()
+# ffnc tune --vs-cublaslt: every GEMM kernel beside cuBLASLt's plain GEMM of its shape.
+add_test(NAME gpu_tune_vs_cublaslt COMMAND sh ${FFNC_TEST_DIR}/gpu/tune_vs_cublaslt_test.sh $<TARGET_FILE:ffnc>
+         ${PROJECT_SOURCE_DIR}/examples/llama3_tiny.ffn ${CMAKE_CURRENT_BINARY_DIR}/tune_vs_cublaslt)
+set_tests_properties(gpu_tune_vs_cublaslt PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 ENVIRONMENT "${FFNC_GPU_ENV}")

@@ -144,6 +144,7 @@ double time_runs(RunFn fn, void *ctx, int rotations, int reps, CUstream s) {
 }
 
 double time_runs_after(RunFn pre, RunFn fn, void *ctx, int rotations, int reps, CUstream s) {
+  const CuApi *cu = cu_api(NULL, 0); /* ffnc tune times with it too, without cmd_bench's */
   for (int i = 0; i < 3; i++) {
     if (pre)
       pre(ctx, i % rotations, s);
