@@ -248,9 +248,172 @@ static bool check_norm_param(const Graph *g, const char *what, const Shape *x, c
   return true;
 }
 
+/* The shape rules of the OTHER ops with more to check than a rank: each sets *out, or says why
+ * not in err and returns false. */
+#define INFER_ARGS const Graph *g, Op op, Node *const *args, int nargs, const Node *proto, Shape *out, char *err, size_t errlen
+
+static bool infer_matmul(INFER_ARGS) {
+  (void)op, (void)nargs, (void)proto;
+  char sa[128], sb[128];
+  const Shape *a = &args[0]->shape, *b = &args[1]->shape;
+  if (a->rank < 1 || b->rank != 2)
+    FAIL("matrix product needs [..., K] @ [K, N], got %s @ %s", shape_str(g, a, sa, sizeof sa),
+         shape_str(g, b, sb, sizeof sb));
+  if (!dim_eq(a->d[a->rank - 1], b->d[0]))
+    FAIL("matrix product needs equal inner dimensions, got %s @ %s", shape_str(g, a, sa, sizeof sa),
+         shape_str(g, b, sb, sizeof sb));
+  *out = *a;
+  out->d[a->rank - 1] = b->d[1];
+  return true;
+}
+
+static bool infer_matmul_at(INFER_ARGS) {
+  (void)op, (void)nargs, (void)proto;
+  char sa[128], sb[128];
+  const Shape *a = &args[0]->shape, *b = &args[1]->shape;
+  bool ok = a->rank >= 1 && b->rank == a->rank;
+  for (int i = 0; ok && i < a->rank - 1; i++)
+    ok = dim_eq(a->d[i], b->d[i]);
+  if (!ok)
+    FAIL("matmul_at needs [..., K] and [..., N] with equal leading dims, got %s and %s",
+         shape_str(g, a, sa, sizeof sa), shape_str(g, b, sb, sizeof sb));
+  *out = (Shape){2, {a->d[a->rank - 1], b->d[b->rank - 1]}};
+  return true;
+}
+
+static bool infer_slice(INFER_ARGS) {
+  (void)op, (void)nargs;
+  char sa[128];
+  const Shape *a = &args[0]->shape;
+  if (a->rank < 1)
+    FAIL("cannot slice a scalar");
+  Dim last = a->d[a->rank - 1];
+  if (last.sym >= 0)
+    FAIL("cannot split the dynamic dim %s", g->dims[last.sym].name);
+  int64_t off = proto ? proto->ival[0] : 0, len = proto ? proto->ival[1] : 0;
+  if (off < 0 || len <= 0 || off + len > last.size)
+    FAIL("slice [%lld, %lld) is outside the last dim of %s", (long long)off, (long long)(off + len),
+         shape_str(g, a, sa, sizeof sa));
+  *out = *a;
+  out->d[a->rank - 1] = dim_static(len);
+  return true;
+}
+
+static bool infer_sum_to(INFER_ARGS) {
+  (void)op, (void)nargs;
+  char sa[128];
+  const Shape *a = &args[0]->shape;
+  int rank = proto ? (int)proto->ival[0] : 0;
+  int64_t mask = proto ? proto->ival[1] : 0;
+  if (rank < 0 || rank > a->rank || mask < 0 || mask >= ((int64_t)1 << rank))
+    FAIL("sum_to rank %d (dims %lld) does not fit %s", rank, (long long)mask, shape_str(g, a, sa, sizeof sa));
+  out->rank = rank;
+  for (int i = 0; i < rank; i++)
+    out->d[i] = mask >> i & 1 ? dim_static(1) : a->d[a->rank - rank + i];
+  return true;
+}
+
+static bool infer_concat(INFER_ARGS) {
+  (void)op;
+  char sa[128], sb[128];
+  const Shape *a = &args[0]->shape;
+  int axis = proto ? (int)proto->ival[0] : 0;
+  if (axis < 0 || axis >= a->rank)
+    FAIL("concat axis %d is outside rank %d", axis, a->rank);
+  *out = *a;
+  for (int i = 1; i < nargs; i++) {
+    const Shape *b = &args[i]->shape;
+    bool ok = b->rank == a->rank;
+    for (int d = 0; ok && d < a->rank; d++)
+      ok = d == axis ? b->d[d].sym < 0 : dim_eq(a->d[d], b->d[d]);
+    if (!ok || a->d[axis].sym >= 0)
+      FAIL("cannot concatenate %s and %s along dim %d", shape_str(g, a, sa, sizeof sa),
+           shape_str(g, b, sb, sizeof sb), axis);
+    out->d[axis].size += b->d[axis].size;
+  }
+  return true;
+}
+
+static bool infer_interleave(INFER_ARGS) {
+  (void)op;
+  char sa[128], sb[128];
+  const Shape *a = &args[0]->shape;
+  int64_t group = proto ? proto->ival[0] : 0, streams = proto ? proto->ival[1] : 0, rows = 0;
+  for (int i = 0; i < nargs; i++) {
+    const Shape *b = &args[i]->shape;
+    if (b->rank != 2 || b->d[0].sym >= 0 || !dim_eq(b->d[1], a->d[1]))
+      FAIL("interleave needs static [N, K] operands with equal K, got %s and %s", shape_str(g, a, sa, sizeof sa),
+           shape_str(g, b, sb, sizeof sb));
+    rows += b->d[0].size;
+  }
+  if (group <= 0 || streams <= 0 || rows % (streams * group) != 0)
+    FAIL("interleave of %lld rows into %lld blocks needs blocks that are a multiple of %lld rows",
+         (long long)rows, (long long)streams, (long long)group);
+  *out = *a;
+  out->d[0].size = rows;
+  return true;
+}
+
+/* OP_WQ_SCALE, OP_WQ_PACK */
+static bool infer_wq(INFER_ARGS) {
+  (void)nargs;
+  char sa[128];
+  const Shape *a = &args[0]->shape;
+  int64_t bits = proto ? proto->ival[0] : 0, group = proto ? proto->ival[1] : -1;
+  if (a->rank != 2 || !shape_is_static(a))
+    FAIL("weight quantization needs a static [R, K] operand, got %s", shape_str(g, a, sa, sizeof sa));
+  if ((bits != 8 && bits != 4) || group < 0)
+    FAIL("weight quantization to %lld bits with group %lld is not defined", (long long)bits, (long long)group);
+  int64_t R = a->d[0].size, K = a->d[1].size, ng = bits == 8 ? 1 : wq_ngroups(K, group);
+  if (op == OP_WQ_PACK) {
+    const Shape *s = &args[1]->shape;
+    if (s->rank != 2 || !shape_is_static(s) || s->d[0].size != R || s->d[1].size != ng)
+      FAIL("weight codes of %s need scales [%lld, %lld]", shape_str(g, a, sa, sizeof sa), (long long)R, (long long)ng);
+  }
+  if (op == OP_WQ_SCALE)
+    *out = (Shape){2, {dim_static(R), dim_static(ng)}};
+  else /* whole 512-byte tiles (kernels/quant.cuh) */
+    *out = (Shape){2, {dim_static(wq_code_rows(R)), dim_static(wq_row_bytes(K, (int)bits))}};
+  return true;
+}
+
+/* OP_F8_SCALE, OP_F8_PACK: an fp8 weight quantized at prepare */
+static bool infer_f8(INFER_ARGS) {
+  (void)nargs, (void)proto;
+  char sa[128];
+  const Shape *a = &args[0]->shape;
+  if (a->rank != 2 || !shape_is_static(a))
+    FAIL("fp8 weight quantization needs a static [R, K] operand, got %s", shape_str(g, a, sa, sizeof sa));
+  int64_t R = a->d[0].size, K = a->d[1].size;
+  if (op == OP_F8_PACK) {
+    const Shape *s = &args[1]->shape;
+    if (s->rank != 2 || !shape_is_static(s) || s->d[0].size != R || s->d[1].size != 1)
+      FAIL("fp8 codes of %s need scales [%lld, 1]", shape_str(g, a, sa, sizeof sa), (long long)R);
+  }
+  *out = (Shape){2, {dim_static(R), dim_static(op == OP_F8_SCALE ? 1 : K)}};
+  return true;
+}
+
+/* OP_F8_SCALES, OP_F8_DEQUANT: a pre-quantized fp8 weight */
+static bool infer_f8_stored(INFER_ARGS) {
+  (void)nargs, (void)proto;
+  char sa[128];
+  const Shape *a = &args[0]->shape;
+  if (!shape_is_static(a))
+    FAIL("a pre-quantized weight has a static shape, got %s", shape_str(g, a, sa, sizeof sa));
+  int64_t R = a->rank ? a->d[0].size : 1;
+  if (op == OP_F8_DEQUANT) {
+    const Shape *s = &args[1]->shape;
+    if (s->rank != 2 || !shape_is_static(s) || s->d[0].size != R || s->d[1].size != 1)
+      FAIL("fp8 codes %s need scales [%lld, 1]", shape_str(g, a, sa, sizeof sa), (long long)R);
+  }
+  *out = op == OP_F8_SCALES ? (Shape){2, {dim_static(R), dim_static(1)}} : *a;
+  return true;
+}
+
 bool ir_infer_shape(const Graph *g, Op op, Node *const *args, int nargs, const Node *proto, Shape *out, char *err,
                     size_t errlen) {
-  char sa[128], sb[128];
+  char sa[128];
   if (nargs < op_info[op].min_args || nargs > op_info[op].max_args)
     FAIL("%s takes %d to %d operands, got %d", op_info[op].name, op_info[op].min_args, op_info[op].max_args, nargs);
   switch (op_info[op].cls) {
@@ -274,18 +437,18 @@ bool ir_infer_shape(const Graph *g, Op op, Node *const *args, int nargs, const N
 #undef UNARY_OP
 #undef BINARY_OP
     break; /* by class, above */
-  case OP_MATMUL: {
-    const Shape *b = &args[1]->shape;
-    if (a->rank < 1 || b->rank != 2)
-      FAIL("matrix product needs [..., K] @ [K, N], got %s @ %s", shape_str(g, a, sa, sizeof sa),
-           shape_str(g, b, sb, sizeof sb));
-    if (!dim_eq(a->d[a->rank - 1], b->d[0]))
-      FAIL("matrix product needs equal inner dimensions, got %s @ %s", shape_str(g, a, sa, sizeof sa),
-           shape_str(g, b, sb, sizeof sb));
-    *out = *a;
-    out->d[a->rank - 1] = b->d[1];
-    return true;
-  }
+  case OP_MATMUL: return infer_matmul(g, op, args, nargs, proto, out, err, errlen);
+  case OP_MATMUL_AT: return infer_matmul_at(g, op, args, nargs, proto, out, err, errlen);
+  case OP_SLICE: return infer_slice(g, op, args, nargs, proto, out, err, errlen);
+  case OP_SUM_TO: return infer_sum_to(g, op, args, nargs, proto, out, err, errlen);
+  case OP_CONCAT: return infer_concat(g, op, args, nargs, proto, out, err, errlen);
+  case OP_INTERLEAVE: return infer_interleave(g, op, args, nargs, proto, out, err, errlen);
+  case OP_WQ_SCALE:
+  case OP_WQ_PACK: return infer_wq(g, op, args, nargs, proto, out, err, errlen);
+  case OP_F8_SCALE:
+  case OP_F8_PACK: return infer_f8(g, op, args, nargs, proto, out, err, errlen);
+  case OP_F8_SCALES:
+  case OP_F8_DEQUANT: return infer_f8_stored(g, op, args, nargs, proto, out, err, errlen);
   case OP_TRANSPOSE:
     if (a->rank != 2)
       FAIL("transpose (^T) needs a 2-D tensor, got %s", shape_str(g, a, sa, sizeof sa));
@@ -299,74 +462,6 @@ bool ir_infer_shape(const Graph *g, Op op, Node *const *args, int nargs, const N
       return false;
     *out = *a;
     return true;
-  case OP_SLICE: {
-    if (a->rank < 1)
-      FAIL("cannot slice a scalar");
-    Dim last = a->d[a->rank - 1];
-    if (last.sym >= 0)
-      FAIL("cannot split the dynamic dim %s", g->dims[last.sym].name);
-    int64_t off = proto ? proto->ival[0] : 0, len = proto ? proto->ival[1] : 0;
-    if (off < 0 || len <= 0 || off + len > last.size)
-      FAIL("slice [%lld, %lld) is outside the last dim of %s", (long long)off, (long long)(off + len),
-           shape_str(g, a, sa, sizeof sa));
-    *out = *a;
-    out->d[a->rank - 1] = dim_static(len);
-    return true;
-  }
-  case OP_SUM_TO: {
-    int rank = proto ? (int)proto->ival[0] : 0;
-    int64_t mask = proto ? proto->ival[1] : 0;
-    if (rank < 0 || rank > a->rank || mask < 0 || mask >= ((int64_t)1 << rank))
-      FAIL("sum_to rank %d (dims %lld) does not fit %s", rank, (long long)mask, shape_str(g, a, sa, sizeof sa));
-    out->rank = rank;
-    for (int i = 0; i < rank; i++)
-      out->d[i] = mask >> i & 1 ? dim_static(1) : a->d[a->rank - rank + i];
-    return true;
-  }
-  case OP_MATMUL_AT: {
-    const Shape *b = &args[1]->shape;
-    bool ok = a->rank >= 1 && b->rank == a->rank;
-    for (int i = 0; ok && i < a->rank - 1; i++)
-      ok = dim_eq(a->d[i], b->d[i]);
-    if (!ok)
-      FAIL("matmul_at needs [..., K] and [..., N] with equal leading dims, got %s and %s",
-           shape_str(g, a, sa, sizeof sa), shape_str(g, b, sb, sizeof sb));
-    *out = (Shape){2, {a->d[a->rank - 1], b->d[b->rank - 1]}};
-    return true;
-  }
-  case OP_CONCAT: {
-    int axis = proto ? (int)proto->ival[0] : 0;
-    if (axis < 0 || axis >= a->rank)
-      FAIL("concat axis %d is outside rank %d", axis, a->rank);
-    *out = *a;
-    for (int i = 1; i < nargs; i++) {
-      const Shape *b = &args[i]->shape;
-      bool ok = b->rank == a->rank;
-      for (int d = 0; ok && d < a->rank; d++)
-        ok = d == axis ? b->d[d].sym < 0 : dim_eq(a->d[d], b->d[d]);
-      if (!ok || a->d[axis].sym >= 0)
-        FAIL("cannot concatenate %s and %s along dim %d", shape_str(g, a, sa, sizeof sa),
-             shape_str(g, b, sb, sizeof sb), axis);
-      out->d[axis].size += b->d[axis].size;
-    }
-    return true;
-  }
-  case OP_INTERLEAVE: {
-    int64_t group = proto ? proto->ival[0] : 0, streams = proto ? proto->ival[1] : 0, rows = 0;
-    for (int i = 0; i < nargs; i++) {
-      const Shape *b = &args[i]->shape;
-      if (b->rank != 2 || b->d[0].sym >= 0 || !dim_eq(b->d[1], a->d[1]))
-        FAIL("interleave needs static [N, K] operands with equal K, got %s and %s", shape_str(g, a, sa, sizeof sa),
-             shape_str(g, b, sb, sizeof sb));
-      rows += b->d[0].size;
-    }
-    if (group <= 0 || streams <= 0 || rows % (streams * group) != 0)
-      FAIL("interleave of %lld rows into %lld blocks needs blocks that are a multiple of %lld rows",
-           (long long)rows, (long long)streams, (long long)group);
-    *out = *a;
-    out->d[0].size = rows;
-    return true;
-  }
   case OP_RMS_RSTD:
   case OP_LN_MEAN:
   case OP_LN_RSTD:
@@ -388,54 +483,10 @@ bool ir_infer_shape(const Graph *g, Op op, Node *const *args, int nargs, const N
     *out = *a;
     out->rank--;
     return true;
-  case OP_WQ_SCALE:
-  case OP_WQ_PACK: {
-    int64_t bits = proto ? proto->ival[0] : 0, group = proto ? proto->ival[1] : -1;
-    if (a->rank != 2 || !shape_is_static(a))
-      FAIL("weight quantization needs a static [R, K] operand, got %s", shape_str(g, a, sa, sizeof sa));
-    if ((bits != 8 && bits != 4) || group < 0)
-      FAIL("weight quantization to %lld bits with group %lld is not defined", (long long)bits, (long long)group);
-    int64_t R = a->d[0].size, K = a->d[1].size, ng = bits == 8 ? 1 : wq_ngroups(K, group);
-    if (op == OP_WQ_PACK) {
-      const Shape *s = &args[1]->shape;
-      if (s->rank != 2 || !shape_is_static(s) || s->d[0].size != R || s->d[1].size != ng)
-        FAIL("weight codes of %s need scales [%lld, %lld]", shape_str(g, a, sa, sizeof sa), (long long)R, (long long)ng);
-    }
-    if (op == OP_WQ_SCALE)
-      *out = (Shape){2, {dim_static(R), dim_static(ng)}};
-    else /* whole 512-byte tiles (kernels/quant.cuh) */
-      *out = (Shape){2, {dim_static(wq_code_rows(R)), dim_static(wq_row_bytes(K, (int)bits))}};
-    return true;
-  }
-  case OP_F8_SCALE:
-  case OP_F8_PACK: {
-    if (a->rank != 2 || !shape_is_static(a))
-      FAIL("fp8 weight quantization needs a static [R, K] operand, got %s", shape_str(g, a, sa, sizeof sa));
-    int64_t R = a->d[0].size, K = a->d[1].size;
-    if (op == OP_F8_PACK) {
-      const Shape *s = &args[1]->shape;
-      if (s->rank != 2 || !shape_is_static(s) || s->d[0].size != R || s->d[1].size != 1)
-        FAIL("fp8 codes of %s need scales [%lld, 1]", shape_str(g, a, sa, sizeof sa), (long long)R);
-    }
-    *out = (Shape){2, {dim_static(R), dim_static(op == OP_F8_SCALE ? 1 : K)}};
-    return true;
-  }
-  case OP_F8_SCALES:
-  case OP_F8_DEQUANT: {
-    if (!shape_is_static(a))
-      FAIL("a pre-quantized weight has a static shape, got %s", shape_str(g, a, sa, sizeof sa));
-    int64_t R = a->rank ? a->d[0].size : 1;
-    if (op == OP_F8_DEQUANT) {
-      const Shape *s = &args[1]->shape;
-      if (s->rank != 2 || !shape_is_static(s) || s->d[0].size != R || s->d[1].size != 1)
-        FAIL("fp8 codes %s need scales [%lld, 1]", shape_str(g, a, sa, sizeof sa), (long long)R);
-    }
-    *out = op == OP_F8_SCALES ? (Shape){2, {dim_static(R), dim_static(1)}} : *a;
-    return true;
-  }
   }
   FAIL("no shape rule for %s", op_info[op].name);
 }
+#undef INFER_ARGS
 
 /* ---- text form ---- */
 
