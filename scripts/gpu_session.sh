@@ -1,5 +1,5 @@
 #!/bin/sh
-# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [tunewq] [tunedec] [grad] [wqdl8] [pdl] [wide] [keep] [live] [dsplit] [splitab] [wqsplit] [bars] ...
+# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [tunewq] [gemmvs] [actepi] [tunedec] [grad] [wqdl8] [pdl] [wide] [keep] [live] [dsplit] [splitab] [wqsplit] [bars] ...
 # What one call on the lent GPU machine runs, with a build made here and carried there (that
 # machine has no flex, bison or jansson headers). The build has absolute paths under
 # /work/main, so the copy is linked there first; the kernel cache in build/test-kernel-cache
@@ -246,6 +246,37 @@ for part in "$@"; do
       echo "== bench $t: exit $?"; grep -E "suite|tuned GEMM|  ffnc" "$out/tunewq_bench_$t.txt"
     done
     unset FFNC_NO_TUNE
+    ;;
+  gemmvs)
+    # issue 10's "gate/up GEMM alone against cuBLASLt's plain GEMM": ffnc tune --vs-cublaslt of the
+    # 8B, 70B and GPT sublayers at 128, 1024 and 8192 tokens: each GEMM kernel alone (the rule's
+    # choice and the tuned one) beside cuBLASLt's plain GEMM of its M, N, K, both timed one launch
+    # after an L2 flush (~1 minute). It saves tuned choices: run it last, or FFNC_NO_TUNE=1 after.
+    S=/work/main/bench/suite
+    for m in llama3_8b_layer llama3_70b_layer gpt_gelu_4096; do
+      timeout 150 ./ffnc tune $S/$m.ffn --tokens 128,1024,8192 --vs-cublaslt >"$out/gemmvs_$m.txt" 2>"$out/gemmvs_$m.err"
+      echo "gemmvs $m: exit $?"; grep -E "error" "$out/gemmvs_$m.err" | head -5; sed -n '/^vs cuBLASLt/,$p' "$out/gemmvs_$m.txt"
+    done
+    ;;
+  actepi)
+    # the activation epilogues' code size (kernels/opmath.cuh OPM_SIG): each GEMM kernel alone with
+    # this build (ffnc tune --vs-cublaslt) and with .devcarry/ffnc_alt (its rule_us), the 8B, GPT
+    # and silu-probe products at 1024 and 8192 rows, then both builds' bench of the 8B and GPT
+    # sublayers (untuned). Own cache directories: no tuned choice reaches the other parts (~2 min).
+    S=/work/main/bench/suite P=/work/main/bench/probe
+    for m in $S/llama3_8b_layer $S/gpt_gelu_4096 $P/plain_14336x4096_silu; do
+      for b in new old; do
+        bin=./ffnc vs=--vs-cublaslt; [ $b = old ] && bin=/work/main/.devcarry/ffnc_alt vs=
+        FFNC_CACHE_DIR=/tmp/actepi_$b timeout 100 $bin tune $m.ffn --tokens 1024,8192 $vs >"$out/actepi_${b}_${m##*/}.txt" 2>&1
+        echo "== $b ${m##*/}: exit $?"; grep -E "^  k[0-9]|^ +[0-9]+ |^k[0-9]" "$out/actepi_${b}_${m##*/}.txt"
+      done
+    done
+    for b in new old new old; do
+      bin=./ffnc; [ $b = old ] && bin=/work/main/.devcarry/ffnc_alt
+      FFNC_CACHE_DIR=/tmp/actepi_$b FFNC_NO_TUNE=1 timeout 120 $bin bench $S/llama3_8b_layer.ffn $S/gpt_gelu_4096.ffn \
+        --tokens 1024,8192 --reps 10 --no-ceilings --no-graphs >"$out/actepi_bench_$b.txt" 2>&1
+      echo "== bench $b: exit $?"; grep -E "suite|  ffnc" "$out/actepi_bench_$b.txt"
+    done
     ;;
   tunedec)
     # the 16-bit and fp8 decode's configurations and splits on this card: ffnc tune of the 8B bf16
