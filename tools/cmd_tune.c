@@ -195,6 +195,8 @@ static void compare_kernel(LtRun *r, const Measured *x, CUstream s) {
   DType t = dtype_from_name(x->dtype);
   r->fp8 = t == DT_F8E4M3 || t == DT_F8E5M2;
   r->t = r->fp8 ? DT_F8E4M3 : t;
+  if (x->nb < 1)
+    return;
   if (r->t != DT_BF16 && r->t != DT_F16 && r->t != DT_F32 && !r->fp8) {
     printf("  %-5s %s: no cuBLASLt GEMM of this type\n", x->kernel, x->dtype);
     return;
@@ -237,8 +239,12 @@ static int vs_cublaslt(const Report *rep) {
   CK(cu->cuDevicePrimaryCtxRetain(&ctx, dev));
   CK(cu->cuCtxPushCurrent(ctx));
   LtRun r = {.lt = lt_create(why, sizeof why)};
-  if (!r.lt)
+  if (!r.lt) {
+    CUcontext c;
+    cu->cuCtxPopCurrent(&c);
+    cu->cuDevicePrimaryCtxRelease(dev);
     return cli_error("tune: --vs-cublaslt: %s", why), EXIT_DEVICE;
+  }
   int l2 = 0;
   CUstream s;
   CK(cu->cuDeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, dev));
