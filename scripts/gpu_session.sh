@@ -263,16 +263,18 @@ for part in "$@"; do
     # this build (ffnc tune --vs-cublaslt) and with .devcarry/ffnc_alt (its rule_us), the 8B, GPT
     # and silu-probe products at 1024 and 8192 rows, then both builds' bench of the 8B and GPT
     # sublayers (untuned). Own cache directories: no tuned choice reaches the other parts (~2 min).
-    S=/work/main/bench/suite P=/work/main/bench/probe
+    # (and .devcarry/ffnc_alt2, a third build, as `alt`, where it is carried)
+    S=/work/main/bench/suite P=/work/main/bench/probe D=/work/main/.devcarry
+    builds="new old"; [ -x $D/ffnc_alt2 ] && builds="new old alt"
     for m in $S/llama3_8b_layer $S/gpt_gelu_4096 $P/plain_14336x4096_silu; do
-      for b in new old; do
-        bin=./ffnc vs=--vs-cublaslt; [ $b = old ] && bin=/work/main/.devcarry/ffnc_alt vs=
-        FFNC_CACHE_DIR=/tmp/actepi_$b timeout 100 $bin tune $m.ffn --tokens 1024,8192 $vs >"$out/actepi_${b}_${m##*/}.txt" 2>&1
+      for b in $builds; do
+        bin=./ffnc; [ $b = old ] && bin=$D/ffnc_alt; [ $b = alt ] && bin=$D/ffnc_alt2
+        FFNC_CACHE_DIR=/tmp/actepi_$b timeout 100 $bin tune $m.ffn --tokens 1024,8192 --vs-cublaslt >"$out/actepi_${b}_${m##*/}.txt" 2>&1
         echo "== $b ${m##*/}: exit $?"; grep -E "^  k[0-9]|^ +[0-9]+ |^k[0-9]" "$out/actepi_${b}_${m##*/}.txt"
       done
     done
-    for b in new old new old; do
-      bin=./ffnc; [ $b = old ] && bin=/work/main/.devcarry/ffnc_alt
+    for b in $builds $builds; do
+      bin=./ffnc; [ $b = old ] && bin=$D/ffnc_alt; [ $b = alt ] && bin=$D/ffnc_alt2
       FFNC_CACHE_DIR=/tmp/actepi_$b FFNC_NO_TUNE=1 timeout 120 $bin bench $S/llama3_8b_layer.ffn $S/gpt_gelu_4096.ffn \
         --tokens 1024,8192 --reps 10 --no-ceilings --no-graphs >"$out/actepi_bench_$b.txt" 2>&1
       echo "== bench $b: exit $?"; grep -E "suite|  ffnc" "$out/actepi_bench_$b.txt"
