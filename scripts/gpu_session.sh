@@ -266,14 +266,17 @@ for part in "$@"; do
     # (and .devcarry/ffnc_alt2, a third build, as `alt`, where it is carried)
     S=/work/main/bench/suite P=/work/main/bench/probe D=/work/main/.devcarry
     builds="new old"; [ -x $D/ffnc_alt2 ] && builds="new old alt"
-    for m in $S/llama3_8b_layer $S/gpt_gelu_4096 $P/plain_14336x4096_silu; do
+    # ACTEPI_SHORT=1 (a call with little device time left): no silu probe, one bench round
+    models="$S/llama3_8b_layer $S/gpt_gelu_4096 $P/plain_14336x4096_silu" rounds="$builds $builds"
+    [ "${ACTEPI_SHORT:-0}" = 1 ] && models="$S/llama3_8b_layer $S/gpt_gelu_4096" rounds=$builds
+    for m in $models; do
       for b in $builds; do
         bin=./ffnc; [ $b = old ] && bin=$D/ffnc_alt; [ $b = alt ] && bin=$D/ffnc_alt2
         FFNC_CACHE_DIR=/tmp/actepi_$b timeout 100 $bin tune $m.ffn --tokens 1024,8192 --vs-cublaslt >"$out/actepi_${b}_${m##*/}.txt" 2>&1
         echo "== $b ${m##*/}: exit $?"; grep -E "^  k[0-9]|^ +[0-9]+ |^k[0-9]" "$out/actepi_${b}_${m##*/}.txt"
       done
     done
-    for b in $builds $builds; do
+    for b in $rounds; do
       bin=./ffnc; [ $b = old ] && bin=$D/ffnc_alt; [ $b = alt ] && bin=$D/ffnc_alt2
       FFNC_CACHE_DIR=/tmp/actepi_$b FFNC_NO_TUNE=1 timeout 120 $bin bench $S/llama3_8b_layer.ffn $S/gpt_gelu_4096.ffn \
         --tokens 1024,8192 --reps 10 --no-ceilings --no-graphs >"$out/actepi_bench_$b.txt" 2>&1
