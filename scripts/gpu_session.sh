@@ -269,6 +269,7 @@ for part in "$@"; do
     # ACTEPI_SHORT=1 (a call with little device time left): no silu probe, one bench round
     models="$S/llama3_8b_layer $S/gpt_gelu_4096 $P/plain_14336x4096_silu" rounds="$builds $builds"
     [ "${ACTEPI_SHORT:-0}" = 1 ] && models="$S/llama3_8b_layer $S/gpt_gelu_4096" rounds=$builds
+    [ "${ACTEPI_SHORT:-0}" = 2 ] && models="$S/gpt_gelu_4096" rounds=$builds # the GPT alone
     for m in $models; do
       for b in $builds; do
         bin=./ffnc; [ $b = old ] && bin=$D/ffnc_alt; [ $b = alt ] && bin=$D/ffnc_alt2
@@ -278,7 +279,8 @@ for part in "$@"; do
     done
     for b in $rounds; do
       bin=./ffnc; [ $b = old ] && bin=$D/ffnc_alt; [ $b = alt ] && bin=$D/ffnc_alt2
-      FFNC_CACHE_DIR=/tmp/actepi_$b FFNC_NO_TUNE=1 timeout 120 $bin bench $S/llama3_8b_layer.ffn $S/gpt_gelu_4096.ffn \
+      sub="$S/llama3_8b_layer.ffn $S/gpt_gelu_4096.ffn"; [ "${ACTEPI_SHORT:-0}" = 2 ] && sub=$S/gpt_gelu_4096.ffn
+      FFNC_CACHE_DIR=/tmp/actepi_$b FFNC_NO_TUNE=1 timeout 120 $bin bench $sub \
         --tokens 1024,8192 --reps 10 --no-ceilings --no-graphs >"$out/actepi_bench_$b.txt" 2>&1
       echo "== bench $b: exit $?"; grep -E "suite|  ffnc" "$out/actepi_bench_$b.txt"
     done
