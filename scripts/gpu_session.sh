@@ -259,11 +259,11 @@ for part in "$@"; do
     done
     ;;
   actepi)
-    # the activation epilogues' code size (kernels/opmath.cuh OPM_SIG): each GEMM kernel alone with
-    # this build (ffnc tune --vs-cublaslt) and with .devcarry/ffnc_alt (its rule_us), the 8B, GPT
-    # and silu-probe products at 1024 and 8192 rows, then both builds' bench of the 8B and GPT
-    # sublayers (untuned). Own cache directories: no tuned choice reaches the other parts (~2 min).
-    # (and .devcarry/ffnc_alt2, a third build, as `alt`, where it is carried)
+    # the activation epilogues' code size (kernels/opmath.cuh OPM_SIG): each GEMM kernel alone
+    # beside cuBLASLt (ffnc tune --vs-cublaslt) with this build (`new`), .devcarry/ffnc_alt (`old`)
+    # and, where carried, .devcarry/ffnc_alt2 (`alt`; scripts/ab_builds.sh makes both): the 8B, GPT
+    # and silu-probe products at 1024 and 8192 rows, then each build's bench of the 8B and GPT
+    # sublayers (untuned). Own cache directories: no tuned choice reaches the other parts (~4 min).
     S=/work/main/bench/suite P=/work/main/bench/probe D=/work/main/.devcarry
     builds="new old"; [ -x $D/ffnc_alt2 ] && builds="new old alt"
     # ACTEPI_SHORT=1 (a call with little device time left): no silu probe, one bench round
