@@ -370,11 +370,13 @@ static void emit_src_state(Buf *out, const char *srcb, const char *fields, int s
 /* The 16-bit outputs 4 columns wide (kernels/gemm_sm90.cuh, sm90_epi_quads): QUADS of them, the
  * columns (NCOLS: whole tiles need no tail code), and when there are some, compute(), apply() for a
  * whole pair with those outputs packed into w_ (a word each, in store order) instead of stored,
- * and store4(), which stores 4 columns of each from two words. */
+ * and store4(), which stores 4 columns of each from two words. PURE: compute() stores nothing
+ * itself (no others), so it may run for a row past M, whose words store4 never writes. */
 static void emit_quads(Buf *out, int streams, int64_t ncols, int nq, const char *body, const char *others,
                        const char *packs, const char *st4) {
   buf_printf(out, "  static constexpr int QUADS = %d;\n  static constexpr long long NCOLS = %lldLL;\n", nq,
              (long long)ncols);
+  buf_printf(out, "  static constexpr bool PURE = %s;\n", others && *others ? "false" : "true");
   if (!nq)
     return;
   buf_printf(out,

@@ -51,6 +51,7 @@ template <class Epi, int S> struct WithRowStats {
   }
   static constexpr int QUADS = Epi::QUADS; /* templates: Epi has no compute, store4 without 16-bit outputs */
   static constexpr long long NCOLS = Epi::NCOLS;
+  static constexpr bool PURE = Epi::PURE;
   template <int Q>
   __device__ __forceinline__ void compute(const Row &r, const Src &s, int row, int col, const float (&v)[S][2],
                                           u32 (&w)[Q]) const {

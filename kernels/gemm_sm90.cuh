@@ -507,7 +507,9 @@ __device__ __forceinline__ void sm90_epi_group(const GemmArgs &g, const Epi &epi
 }
 
 // Column group jg of the rows (i, 0..1), whole (every column below N): the functor's other outputs
-// stored, its 16-bit outputs (Epi::QUADS of them) packed into w, a word per pair.
+// stored, its 16-bit outputs (Epi::QUADS of them) packed into w, a word per pair. A functor that
+// stores nothing itself (Epi::PURE) runs for both rows without a branch between them, so that
+// the compiler loads each column's vectors (bias, column sums: ldc_) once for both.
 template <int BM, int BN, int MI, int S, int STATS, class T, class Epi>
 __device__ __forceinline__ void sm90_epi_words(const GemmArgs &g, const Epi &epi, const float (&acc)[MI][BN / 2],
                                                const typename Epi::Row (&rows)[MI][2], int m0, int n0, int row_base,
@@ -519,8 +521,11 @@ __device__ __forceinline__ void sm90_epi_words(const GemmArgs &g, const Epi &epi
   for (int h = 0; h < 2; ++h) {
 #pragma unroll
     for (int q = 0; q < Epi::QUADS; ++q) w[h][q] = 0u;
-    const int row = m0 + row_base + i * 64 + warp * 16 + (lane >> 2) + h * 8;
-    if (row >= g.M) continue;
+    int row = m0 + row_base + i * 64 + warp * 16 + (lane >> 2) + h * 8;
+    if constexpr (Epi::PURE)
+      row = min(row, g.M - 1); /* computed from the last row, never stored: both rows in one block */
+    else if (row >= g.M)
+      continue;
     float v[S][2];
 #pragma unroll
     for (int st = 0; st < S; ++st) {

@@ -4,7 +4,8 @@
  *   layernorm(x, g, b) @ W^T
  *                        =  rstd(x) * (x @ (W*g)^T - mean(x) * c) + W b,   c[n] = sum_k W[n,k] g[k]
  *
- * W*g, c and W b are computed once at load time; rstd and mean are per-row statistics that
+ * W*g, c and W b are computed once at load time (W b plus the product's own bias, if it has
+ * one: merge_addends); rstd and mean are per-row statistics that
  * the matrix-product kernel accumulates from the rows of x it reads anyway, so the
  * normalized activations are never written to memory. The rounding differs from the
  * unfused form (the gain is rounded into W instead of into h) by about one ulp of the
@@ -101,6 +102,51 @@ static Node *fold(Compile *c, Node *mm) {
   return y;
 }
 
+/* The constant operand of a binary add n (the other one in *rest), or NULL unless exactly one
+ * operand is constant. */
+static Node *const_addend(Node *n, Node **rest) {
+  if (n->dead || n->op != OP_ADD || ir_is_const(n))
+    return NULL;
+  int k = ir_is_const(n->args[0]) ? 0 : 1;
+  if (!ir_is_const(n->args[k]) || ir_is_const(n->args[1 - k]))
+    return NULL;
+  *rest = n->args[1 - k];
+  return n->args[k];
+}
+
+/* (y + c1) + c2 with both c constant (the folded bias W b and the product's own bias b1)
+ * becomes y + (c1 + c2): the sum is computed once at load time, in f32, and the product's
+ * epilogue loads one vector per column instead of two. Only where y + c1 is read by nothing
+ * else and the shape stays that of the sum. Returns how many sums were merged. */
+static int merge_addends(Compile *c) {
+  Graph *g = c->g;
+  Users u = users_build(g);
+  int len = g->nodes.len, nrep = 0;
+  Node **from = ffn_xmalloc(sizeof(Node *) * (size_t)(len + 1)), **to = ffn_xmalloc(sizeof(Node *) * (size_t)(len + 1));
+  for (int i = 0; i < len; i++) {
+    Node *n = GRAPH_NODE(g, i), *m, *y;
+    Node *c2 = const_addend(n, &m), *c1 = c2 ? const_addend(m, &y) : NULL;
+    if (!c1 || m->id >= u.n || u.is_output[m->id] || u.by_id[m->id].len != 1)
+      continue;
+    Node *args[2] = {c1, c2};
+    Node *sum = pass_new(c, OP_ADD, DT_F32, args, 2, NULL);
+    args[0] = y, args[1] = sum;
+    Node *r = pass_new(c, OP_ADD, n->dtype, args, 2, n);
+    if (!shape_eq(&r->shape, &n->shape)) { /* [N, 1] + [N]: a bigger constant, not ours */
+      r->dead = sum->dead = true;
+      continue;
+    }
+    r->var = n->var;
+    from[nrep] = n, to[nrep++] = r;
+    n->dead = m->dead = true;
+  }
+  ir_replace_uses_batch(g, from, to, nrep);
+  users_free(&u);
+  free(from);
+  free(to);
+  return nrep;
+}
+
 int pass_normfold(Compile *c) {
   Graph *g = c->g;
   /* fp8 quantizes the normalized rows themselves; keep them. This also keeps the gain out of
@@ -133,6 +179,8 @@ int pass_normfold(Compile *c) {
     mm->dead = true;
   }
   ir_replace_uses_batch(g, from, to, nrep);
+  if (nrep)
+    merge_addends(c);
   c->stats = NULL;
   free(stats.slot);
   free(from);

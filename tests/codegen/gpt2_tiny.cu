@@ -67,17 +67,16 @@ struct Epi_k0 {
         const float t5 = ffn::op_mul(t4, t1);
         const float l6 = ffn::ldc_f32(a->p[3], (col + e));
         const float t7 = ffn::op_add(t5, l6);
-        const float l8 = ffn::ldc_f32(a->p[4], (col + e));
-        const float t9 = ffn::op_add(t7, l8);
-        const float t10 = ffn::op_gelu_tanh(t9);
-        o0[e] = t10;
+        const float t8 = ffn::op_gelu_tanh(t7);
+        o0[e] = t8;
       }
     }
-    if (ncols == 2) ffn::st2_f32(a->p[5], base, o0[0], o0[1]);
-    else ffn::st_f32(a->p[5], base, o0[0]);
+    if (ncols == 2) ffn::st2_f32(a->p[4], base, o0[0], o0[1]);
+    else ffn::st_f32(a->p[4], base, o0[0]);
   }
   static constexpr int QUADS = 0;
   static constexpr long long NCOLS = 512LL;
+  static constexpr bool PURE = false;
 };
 extern "C" __global__ void __launch_bounds__(128, 4) k0_simt_32x64x16(const __grid_constant__ ffn::KArgs a) {
   extern __shared__ __align__(128) char smem[];
@@ -145,6 +144,7 @@ struct Epi_k1 {
   }
   static constexpr int QUADS = 0;
   static constexpr long long NCOLS = 128LL;
+  static constexpr bool PURE = false;
 };
 extern "C" __global__ void __launch_bounds__(128, 4) k1_simt_32x64x16(const __grid_constant__ ffn::KArgs a) {
   extern __shared__ __align__(128) char smem[];

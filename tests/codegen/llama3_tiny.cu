@@ -71,6 +71,7 @@ struct Epi_k0 {
   }
   static constexpr int QUADS = 1;
   static constexpr long long NCOLS = 704LL;
+  static constexpr bool PURE = true;
   __device__ __forceinline__ void compute(const Row &r_, const Src &s_, int row, int col,
                                           const float (&v)[2][2], ffn::u32 (&w_)[1]) const {
     const int ncols = 2;
@@ -216,6 +217,7 @@ struct Epi_k1 {
   }
   static constexpr int QUADS = 1;
   static constexpr long long NCOLS = 256LL;
+  static constexpr bool PURE = true;
   __device__ __forceinline__ void compute(const Row &r_, const Src &s_, int row, int col,
                                           const float (&v)[1][2], ffn::u32 (&w_)[1]) const {
     const int ncols = 2;
