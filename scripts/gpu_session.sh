@@ -1,5 +1,5 @@
 #!/bin/sh
-# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [tunewq] [gemmvs] [actepi] [tunedec] [grad] [wqdl8] [pdl] [wide] [keep] [live] [dsplit] [splitab] [wqsplit] [bars] ...
+# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [tunewq] [gemmvs] [actepi] [epidec] [tunedec] [grad] [wqdl8] [pdl] [wide] [keep] [live] [dsplit] [splitab] [wqsplit] [bars] ...
 # What one call on the lent GPU machine runs, with a build made here and carried there (that
 # machine has no flex, bison or jansson headers). The build has absolute paths under
 # /work/main, so the copy is linked there first; the kernel cache in build/test-kernel-cache
@@ -284,6 +284,20 @@ for part in "$@"; do
         --tokens 1024,8192 --reps 10 --no-ceilings --no-graphs >"$out/actepi_bench_$b.txt" 2>&1
       echo "== bench $b: exit $?"; grep -E "suite|  ffnc" "$out/actepi_bench_$b.txt"
     done
+    ;;
+  epidec)
+    # the other side of actepi's A/B: the 8B and GPT sublayers at 1, 16 and 128 tokens with each
+    # carried build (untuned, no graphs, us, two alternating rounds, ~1.5 minutes): an epilogue
+    # change made for the large products must not cost the decode rows
+    S=/work/main/bench/suite D=/work/main/.devcarry
+    builds="new old"; [ -x $D/ffnc_alt2 ] && builds="new old alt"
+    for r in 1 2; do for b in $builds; do
+      bin=./ffnc; [ $b = old ] && bin=$D/ffnc_alt; [ $b = alt ] && bin=$D/ffnc_alt2
+      FFNC_CACHE_DIR=/tmp/epidec_$b FFNC_NO_TUNE=1 timeout 60 $bin bench $S/llama3_8b_layer.ffn $S/gpt_gelu_4096.ffn \
+        --tokens 1,16,128 --reps 20 --no-graphs --no-ceilings >"$out/epidec_$b$r.txt" 2>&1
+      echo "== $b $r: exit $?"
+      awk '/ \(/ && /\.ffn/ {printf "\n %s:", $1} / ffnc +no/ {printf " %s %s;", $1, $4}' "$out/epidec_$b$r.txt"; echo
+    done; done
     ;;
   tunedec)
     # the 16-bit and fp8 decode's configurations and splits on this card: ffnc tune of the 8B bf16
