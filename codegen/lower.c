@@ -401,6 +401,56 @@ static bool config_used(const ffn_gemm_config *c, bool tc, bool hopper, int wq_b
   return c->kind == FFN_GEMM_SM80;
 }
 
+/* Configuration c's entry in body and its variant in pk (its regime as this product's streams
+ * and element type make it: ffn_gemm_regime). */
+static void add_gemm_variant(Kgen *k, const ffn_gemm_config *c, bool ext, bool sixteen_bit, bool dq, PlanKernel *pk,
+                             Buf *body) {
+  emit_gemm_entry(k, c, ext, body);
+  ffn_gemm_config cfg = *c; /* the regime this product serves with it */
+  cfg.max_m = ffn_gemm_regime(c, (int)k->gr->streams, sixteen_bit);
+  pk->variants[pk->nvariants++] = (KernelVariant){.threads = c->threads,
+                                                  .smem = (int)ffn_gemm_smem_bytes(c, (int)dtype_bytes(k->gr->a->dtype, 1)),
+                                                  .max_m = cfg.max_m, .cfg = cfg, .ext_stats = ext, .dq = dq};
+}
+
+/* Weight-only quantized products of many rows (prefill) run as bf16 products of the weights
+ * dequantized into the workspace just before (KernelVariant.dq, kernels/runtime.cuh:
+ * ffn_wq_dequant): the quantized kernels decode each weight once per 64-token tile, so above
+ * dq_min_rows rows they run at a seventh of the tensor cores' rate. Where the dequantization
+ * (the weights read as codes, written and read again as bf16) costs less than that, measured on
+ * an H100 (kernels/NOTES.md, thirtieth session): i4 from 65 rows (8B sublayer at 128 tokens 377
+ * against 524 us, at 64 the quantized kernels' 284 against ~370), i8 from 160 (at 128 tokens 429
+ * against 379 us, at 256 ~440 against 690; the 70B's crossing near 190, the 8B's near 145). For
+ * bf16 activations (bf16 holds any scaled level; f16 could overflow) with rows of 16-byte
+ * multiples (K % 8 == 0: TMA and cp.async). */
+static int dq_min_rows(int bits) { return bits == 8 ? 160 : 65; }
+static bool dq_variants(const Kgen *k) {
+  int64_t K = k->gr->a->shape.d[k->gr->a->shape.rank - 1].size;
+  return k->wq_bits && k->gr->a->dtype == DT_BF16 && K % 8 == 0 && (k->G->c->arch == 90 || k->G->c->arch == 80);
+}
+
+/* The dq variants: the 16-bit tensor-core configurations a bf16 product takes above 64 rows (on
+ * sm_90 the TMA mid tile and the two persistent ones, no clusters; on sm_80 the 128 x 256 tile).
+ * The quantized kernels' own regimes end where they begin. */
+static void add_dq_variants(Kgen *k, PlanKernel *pk, Buf *body) {
+  int ncfg;
+  const ffn_gemm_config *table = ffn_gemm_configs(&ncfg);
+  bool hopper = k->G->c->arch == 90;
+  int first = pk->nvariants;
+  for (int i = 0; i < ncfg && pk->nvariants < PLAN_MAX_VARIANTS; i++) {
+    const ffn_gemm_config *c = &table[i];
+    bool mid_or_more = c->max_m == 0 || c->max_m >= dq_min_rows(k->wq_bits);
+    bool persistent_or_mid = !hopper || c->kind == FFN_GEMM_SM90P || (c->kind == FFN_GEMM_SM90T && c->max_m > 0);
+    if (!config_used(c, true, hopper, 0, false) || !mid_or_more || !persistent_or_mid ||
+        !ffn_gemm_config_takes(c, false) || !ffn_gemm_config_fits(c, (long long)k->gr->streams * k->ncols, false))
+      continue;
+    add_gemm_variant(k, c, c->max_m == 0 && k->gr->stats > 0, true, true, pk, body);
+  }
+  for (int v = 0; v < first && pk->nvariants > first; v++)
+    if (pk->variants[v].max_m == 0 || pk->variants[v].max_m >= dq_min_rows(k->wq_bits))
+      pk->variants[v].max_m = pk->variants[v].cfg.max_m = dq_min_rows(k->wq_bits) - 1;
+}
+
 /* The GEMM kernel's description, and its text in body: the epilogue functor, then an entry
  * point per tile configuration. */
 static PlanKernel gemm_kernel(Kgen *k, Buf *body) {
@@ -410,7 +460,8 @@ static PlanKernel gemm_kernel(Kgen *k, Buf *body) {
   bool tc = ((t == DT_BF16 || t == DT_F16) && K % 8 == 0 && !k->wq_bits) || k->f8;
   /* k counts 16-bit units for fp8 (pairs of codes, GemmArgs) */
   PlanKernel pk = {.kind = KK_GEMM, .n = k->ncols, .k = k->f8 ? K / 2 : K, .streams = gr->streams,
-                   .splittable = tc || k->wq_bits, .op = OP_COUNT};
+                   .splittable = tc || k->wq_bits, .op = OP_COUNT, .wq_bits = k->wq_bits,
+                   .wq_group = k->wq_group};
   if (gr->nodes.len == 1 && gr->stores.len == 1 && gr->stores.items[0] == gr->mm && !k->wq_bits && !k->f8)
     pk.op = OP_MATMUL; /* slots: A, B, the product */
   emit_gemm_functor(k, body);
@@ -435,7 +486,7 @@ static PlanKernel gemm_kernel(Kgen *k, Buf *body) {
       }
     return pk;
   }
-  for (int i = 0; i < ncfg && pk.nvariants < (int)(sizeof pk.variants / sizeof pk.variants[0]); i++) {
+  for (int i = 0; i < ncfg && pk.nvariants < PLAN_MAX_VARIANTS; i++) {
     const ffn_gemm_config *c = &table[i];
     if (!config_used(c, tc, k->G->c->arch == 90, k->wq_bits, k->f8 != DT_NONE) || !ffn_gemm_config_takes(c, k->f8 != DT_NONE) ||
         !ffn_gemm_config_fits(c, (long long)gr->streams * k->ncols, k->f8 != DT_NONE))
@@ -444,12 +495,10 @@ static PlanKernel gemm_kernel(Kgen *k, Buf *body) {
      * the GEMM, kernels/NOTES.md): ffn_row_stats computes them once, just before. Up to 512
      * rows the extra launch costs more than it saves (measured: 128 tokens 3-7% slower). */
     bool ext = tc && c->max_m == 0 && gr->stats > 0 && !k->f8; /* fp8: the quantizer's statistics */
-    emit_gemm_entry(k, c, ext, body);
-    ffn_gemm_config cfg = *c; /* the regime this product serves with it */
-    cfg.max_m = ffn_gemm_regime(c, (int)gr->streams, tc && !k->f8 && !k->wq_bits);
-    pk.variants[pk.nvariants++] = (KernelVariant){
-        .threads = c->threads, .smem = (int)ffn_gemm_smem_bytes(c, (int)dtype_bytes(t, 1)), .max_m = cfg.max_m, .cfg = cfg, .ext_stats = ext};
+    add_gemm_variant(k, c, ext, tc && !k->f8 && !k->wq_bits, false, &pk, body);
   }
+  if (dq_variants(k))
+    add_dq_variants(k, &pk, body);
   return pk;
 }
 

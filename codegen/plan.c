@@ -86,6 +86,8 @@ static json_t *variant_json(const KernelVariant *kv) {
   }
   if (kv->b_kn) /* B [K, N] as the weight lies (absent: [N, K]) */
     json_object_set_new(o, "b_kn", json_true());
+  if (kv->dq) /* B dequantized to bf16 just before (absent: B as the kernel's plan operand) */
+    json_object_set_new(o, "dq", json_true());
   return o;
 }
 
@@ -97,6 +99,10 @@ static json_t *kernel_json(const PlanKernel *k) {
   json_object_set_new(o, "streams", json_integer(k->streams));
   json_object_set_new(o, "splittable", json_boolean(k->splittable));
   json_object_set_new(o, "op", json_string(k->op < OP_COUNT ? op_info[k->op].name : ""));
+  if (k->wq_bits) { /* weight-only quantized B (absent: none) */
+    json_object_set_new(o, "wq_bits", json_integer(k->wq_bits));
+    json_object_set_new(o, "wq_group", json_integer(k->wq_group));
+  }
   json_t *vs = json_array();
   for (int v = 0; v < k->nvariants; v++)
     json_array_append_new(vs, variant_json(&k->variants[v]));
@@ -391,6 +397,10 @@ static void read_variant(Reader *r, json_t *vo, KernelKind kind, KernelVariant *
   kv->b_kn = json_is_true(json_object_get(vo, "b_kn"));
   if (kv->b_kn && (kind != KK_GEMM || kv->cfg.kind != FFN_GEMM_SM90P))
     bad(r, "'b_kn': only the persistent wgmma GEMM reads B as [K, N]");
+  kv->dq = json_is_true(json_object_get(vo, "dq"));
+  if (kv->dq && (kind != KK_GEMM || (kv->cfg.kind != FFN_GEMM_SM80 && kv->cfg.kind != FFN_GEMM_SM90T &&
+                                     kv->cfg.kind != FFN_GEMM_SM90P) || kv->b_kn))
+    bad(r, "'dq': only a 16-bit tensor-core GEMM reads dequantized weights");
   if (kind == KK_GEMM && (kv->cfg.bm < 1 || kv->cfg.bn < 1 || kv->cfg.bk < 1 || kv->cfg.wm < 1))
     bad(r, "empty tile");
   read_variant_out(r, vo, kind, kv);
@@ -410,6 +420,12 @@ static void read_kernel(Reader *r, json_t *o, PlanKernel *k) {
   k->op = *opname ? op_from_name(opname) : OP_COUNT; /* "": more than one op */
   if (*opname && k->op == OP_COUNT)
     bad(r, "op '%s' unknown", opname);
+  if (json_object_get(o, "wq_bits")) {
+    k->wq_bits = (int)integer(r, o, "wq_bits", 4, 8);
+    k->wq_group = (int)integer(r, o, "wq_group", 0, FFN_MAX_DIM);
+    if (!r->bad && k->wq_bits != 4 && k->wq_bits != 8)
+      bad(r, "'wq_bits' = %d: weights are quantized to 8 or 4 bits", k->wq_bits);
+  }
   int max = (int)(sizeof k->variants / sizeof k->variants[0]);
   json_t *vs = array(r, o, "variants", max, &k->nvariants);
   if (!r->bad && k->nvariants < 1)
@@ -425,6 +441,8 @@ static void read_kernel(Reader *r, json_t *o, PlanKernel *k) {
       read_variant(r, vo, k->kind, &k->variants[v]);
     if (!r->bad && k->variants[v].out != DT_NONE && k->op != OP_MATMUL_AT)
       bad(r, "'out' on a kernel of op '%s', not matmul_at", opname);
+    if (!r->bad && k->variants[v].dq && !k->wq_bits)
+      bad(r, "'dq' on a kernel without quantized weights ('wq_bits')");
   }
 }
 
@@ -438,6 +456,8 @@ static void read_step(Reader *r, json_t *o, PlanStep *s) {
     s->nrowdims = read_dims(r, o, "rows", s->rowdims, FFN_MAX_RANK);
     if (!r->bad && p->kernels[s->kernel].kind == KK_GEMM && s->nargs < 2)
       bad(r, "a GEMM launch needs at least 2 operands");
+    if (!r->bad && p->kernels[s->kernel].wq_bits && s->nargs < 3)
+      bad(r, "a GEMM of quantized weights needs its codes and scales");
   } else if (strcmp(kind, "copy") == 0) {
     s->kind = STEP_COPY;
     s->src = (int)integer(r, o, "src", 0, p->ntensors - 1);

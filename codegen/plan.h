@@ -75,11 +75,16 @@ typedef struct {
    * the tensor holds when `accumulate`. DT_NONE: writes its result tensor as the plan types it. */
   DType out;
   bool accumulate;
+  /* GEMM of weight-only quantized B (PlanKernel.wq_bits), bf16 A: a 16-bit tensor-core variant
+   * (FFN_GEMM_SM80/SM90T/SM90P) for many rows, whose B is the weights as bf16 [S*N, K], made in
+   * the call's workspace by ffn_wq_dequant (kernels/runtime.cuh) just before it; the runtime
+   * passes them in place of the codes (slot 1). The contract at the top of ir/interp.c. */
+  bool dq;
 } KernelVariant;
 
 /* Variants per kernel: an sm_90 GEMM compiles up to 8 (three mma.sync tiles for small M, the TMA
  * tiles, the clustered and persistent ones); room for more. */
-enum { PLAN_MAX_VARIANTS = 16 }; /* i4 weight-only products compile 12 */
+enum { PLAN_MAX_VARIANTS = 20 }; /* i4 weight-only products compile 12, and 3 `dq` */
 
 typedef struct {
   KernelKind kind;
@@ -90,6 +95,7 @@ typedef struct {
   int64_t n, k;
   int streams;
   bool splittable; /* tensor-core GEMMs can split K across CTAs */
+  int wq_bits, wq_group; /* weight-only quantized B: 8 or 4 (0: none) and the i4 group length */
   /* The one IR op the kernel computes when it computes just one (rowwise kernels at -O0,
    * GEMMs that only store their product: OP_MATMUL), else OP_COUNT. Its tensors are then its
    * operands in order (scalars are literals, repeats once), then its result. The bench's

@@ -5,7 +5,7 @@
  * in double, and every result is rounded once with round_to_dtype. A value is freed after
  * its last use, so a model needs memory for its live values only.
  *
- * ---- Quantization contract (the GPU kernels follow these rules exactly) ----------------
+ * ---- Quantization contract (the GPU kernels follow these rules exactly, but as noted) -----
  *
  * For `a [M, K] @ b [K, N]` (a's leading dims flattened into M rows):
  *
@@ -17,6 +17,13 @@
  *     as i8 with 7 for 127 and q in [-7, 7], but one scale per (group of G consecutive k,
  *     column n): the k-th row belongs to group k / G; G = 0 means one group over all of K.
  *     A last, shorter group (K % G != 0) gets its own scale like any other.
+ *     One exception on the GPU, prefill: a product of many rows of bf16 activations (K % 8 == 0;
+ *     codegen/lower.c: dq_min_rows, 65 for i4 and 160 for i8) multiplies bf16((float)(q * s)),
+ *     the replaced b rounded once more, to bf16, as `precision matmul bf16` would
+ *     (kernels/runtime.cuh: ffn_wq_dequant, then the bf16 tensor-core GEMM): 2^-9 relative per
+ *     weight at most, about 1e-3 relative L2 on the product.
+ *     The reference keeps (float)(q * s) at every row count; tests/gpu/gpu_util.h's bf16 tolerance
+ *     covers the difference. FFNC_WQ_DEQUANT=0 keeps the rule exact at every row count.
  * precision matmul f32 | f16 | bf16
  *     both operands are rounded to that type (after any weight quantization).
  * precision matmul f8e4m3 | f8e5m2   (FMAX = 448 | 57344)

@@ -484,7 +484,7 @@ static ffn_status load_module(ffn_model *m) {
               {&m->prep_wq_scale, "ffn_prep_wq_scale"}, {&m->prep_wq_pack, "ffn_prep_wq_pack"},
               {&m->prep_f8_scale, "ffn_prep_f8_scale"}, {&m->prep_f8_pack, "ffn_prep_f8_pack"},
               {&m->prep_f8_dequant, "ffn_prep_f8_dequant"},
-              {&m->row_stats, "ffn_row_stats"}};
+              {&m->row_stats, "ffn_row_stats"},         {&m->wq_dequant, "ffn_wq_dequant"}};
   for (size_t i = 0; i < sizeof prep / sizeof prep[0]; i++)
     if ((s = find_function(m, prep[i].name, prep[i].f)) != FFN_OK)
       return s;
@@ -514,6 +514,10 @@ static void read_knobs(ffn_model *m) {
    * instead of wgmma (grad_sm90.cuh), for comparison; any other value: the default */
   const char *wgrad = getenv("FFNC_WGRAD");
   m->wgrad_mma = wgrad && strcmp(wgrad, "mma") == 0;
+  /* FFNC_WQ_DEQUANT=0: weight-only quantized products keep their own kernels at every row count
+   * (no bf16 copy of a product's weights in the workspace; plan.h: KernelVariant.dq) */
+  const char *dq = getenv("FFNC_WQ_DEQUANT");
+  m->no_dq = dq && strcmp(dq, "0") == 0;
 }
 
 /* A tensor-parallel rank's plan narrowed to its slices (the same tensors and kernels: only

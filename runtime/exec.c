@@ -587,6 +587,12 @@ LaunchChoice exec_choose(const ffn_model *m, const PlanKernel *k, int64_t rows) 
     c.v = forced;
     splits = 0; /* a tuned split was measured with another configuration */
   }
+  if (c.v->dq && m->no_dq) { /* FFNC_WQ_DEQUANT=0: the quantized kernel of the most rows */
+    for (int i = 0; i < k->nvariants; i++)
+      if (!k->variants[i].dq && (c.v->dq || k->variants[i].max_m > c.v->max_m))
+        c.v = &k->variants[i];
+    splits = 0;
+  }
   if (k->splittable)
     c.splits = m->gemm_splits ? m->gemm_splits
                : splits       ? splits
@@ -647,6 +653,7 @@ typedef struct {
   size_t ws_floats; /* split-K partials (the largest of any launch: launches are stream-ordered) */
   size_t tiles;     /* split-K tile counters */
   size_t stat_rows; /* rows of A's statistics from ffn_row_stats */
+  size_t dq_bytes;  /* the largest bf16 copy of a `dq` launch's weights (KernelVariant.dq) */
 } GemmNeeds;
 
 /* Picks each launch's variant and split for its row count (run->choice). */
@@ -674,8 +681,11 @@ static GemmNeeds choose_launches(ExecRun *run) {
     g.tiles = t > g.tiles ? t : g.tiles;
     if (c->v->ext_stats && (size_t)rows > g.stat_rows)
       g.stat_rows = (size_t)rows;
+    size_t dq = c->v->dq ? exec_dq_bytes(k) : 0;
+    g.dq_bytes = dq > g.dq_bytes ? dq : g.dq_bytes;
   }
   g.ws_floats = (g.ws_floats + 63) / 64 * 64; /* the row statistics follow the split-K partials */
+  g.stat_rows = (g.stat_rows + 31) / 32 * 32; /* and the dequantized weights them, 256-byte aligned */
   return g;
 }
 
@@ -683,7 +693,7 @@ static GemmNeeds choose_launches(ExecRun *run) {
  * weights, and the scratch buffers at their planned offsets in the workspace (after the
  * counters), followed by the split-K partials and the row statistics. */
 static void resolve_pointers(ExecRun *run, const DLTensor *inputs, const DLTensor *outputs, const bool *in_ws,
-                             const size_t *offsets, const int *input_of, size_t scratch, size_t ws_floats) {
+                             const size_t *offsets, const int *input_of, size_t scratch, const GemmNeeds *g) {
   const Plan *p = run->m->prog->plan;
   Workspace *w = run->w;
   size_t base = w ? counters_bytes(w->ncounters) : 0;
@@ -703,7 +713,8 @@ static void resolve_pointers(ExecRun *run, const DLTensor *inputs, const DLTenso
     }
   }
   run->ws = w ? w->base + base + scratch : 0;
-  run->rowstats = w ? run->ws + ws_floats * 4 : 0;
+  run->rowstats = w ? run->ws + g->ws_floats * 4 : 0;
+  run->dq = w && g->dq_bytes ? run->rowstats + g->stat_rows * 8 : 0;
   run->counters = w ? w->base : 0;
 }
 
@@ -736,7 +747,7 @@ ffn_status exec_begin_ex(ffn_model *m, CUstream stream, const DLTensor *inputs, 
   }
   size_t scratch = (planned + 255) / 256 * 256;
   GemmNeeds g = choose_launches(run);
-  size_t rest = scratch + g.ws_floats * 4 + g.stat_rows * 8;
+  size_t rest = scratch + g.ws_floats * 4 + g.stat_rows * 8 + g.dq_bytes;
   CUresult r = m->cu->cuCtxPushCurrent(m->ctx);
   if (r != CUDA_SUCCESS)
     st = cu_fail(m->cu, r, "cu->cuCtxPushCurrent()");
@@ -744,7 +755,7 @@ ffn_status exec_begin_ex(ffn_model *m, CUstream stream, const DLTensor *inputs, 
   if (st == FFN_OK && (rest || g.tiles))
     st = acquire(m, stream, g.tiles, rest, &run->w);
   if (st == FFN_OK)
-    resolve_pointers(run, inputs, outputs, in_workspace, offsets, input_of, scratch, g.ws_floats);
+    resolve_pointers(run, inputs, outputs, in_workspace, offsets, input_of, scratch, &g);
   free(offsets), free(input_of);
   if (st != FFN_OK)
     exec_end(run, st);
@@ -864,6 +875,23 @@ static ffn_status launch_row_stats(ExecRun *run, const PlanStep *ps, const PlanK
   return r == CUDA_SUCCESS ? FFN_OK : cu_fail(m->cu, r, "cu->cuLaunchKernel(ffn_row_stats)");
 }
 
+/* The bytes of kernel k's weights as bf16 [S*N, K], what a `dq` variant reads (KernelVariant.dq). */
+size_t exec_dq_bytes(const PlanKernel *k) { return ((size_t)k->streams * (size_t)k->n * (size_t)k->k * 2 + 255) / 256 * 256; }
+
+/* A `dq` variant's weights: the codes (slot 1) and scales (slot 2) as bf16 into run->dq
+ * (kernels/runtime.cuh: ffn_wq_dequant, a warp per tile of codes, grid-strided). */
+static ffn_status launch_dequant(ExecRun *run, const PlanStep *ps, const PlanKernel *k) {
+  ffn_model *m = run->m;
+  CUdeviceptr codes = run->ptr[ps->args[1]], scales = run->ptr[ps->args[2]], out = run->dq;
+  int bits = k->wq_bits, tile_k = bits == 8 ? 32 : 64; /* kernels/quant.cuh: WQ_TILE_K */
+  long long R = (long long)k->streams * k->n, K = k->k, group = k->wq_group;
+  long long blocks = ((R + 127) / 128 * 128 / 16 * ((K + tile_k - 1) / tile_k) + 7) / 8, most = (long long)m->sms * 8;
+  void *sp[] = {&codes, &scales, &out, &R, &K, &bits, &group};
+  CUresult r = m->cu->cuLaunchKernel(m->wq_dequant, (unsigned)(blocks < 1 ? 1 : blocks < most ? blocks : most), 1, 1,
+                                     256, 1, 1, 0, run->stream, sp, NULL);
+  return r == CUDA_SUCCESS ? FFN_OK : cu_fail(m->cu, r, "cu->cuLaunchKernel(ffn_wq_dequant)");
+}
+
 /* A kernel step's grid for its chosen variant c. */
 static void step_grid(const ffn_model *m, const PlanKernel *k, const LaunchChoice *c, unsigned grid[3]) {
   grid[0] = grid[1] = grid[2] = 1;
@@ -889,8 +917,9 @@ static ffn_status step_maps(ExecRun *run, const PlanStep *ps, const PlanKernel *
   if (!ffn_gemm_tma(&c->v->cfg))
     return FFN_OK;
   ffn_status st = tma_map(m, k, &c->v->cfg, 0, false, run->ptr[ps->args[0]], c->m, &maps->a);
+  CUdeviceptr b = c->v->dq ? run->dq : run->ptr[ps->args[1]];
   if (st == FFN_OK)
-    st = tma_map(m, k, &c->v->cfg, 1, c->v->b_kn, run->ptr[ps->args[1]], (long long)k->streams * k->n, &maps->b);
+    st = tma_map(m, k, &c->v->cfg, 1, c->v->b_kn, b, (long long)k->streams * k->n, &maps->b);
   return st;
 }
 
@@ -941,6 +970,14 @@ ffn_status exec_step(ExecRun *run, int s) {
     if ((st = launch_row_stats(run, ps, k, c.m)) != FFN_OK)
       return st;
     chain = false; /* ffn_row_stats came between */
+  }
+  if (c.v->dq) {
+    if (!run->dq || ps->nargs < 3)
+      return rt_error(FFN_ERR_IO, "launch plan: step %d reads dequantized weights but has no room or codes for them", s);
+    if ((st = launch_dequant(run, ps, k)) != FFN_OK)
+      return st;
+    args.p[1] = (void *)run->dq;
+    chain = false; /* ffn_wq_dequant came between */
   }
   chain = chain && k->kind == KK_GEMM;
   unsigned grid[3];

@@ -317,6 +317,7 @@ struct ffn_model {
   CUfunction prep_f8_scale, prep_f8_pack; /* fp8 weights (kernels/numfmt.cuh) */
   CUfunction prep_f8_dequant;             /* pre-quantized fp8 weights' values */
   CUfunction row_stats; /* for GEMM variants with row statistics from memory */
+  CUfunction wq_dequant; /* quantized weights as bf16 for the GEMM variants with `dq` (plan.h) */
   CUfunction grad_store; /* ffn_model_run_grad's, looked up at its first call (grad.c) */
   CUdeviceptr *tensor; /* per plan tensor: device memory of weights and derived tensors */
   bool *owned;         /* we allocated tensor[i] (and free it) */
@@ -332,6 +333,7 @@ struct ffn_model {
                             list: the first a GEMM has; "": none) */
   int gemm_splits;       /* FFNC_GEMM_SPLITS at creation: force split-K on splittable GEMMs (0: none) */
   bool wgrad_mma;        /* FFNC_WGRAD=mma at creation: weight gradients of sm_90 plans on mma.sync */
+  bool no_dq;            /* FFNC_WQ_DEQUANT=0 at creation: quantized products never take their `dq` variants */
   /* A tensor-parallel share's own copy of its program whose plan holds weight windows
    * (tp_weights.c; the images are the caller's program's): prog then points to it. window[t]
    * says what of weight t is bound; NULL: every weight whole. */
@@ -397,6 +399,9 @@ void tune_kernel_id(const ffn_program *p, int kernel, char out[33]);
 /* The key of GEMM kernel `kernel`'s tuned choices on m's device (tune.h). */
 void tune_model_key(const ffn_model *m, int kernel, TuneKey *key);
 
+/* The workspace bytes of kernel k's weights dequantized to bf16 (a `dq` variant: plan.h). */
+size_t exec_dq_bytes(const PlanKernel *k);
+
 /* One call in progress: exec_begin checks the tensors, binds the dims, lays out and takes a
  * workspace and resolves every tensor's device pointer; exec_step enqueues one plan step;
  * exec_end gives the workspace back (after recording its event). exec_run does all three.
@@ -408,6 +413,7 @@ typedef struct {
   LaunchChoice *choice; /* per step */
   CUdeviceptr *ptr;     /* per plan tensor */
   CUdeviceptr ws, counters, rowstats;
+  CUdeviceptr dq; /* bf16 weights of the `dq` GEMM launched (plan.h: KernelVariant.dq), after the row statistics */
   Workspace *w;
   bool pushed;
   bool chain; /* the last thing exec_step enqueued on stream is a plan GEMM (m->pdl: a GEMM after it may overlap it) */

@@ -381,11 +381,13 @@ static ffn_status tune_operands(Tuner *t, const PlanKernel *k, int step, const i
   const Plan *p = m->prog->plan;
   const PlanStep *ps = &p->steps[step];
   Candidate cand[MAX_CANDIDATES];
-  size_t ws = 0, tiles = 0;
+  size_t ws = 0, tiles = 0, dq = 0;
   for (int b = 0; b < nb; b++) { /* the workspace of the largest candidate */
     int nc = candidates(k, (int)rows[b], m->sms, cand);
     for (int i = 0; i < nc; i++) {
       LaunchChoice l = resolve(k, cand[i], (int)rows[b], m->sms);
+      if (l.v->dq) /* its weights as bf16, made by each timed launch (exec_step) */
+        dq = exec_dq_bytes(k);
       size_t f = ffn_gemm_ws_floats(&l.v->cfg, (int)rows[b], (int)k->n, k->streams, l.splits);
       size_t n = (size_t)ffn_gemm_num_tiles(&l.v->cfg, (int)rows[b], (int)k->n, k->streams);
       ws = f > ws ? f : ws;
@@ -407,14 +409,16 @@ static ffn_status tune_operands(Tuner *t, const PlanKernel *k, int step, const i
         s = fill_random(t, t->run.ptr[a], bytes, pt->dtype);
     }
   }
-  CUdeviceptr ws_ptr = 0, counters = 0, rowstats = 0;
+  CUdeviceptr ws_ptr = 0, counters = 0, rowstats = 0, dq_ptr = 0;
   if (s == FFN_OK && (s = alloc(t, ws * 4, &ws_ptr)) == FFN_OK && (s = alloc(t, (tiles + 4) * 4, &counters)) == FFN_OK)
     s = alloc(t, (size_t)rows[nb - 1] * 8, &rowstats);
+  if (s == FFN_OK && dq)
+    s = alloc(t, dq, &dq_ptr);
   CUresult r;
   /* split-K tile counters start at zero; the kernels leave them so */
   if (s == FFN_OK && (r = t->cu->cuMemsetD8Async(counters, 0, (tiles + 4) * 4, t->stream)) != CUDA_SUCCESS)
     s = cu_fail(t->cu, r, "cu->cuMemsetD8Async()");
-  t->run.ws = ws_ptr, t->run.counters = counters, t->run.rowstats = rowstats;
+  t->run.ws = ws_ptr, t->run.counters = counters, t->run.rowstats = rowstats, t->run.dq = dq_ptr;
   return s;
 }
 
@@ -561,7 +565,7 @@ static ffn_status tuner_open(Tuner *t, ffn_model *m) {
   t->run = (ExecRun){.m = m};
   t->run.choice = calloc((size_t)p->nsteps + 1, sizeof *t->run.choice);
   t->run.ptr = calloc((size_t)p->ntensors + 1, sizeof *t->run.ptr);
-  t->owned = calloc((size_t)FFN_KARGS_SLOTS + 4, sizeof *t->owned);
+  t->owned = calloc((size_t)FFN_KARGS_SLOTS + 5, sizeof *t->owned); /* operands, ws, counters, rowstats, dq */
   if (!t->run.choice || !t->run.ptr || !t->owned)
     return rt_error(FFN_ERR_OUT_OF_MEMORY, "out of host memory");
   CUresult r = cu->cuCtxPushCurrent(m->ctx);

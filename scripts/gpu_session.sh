@@ -1,5 +1,5 @@
 #!/bin/sh
-# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [tunewq] [gemmvs] [actepi] [epidec] [tunedec] [grad] [wqdl8] [pdl] [wide] [keep] [live] [dsplit] [splitab] [wqsplit] [bars] ...
+# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [tunewq] [gemmvs] [actepi] [epidec] [tunedec] [grad] [wqdl8] [pdl] [wide] [keep] [live] [dsplit] [splitab] [wqsplit] [bars] [wqdq] ...
 # What one call on the lent GPU machine runs, with a build made here and carried there (that
 # machine has no flex, bison or jansson headers). The build has absolute paths under
 # /work/main, so the copy is linked there first; the kernel cache in build/test-kernel-cache
@@ -454,6 +454,20 @@ for part in "$@"; do
       echo "== $b $r: exit $?"
       awk '/ \(/ && /\.ffn/ {printf "\n %s:", $1} / ffnc +no/ {printf " %s %s;", $1, $4}' "$out/wqsplit_$b$r.txt"; echo
     done; done
+    ;;
+  wqdq)
+    # weight-only quantized products of many rows: bf16 products of the weights dequantized into the
+    # workspace (KernelVariant.dq) against the quantized kernels at every row count (FFNC_WQ_DEQUANT=0),
+    # the 8B and 70B sublayers, i4 g128 and i8, plain launches; each row checked against the reference
+    S=/work/main/bench/suite
+    for dq in 1 0; do
+      toks=1,16,64,128,256,1024,8192
+      [ $dq = 0 ] && toks=64,128,256,1024
+      FFNC_WQ_DEQUANT=$dq timeout 200 ./ffnc bench $S/llama3_8b_layer_i4g128.ffn $S/llama3_8b_layer_i8.ffn \
+        $S/llama3_70b_layer_i4g128.ffn $S/llama3_70b_layer_i8.ffn --tokens $toks --reps 10 --no-graphs --no-ceilings \
+        >"$out/wqdq_$dq.txt" 2>&1
+      echo "== FFNC_WQ_DEQUANT=$dq: exit $?"; grep -E "suite|  ffnc" "$out/wqdq_$dq.txt"
+    done
     ;;
   bars)
     # the rows of issues 9 and 10 that have bars, in about 2 minutes (for a call with little device

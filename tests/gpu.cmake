@@ -214,6 +214,15 @@ foreach(m ${GPU_TEST_MODELS})
     add_test(NAME gpu_${base}_split3 COMMAND gpu_model_test ${rel})
     set_tests_properties(gpu_${base}_split3 PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
       ENVIRONMENT "${FFNC_GPU_ENV};FFNC_TEST_TOKENS=1,13;FFNC_GEMM_SPLITS=3")
+    # prefill sizes: bf16 models run the bf16 products of dequantized weights above 64 rows (i4)
+    # or 159 (i8) (plan.h: KernelVariant.dq), the others and FFNC_WQ_DEQUANT=0 the quantized
+    # kernels; both at the edges of the regimes and past the 128-row tiles
+    add_test(NAME gpu_${base}_prefill COMMAND gpu_model_test ${rel})
+    set_tests_properties(gpu_${base}_prefill PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
+      ENVIRONMENT "${FFNC_GPU_ENV};FFNC_TEST_TOKENS=64,65,159,160,300")
+    add_test(NAME gpu_${base}_no_dequant COMMAND gpu_model_test ${rel})
+    set_tests_properties(gpu_${base}_no_dequant PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
+      ENVIRONMENT "${FFNC_GPU_ENV};FFNC_TEST_TOKENS=160,1000;FFNC_WQ_DEQUANT=0")
   endif()
 endforeach()
 

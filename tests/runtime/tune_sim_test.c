@@ -46,6 +46,8 @@ static bool l2_cold; /* L2 flushed since the last launch */
 static int nevents;
 static const Plan *sim_plan; /* the program whose kernels are launched */
 static int launches, bad_launches, tma_launches, cluster_launches, all_cluster_launches;
+static CUdeviceptr dq_out; /* where the last dequantization (kernel 8) wrote, if it had room */
+static bool dq_room;
 
 static const Block *find_block(CUdeviceptr p, size_t n) {
   for (int i = 0; i < nblocks; i++)
@@ -110,7 +112,7 @@ static CUresult sim_attr(int *v, CUdevice_attribute a, CUdevice d) {
   return CUDA_SUCCESS;
 }
 
-/* kernel k variant v is CUfunction 1000 * (k + 1) + v; the row statistics kernel 7 */
+/* kernel k variant v is CUfunction 1000 * (k + 1) + v; the row statistics kernel 7, the dequantization 8 */
 static CUfunction func_of(int k, int v) { return (CUfunction)(uintptr_t)(1000 * (k + 1) + v); }
 
 static double synthetic_us(const ffn_gemm_config *c, int splits, bool rule) {
@@ -147,6 +149,11 @@ static CUresult sim_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, 
   uintptr_t id = (uintptr_t)f;
   if (id == 7) /* row statistics: free */
     return CUDA_SUCCESS;
+  if (id == 8) { /* quantized weights as bf16 [R, K] (a dq variant's), free as well: into an allocation that holds them */
+    dq_out = *(CUdeviceptr *)params[2];
+    dq_room = find_block(dq_out, (size_t)*(long long *)params[3] * (size_t)*(long long *)params[4] * 2) != NULL;
+    return CUDA_SUCCESS;
+  }
   int k = (int)(id / 1000) - 1, v = (int)(id % 1000);
   if (k < 0 || k >= sim_plan->nkernels || v >= sim_plan->kernels[k].nvariants)
     return CUDA_ERROR_INVALID_HANDLE;
@@ -181,6 +188,9 @@ static CUresult sim_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, 
   ok &= ws == 0 || find_block((CUdeviceptr)(uintptr_t)a->ws, ws) != NULL;
   ok &= find_block((CUdeviceptr)(uintptr_t)a->counters, tiles) != NULL;
   ok &= !kv->ext_stats || find_block((CUdeviceptr)(uintptr_t)a->rowstats, (size_t)M * 8) != NULL;
+  /* a dq variant reads the weights the dequantization just wrote, in room for all of them */
+  ok &= !kv->dq || (dq_room && a->p[1] == (void *)(uintptr_t)dq_out);
+  dq_out = 0, dq_room = false;
   bool cluster = kv->cfg.kind == FFN_GEMM_SM90C; /* 2-CTA clusters, each CTA loading half of A's rows */
   if (kv->cfg.kind == FFN_GEMM_SM90T || kv->cfg.kind == FFN_GEMM_SM90P || cluster) { /* A's and B's tensor maps, as the kernel will read them */
     const TmaMaps *t = params[1];
@@ -281,6 +291,7 @@ static ffn_model *sim_model(const ffn_program *prog, const CuApi *cu) {
     for (int v = 0; v < p->kernels[k].nvariants; v++)
       m->funcs[m->func_base[k] + v] = func_of(k, v);
   m->row_stats = (CUfunction)(uintptr_t)7;
+  m->wq_dequant = (CUfunction)(uintptr_t)8;
   for (int t = 0; t < p->ntensors; t++) /* weights and load-time results: the model's, a byte each */
     if (p->tensors[t].kind == PT_WEIGHT || p->tensors[t].kind == PT_DERIVED)
       m->tensor[t] = (CUdeviceptr)(uintptr_t)malloc(1);
