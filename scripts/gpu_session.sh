@@ -1,5 +1,5 @@
 #!/bin/sh
-# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [tunewq] [gemmvs] [actepi] [epidec] [tunedec] [grad] [wqdl8] [pdl] [wide] [keep] [live] [dsplit] [splitab] [wqsplit] [bars] [wqdq] ...
+# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [tunewq] [gemmvs] [actepi] [epidec] [tunedec] [grad] [wqdl8] [pdl] [wide] [keep] [live] [dsplit] [splitab] [wqsplit] [bars] [wqdq] [dqab] ...
 # What one call on the lent GPU machine runs, with a build made here and carried there (that
 # machine has no flex, bison or jansson headers). The build has absolute paths under
 # /work/main, so the copy is linked there first; the kernel cache in build/test-kernel-cache
@@ -298,6 +298,29 @@ for part in "$@"; do
       echo "== $b $r: exit $?"
       awk '/ \(/ && /\.ffn/ {printf "\n %s:", $1} / ffnc +no/ {printf " %s %s;", $1, $4}' "$out/epidec_$b$r.txt"; echo
     done; done
+    ;;
+  dqab)
+    # the quantized prefill's A/B (pending/dqpipe.patch and what follows it): each carried build
+    # (new, old, alt as scripts/ab_builds.sh made them) on the 8B int4/int8 and 70B int4 sublayers at
+    # 128 and 1024 tokens (untuned, no graphs, us, two alternating rounds), then ncu's time and DRAM
+    # share of the 8B int4's two dequantizations per build (~3 minutes)
+    S=/work/main/bench/suite D=/work/main/.devcarry
+    builds="new old"; [ -x $D/ffnc_alt2 ] && builds="new old alt"
+    for r in 1 2; do for b in $builds; do
+      bin=./ffnc; [ $b = old ] && bin=$D/ffnc_alt; [ $b = alt ] && bin=$D/ffnc_alt2
+      FFNC_CACHE_DIR=/tmp/dqab_$b FFNC_NO_TUNE=1 timeout 90 $bin bench $S/llama3_8b_layer_i4g128.ffn \
+        $S/llama3_8b_layer_i8.ffn $S/llama3_70b_layer_i4g128.ffn --tokens 128,1024 --reps 10 --no-graphs \
+        --no-ceilings >"$out/dqab_$b$r.txt" 2>&1
+      echo "== $b $r: exit $?"
+      awk '/ \(/ && /\.ffn/ {printf "\n %s:", $1} / ffnc +no/ {printf " %s %s %s;", $1, $4, $NF}' "$out/dqab_$b$r.txt"; echo
+    done; done
+    for b in $builds; do
+      bin=./ffnc; [ $b = old ] && bin=$D/ffnc_alt; [ $b = alt ] && bin=$D/ffnc_alt2
+      FFNC_CACHE_DIR=/tmp/dqab_$b FFNC_NO_TUNE=1 timeout 60 ncu --kernel-name ffn_wq_dequant --launch-count 2 \
+        --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,launch__registers_per_thread,sm__warps_active.avg.pct_of_peak_sustained_active \
+        $bin bench $S/llama3_8b_layer_i4g128.ffn --tokens 128 --reps 1 --no-graphs --no-ceilings >"$out/dqab_ncu_$b.txt" 2>&1
+      echo "== ncu $b: exit $?"; grep -E "duration|throughput|registers|warps_active" "$out/dqab_ncu_$b.txt"
+    done
     ;;
   tunedec)
     # the 16-bit and fp8 decode's configurations and splits on this card: ffnc tune of the 8B bf16
