@@ -9,7 +9,9 @@
  * fragment layout and the k permutation of the activations, times the scale in f32. The reference's
  * quantized weights are read back through a product with the identity, y = I @ b (one nonzero
  * term per output, exact in f32). Random matrices with all-zero columns, single outliers and,
- * for i4, a last group shorter than the others; bit-exact comparison.
+ * for i4, a last group shorter than the others; bit-exact comparison. The prefill path's
+ * dequantization to bf16 (kernels/runtime.cuh: ffn_wq_dequant) is mirrored too, against the
+ * reference's weights rounded to bf16.
  */
 #include "util.h"
 
@@ -160,6 +162,62 @@ static void check_i8_bytes(void) {
 
 static double uniform(void) { return (double)rand() / RAND_MAX * 2 - 1; }
 
+/* f32 -> bf16 bits, round to nearest even (cvt.rn.bf16.f32 on finite values) */
+static uint16_t bf16_rne(float f) {
+  uint32_t u = bits_of(f);
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* ffn_wq_dequant (kernels/runtime.cuh, prefill: the weights as bf16 [R, K], K % 8 == 0) mirrored:
+ * each lane's 16 bytes of a tile placed by lane 0's wq_tile_elem plus the lane's offsets (g rows,
+ * 8t k), a code's k + 1 neighbour at e + 4 (i4) or e + 1 (i8), one scale per (row, 32-k block),
+ * 16-byte chunks of 8 consecutive k. out gets every weight once; *twice counts weights written
+ * more than once or never. */
+static void dequant_all(const unsigned char *codes, const float *scales, int64_t R, int64_t K, int bits, int64_t group,
+                        uint16_t *out, int64_t *twice) {
+  const int TK = WQ_TILE_K(bits), NB = TK / 32, NC = bits == 8 ? 16 : 32, up = bits == 8 ? 1 : 4;
+  const long long tk = wq_tiles_k(K, bits), G = wq_group_len(K, bits == 8 ? 0 : group), ng = wq_ngroups(K, G);
+  unsigned char *seen = calloc((size_t)(R * K), 1);
+  for (long long i = 0; i < wq_code_rows(R) / 16 * tk; i++) {
+    long long rb, kt;
+    wq_tile_place(i, tk, &rb, &kt);
+    if (rb * 16 >= R)
+      continue;
+    for (int lane = 0; lane < 32; lane++) {
+      uint32_t words[4];
+      memcpy(words, codes + i * 512 + lane * 16, 16); /* little-endian, as the GPU */
+      const long long r0 = rb * 16 + lane / 4, k0 = kt * TK + 8 * (lane % 4);
+      float sc[2][2];
+      for (int h = 0; h < 2; h++)
+        for (int b = 0; b < NB; b++)
+          sc[h][b] = r0 + 8 * h < R && k0 + 32 * b < K ? scales[(r0 + 8 * h) * ng + (k0 + 32 * b) / G] : 0.f;
+      uint16_t v[2][2][8];
+      for (int e = 0; e < NC; e++) {
+        if (e % (2 * up) >= up)
+          continue;
+        int row, kk, f = e + up;
+        wq_tile_elem(bits, 0, e, &row, &kk);
+        unsigned lo = bits == 8 ? (words[e / 4] >> (8 * (e % 4))) & 0xffu : (words[e / 8] >> (4 * (e % 8))) & 0xfu;
+        unsigned hi = bits == 8 ? (words[f / 4] >> (8 * (f % 4))) & 0xffu : (words[f / 8] >> (4 * (f % 8))) & 0xfu;
+        float s = sc[row / 8][kk / 32];
+        v[row / 8][kk / 32][kk % 32] = bf16_rne((float)wq_code_level(lo, bits) * s);
+        v[row / 8][kk / 32][kk % 32 + 1] = bf16_rne((float)wq_code_level(hi, bits) * s);
+      }
+      for (int h = 0; h < 2; h++)
+        for (int b = 0; b < NB; b++)
+          if (r0 + 8 * h < R && k0 + 32 * b < K)
+            for (int j = 0; j < 8; j++) {
+              int64_t at = (r0 + 8 * h) * K + k0 + 32 * b + j;
+              *twice += seen[at]++ != 0;
+              out[at] = v[h][b][j];
+            }
+    }
+  }
+  for (int64_t at = 0; at < R * K; at++)
+    *twice += seen[at] == 0;
+  free(seen);
+}
+
 static void check_case(int bits, int64_t K, int64_t N, int64_t group) {
   /* b [K, N] under the policy; column 1 all zero, column 2 one outlier, the rest random */
   double *bv = malloc(sizeof(double) * (size_t)(K * N)), *iv = calloc((size_t)(K * K), sizeof(double));
@@ -205,6 +263,21 @@ static void check_case(int bits, int64_t K, int64_t N, int64_t group) {
   }
   CHECK(bad == 0, "i%d K=%lld N=%lld G=%lld: %lld weights differ from the reference's", bits, (long long)K,
         (long long)N, (long long)group, (long long)bad);
+  if (K % 8 == 0) { /* prefill: the reference's weights rounded once to bf16 (ir/interp.c's contract) */
+    uint16_t *dq = malloc(sizeof(uint16_t) * (size_t)(N * K));
+    int64_t twice = 0, off = 0;
+    dequant_all(codes, scales, N, K, bits, group, dq, &twice);
+    for (int64_t n = 0; n < N; n++)
+      for (int64_t k = 0; k < K; k++)
+        if (dq[n * K + k] != bf16_rne(y.data[k * N + n]) && off++ < 3)
+          fprintf(stderr, "i%d K=%lld G=%lld dequantized: weight (k %lld, n %lld): %#x, reference bf16 %#x\n", bits,
+                  (long long)K, (long long)group, (long long)k, (long long)n, dq[n * K + k],
+                  bf16_rne(y.data[k * N + n]));
+    CHECK(twice == 0 && off == 0, "i%d K=%lld N=%lld G=%lld dequantized: %lld weights written twice or never, %lld "
+          "differ from the reference's rounded to bf16", bits, (long long)K, (long long)N, (long long)group,
+          (long long)twice, (long long)off);
+    free(dq);
+  }
   ref_free(&y);
   store_free(&w);
   store_free(&in);
