@@ -429,9 +429,9 @@ static bool dq_variants(const Kgen *k) {
   return k->wq_bits && k->gr->a->dtype == DT_BF16 && K % 8 == 0 && (k->G->c->arch == 90 || k->G->c->arch == 80);
 }
 
-/* The dq variants: the 16-bit tensor-core configurations a bf16 product takes above 64 rows (on
- * sm_90 the TMA mid tile and the two persistent ones, no clusters; on sm_80 the 128 x 256 tile).
- * The quantized kernels' own regimes end where they begin. */
+/* The dq variants: the 16-bit tensor-core configurations a bf16 product takes from dq_min_rows
+ * rows (on sm_90 the TMA mid tile and the two persistent ones, no clusters; on sm_80 the 128 x 256
+ * tile), after the quantized kernels, whose regimes now end just below. */
 static void add_dq_variants(Kgen *k, PlanKernel *pk, Buf *body) {
   int ncfg;
   const ffn_gemm_config *table = ffn_gemm_configs(&ncfg);

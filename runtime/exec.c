@@ -691,7 +691,7 @@ static GemmNeeds choose_launches(ExecRun *run) {
 
 /* Every tensor's device pointer for this call: the caller's inputs and outputs, the model's
  * weights, and the scratch buffers at their planned offsets in the workspace (after the
- * counters), followed by the split-K partials and the row statistics. */
+ * counters), followed by the split-K partials, the row statistics and the dequantized weights. */
 static void resolve_pointers(ExecRun *run, const DLTensor *inputs, const DLTensor *outputs, const bool *in_ws,
                              const size_t *offsets, const int *input_of, size_t scratch, const GemmNeeds *g) {
   const Plan *p = run->m->prog->plan;
