@@ -530,7 +530,7 @@ static void gemm_template_args(Kgen *k, const ffn_gemm_config *c, int stats, cha
   ffn_gemm_template_args(c, k->gr->streams, stats, gen_ctype(k->f8 ? k->f8 : k->gr->a->dtype), params, len);
 }
 
-void emit_gemm_entry(Kgen *k, const ffn_gemm_config *c, bool ext, Buf *body) {
+void emit_gemm_entry(Kgen *k, const ffn_gemm_config *c, bool ext, int wq_mix, Buf *body) {
   Group *gr = k->gr;
   int64_t K = gr->a->shape.d[gr->a->shape.rank - 1].size;
   const char *tmpl = c->kind == FFN_GEMM_SM80   ? "gemm_sm80"
@@ -544,15 +544,21 @@ void emit_gemm_entry(Kgen *k, const ffn_gemm_config *c, bool ext, Buf *body) {
   gemm_template_args(k, c, ext || f8_stats ? 0 : gr->stats, params, sizeof params);
   if (gr->b_kn) /* B [K, N] as the weight lies (gemm_sm90p.cuh: B_KN) */
     snprintf(params + strlen(params), sizeof params - strlen(params), ", true");
+  if (wq_mix) /* B's codes turned into bf16 in shared memory (gemm_sm90.cuh, gemm_sm90p.cuh: WQ,
+                 after the cluster of 1, or B as [N, K]) */
+    snprintf(params + strlen(params), sizeof params - strlen(params), c->kind == FFN_GEMM_SM90P ? ", false, %d" : ", 1, %d",
+             wq_mix);
   char epi[128];
   if (ext || f8_stats)
     snprintf(epi, sizeof epi, "ffn::WithRowStats<Epi_@, %d>{epi, %s}", gr->streams,
              f8_stats ? "(const float *)a.p[4]" : "a.rowstats");
   else
     snprintf(epi, sizeof epi, "epi");
-  char extra[64] = ""; /* gemm_wq, gemm_wqd: the scales (slot 2) and the i4 group length */
+  char extra[64] = "", qs[80] = ""; /* gemm_wq, gemm_wqd, gemm_sm90 WQ: the scales (slot 2), the i4 group length */
   if (c->kind == FFN_GEMM_WQ || c->kind == FFN_GEMM_WQD)
     snprintf(extra, sizeof extra, "(const float *)a.p[2], %d, ", k->wq_group);
+  if (wq_mix)
+    snprintf(qs, sizeof qs, "  g.qs = (const float *)a.p[2]; g.qg = %d;\n", k->wq_group);
   bool tma = ffn_gemm_tma(c); /* A's and B's tensor maps: the second argument */
   char cluster[40] = ""; /* compiled in, so that a plain cuLaunchKernel launches the clusters */
   if (ffn_gemm_cluster(c) > 1)
@@ -564,12 +570,12 @@ void emit_gemm_entry(Kgen *k, const ffn_gemm_config *c, bool ext, Buf *body) {
              "  ffn::GemmArgs g;\n"
              "  g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = %lld; g.K = %lld;\n"
              "  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = %s;\n"
-             "%s"
+             "%s%s"
              "  const Epi_@ epi{&a};\n"
              "  ffn::%s<%s>(g, %s%s, smem);\n}\n",
              c->threads, c->min_blocks, cluster, c->name, tma ? ", const __grid_constant__ ffn::TmaMaps t" : "",
              (long long)k->ncols, (long long)(k->f8 ? K / 2 : K), tma ? "&t" : "nullptr",
-             k->f8 ? "  g.sa = (const float *)a.p[2]; g.sb = (const float *)a.p[3];\n" : "", tmpl, params, extra, epi);
+             k->f8 ? "  g.sa = (const float *)a.p[2]; g.sb = (const float *)a.p[3];\n" : "", qs, tmpl, params, extra, epi);
 }
 
 /* body with every '@' replaced by the kernel's name. */

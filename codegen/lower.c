@@ -405,7 +405,7 @@ static bool config_used(const ffn_gemm_config *c, bool tc, bool hopper, int wq_b
  * and element type make it: ffn_gemm_regime). */
 static void add_gemm_variant(Kgen *k, const ffn_gemm_config *c, bool ext, bool sixteen_bit, bool dq, PlanKernel *pk,
                              Buf *body) {
-  emit_gemm_entry(k, c, ext, body);
+  emit_gemm_entry(k, c, ext, 0, body);
   ffn_gemm_config cfg = *c; /* the regime this product serves with it */
   cfg.max_m = ffn_gemm_regime(c, (int)k->gr->streams, sixteen_bit);
   pk->variants[pk->nvariants++] = (KernelVariant){.threads = c->threads,
@@ -429,6 +429,35 @@ static bool dq_variants(const Kgen *k) {
   return k->wq_bits && k->gr->a->dtype == DT_BF16 && K % 8 == 0 && (k->G->c->arch == 90 || k->G->c->arch == 80);
 }
 
+/* The mixed-input variant (KernelVariant.mx) of a product that has dq variants, on sm_90: the TMA
+ * mid tile (the width that fits the product, as for bf16) whose producer warpgroup turns the codes
+ * into bf16 tiles in shared memory (gemm_sm90.cuh: sm90_wq_producer), so that the weights cross HBM
+ * once, as codes, and the workspace holds no bf16 copy. It takes the rows from MX_MIN_ROWS to
+ * MX_MAX_ROWS, one row tile: its producer, not the tensor cores, sets its pace (kernels/NOTES.md,
+ * thirty-first session: 8B int4 at 128 tokens 232 us against the dq path's 378, at 512 819 against
+ * 492), so from two row tiles on the dq variants take over, and under FFNC_WQ_MIX=0; the
+ * quantized kernels keep up to 64. gemm_sm90p.cuh has the persistent form (WQ), not compiled into
+ * plans while it loses to dq. */
+enum { MX_MIN_ROWS = 65, MX_MAX_ROWS = 128 };
+static void add_mx_variant(Kgen *k, PlanKernel *pk, Buf *body) {
+  static const char *const names[][2] = {{"tma_128x128x64", "tmaq_128x128x64"}, {"tma_128x224x64", "tmaq_128x224x64"}};
+  int ncfg;
+  const ffn_gemm_config *table = ffn_gemm_configs(&ncfg);
+  for (int i = 0; i < ncfg && pk->nvariants < PLAN_MAX_VARIANTS; i++)
+    for (int j = 0; j < 2; j++) {
+      if (strcmp(table[i].name, names[j][0]) != 0 || !ffn_gemm_config_fits(&table[i], (long long)k->gr->streams * k->ncols, false))
+        continue;
+      ffn_gemm_config c = table[i];
+      c.name = names[j][1];
+      c.max_m = MX_MAX_ROWS;
+      int smem = (int)ffn_gemm_smem_bytes(&c, 2) + wqmx_ring_bytes(c.bn, k->wq_bits);
+      if (smem > FFN_SM90_MAX_SMEM)
+        continue;
+      emit_gemm_entry(k, &c, false, k->wq_bits, body);
+      pk->variants[pk->nvariants++] = (KernelVariant){.threads = c.threads, .smem = smem, .max_m = c.max_m, .cfg = c, .mx = true};
+    }
+}
+
 /* The dq variants: the 16-bit tensor-core configurations a bf16 product takes from dq_min_rows
  * rows (on sm_90 the TMA mid tile and the two persistent ones, no clusters; on sm_80 the 128 x 256
  * tile), after the quantized kernels, whose regimes now end just below. */
@@ -437,6 +466,8 @@ static void add_dq_variants(Kgen *k, PlanKernel *pk, Buf *body) {
   const ffn_gemm_config *table = ffn_gemm_configs(&ncfg);
   bool hopper = k->G->c->arch == 90;
   int first = pk->nvariants;
+  if (hopper)
+    add_mx_variant(k, pk, body);
   for (int i = 0; i < ncfg && pk->nvariants < PLAN_MAX_VARIANTS; i++) {
     const ffn_gemm_config *c = &table[i];
     bool mid_or_more = c->max_m == 0 || c->max_m >= dq_min_rows(k->wq_bits);
@@ -446,9 +477,10 @@ static void add_dq_variants(Kgen *k, PlanKernel *pk, Buf *body) {
       continue;
     add_gemm_variant(k, c, c->max_m == 0 && k->gr->stats > 0, true, true, pk, body);
   }
+  int below = hopper ? MX_MIN_ROWS : dq_min_rows(k->wq_bits); /* where the next variants start */
   for (int v = 0; v < first && pk->nvariants > first; v++)
-    if (pk->variants[v].max_m == 0 || pk->variants[v].max_m >= dq_min_rows(k->wq_bits))
-      pk->variants[v].max_m = pk->variants[v].cfg.max_m = dq_min_rows(k->wq_bits) - 1;
+    if (pk->variants[v].max_m == 0 || pk->variants[v].max_m >= below)
+      pk->variants[v].max_m = pk->variants[v].cfg.max_m = below - 1;
 }
 
 /* The GEMM kernel's description, and its text in body: the epilogue functor, then an entry
@@ -480,7 +512,7 @@ static PlanKernel gemm_kernel(Kgen *k, Buf *body) {
         ffn_gemm_config c = table[i];
         c.name = kn[j][1];
         bool ext = gr->stats > 0; /* as below: ffn_row_stats for the configurations of any M */
-        emit_gemm_entry(k, &c, ext, body);
+        emit_gemm_entry(k, &c, ext, 0, body);
         pk.variants[pk.nvariants++] = (KernelVariant){.threads = c.threads, .smem = (int)ffn_gemm_smem_bytes(&c, 2),
                                                       .max_m = 0, .cfg = c, .ext_stats = ext, .b_kn = true};
       }

@@ -88,6 +88,8 @@ static json_t *variant_json(const KernelVariant *kv) {
     json_object_set_new(o, "b_kn", json_true());
   if (kv->dq) /* B dequantized to bf16 just before (absent: B as the kernel's plan operand) */
     json_object_set_new(o, "dq", json_true());
+  if (kv->mx) /* B's codes turned into bf16 in shared memory (absent: B as its kernel reads it) */
+    json_object_set_new(o, "mx", json_true());
   return o;
 }
 
@@ -401,6 +403,10 @@ static void read_variant(Reader *r, json_t *vo, KernelKind kind, KernelVariant *
   if (kv->dq && (kind != KK_GEMM || (kv->cfg.kind != FFN_GEMM_SM80 && kv->cfg.kind != FFN_GEMM_SM90T &&
                                      kv->cfg.kind != FFN_GEMM_SM90P) || kv->b_kn))
     bad(r, "'dq': only a 16-bit tensor-core GEMM reads dequantized weights");
+  kv->mx = json_is_true(json_object_get(vo, "mx"));
+  if (kv->mx && (kind != KK_GEMM || (kv->cfg.kind != FFN_GEMM_SM90T && kv->cfg.kind != FFN_GEMM_SM90P) || kv->b_kn ||
+                 kv->dq))
+    bad(r, "'mx': only a TMA wgmma tile turns codes into bf16 in shared memory");
   if (kind == KK_GEMM && (kv->cfg.bm < 1 || kv->cfg.bn < 1 || kv->cfg.bk < 1 || kv->cfg.wm < 1))
     bad(r, "empty tile");
   read_variant_out(r, vo, kind, kv);
@@ -441,8 +447,8 @@ static void read_kernel(Reader *r, json_t *o, PlanKernel *k) {
       read_variant(r, vo, k->kind, &k->variants[v]);
     if (!r->bad && k->variants[v].out != DT_NONE && k->op != OP_MATMUL_AT)
       bad(r, "'out' on a kernel of op '%s', not matmul_at", opname);
-    if (!r->bad && k->variants[v].dq && !k->wq_bits)
-      bad(r, "'dq' on a kernel without quantized weights ('wq_bits')");
+    if (!r->bad && (k->variants[v].dq || k->variants[v].mx) && !k->wq_bits)
+      bad(r, "'%s' on a kernel without quantized weights ('wq_bits')", k->variants[v].dq ? "dq" : "mx");
   }
 }
 

@@ -80,11 +80,15 @@ typedef struct {
    * the call's workspace by ffn_wq_dequant (kernels/runtime.cuh) just before it; the runtime
    * passes them in place of the codes (slot 1). The contract at the top of ir/interp.c. */
   bool dq;
+  /* GEMM of weight-only quantized B, bf16 A, sm_90: a TMA wgmma tile whose producer warpgroup turns
+   * B's codes (slot 1) and scales (slot 2) into the bf16 tiles its consumers read, in shared
+   * memory (kernels/gemm_sm90.cuh: WQ); the same weights as `dq` without the workspace's copy. */
+  bool mx;
 } KernelVariant;
 
 /* Variants per kernel: an sm_90 GEMM compiles up to 8 (three mma.sync tiles for small M, the TMA
  * tiles, the clustered and persistent ones); room for more. */
-enum { PLAN_MAX_VARIANTS = 20 }; /* i4 weight-only products compile 12, and 3 `dq` */
+enum { PLAN_MAX_VARIANTS = 20 }; /* i4 weight-only products compile 12, 3 `dq` and 1 `mx` */
 
 typedef struct {
   KernelKind kind;

@@ -35,6 +35,10 @@
  * Plans for older archs launch plainly. */
 #define FFN_PDL_MIN_ARCH 90
 
+/* The most dynamic shared memory a block may take on sm_90 (227 KB): the wgmma kernels' rings are
+ * sized within it (static_asserts), and the code generator drops a configuration past it. */
+#define FFN_SM90_MAX_SMEM 232448
+
 /* Dims of a load-time elementwise step's broadcast index (FfnPrepIndex). */
 #define FFN_PREP_MAX_RANK 6
 

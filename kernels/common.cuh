@@ -245,6 +245,8 @@ template <> __device__ __forceinline__ void mma_16816<fp8e5m2>(float (&d)[4], co
 template <class T> struct gemm_unit { typedef T type; };
 template <> struct gemm_unit<fp8e4m3> { typedef u16 type; };
 template <> struct gemm_unit<fp8e5m2> { typedef u16 type; };
+template <class T> struct is_bf16 { static constexpr bool value = false; };
+template <> struct is_bf16<bf16> { static constexpr bool value = true; };
 template <class T> struct is_fp8 { static constexpr bool value = false; };
 template <> struct is_fp8<fp8e4m3> { static constexpr bool value = true; };
 template <> struct is_fp8<fp8e5m2> { static constexpr bool value = true; };
@@ -268,6 +270,8 @@ struct GemmArgs {
   const float *sa;    // fp8: [M] scales of A's rows
   const float *sb;    // fp8: [S*N] scales of B's rows (merged order)
   const void *tma;    // gemm_sm90 with TMA: the kernel's TmaMaps argument (kernels/abi.cuh)
+  const float *qs;    // gemm_sm90 with WQ: B's scales [S*N, groups] (B holds its codes: kernels/quant.cuh)
+  int qg;             // ... and the i4 group length (0: one group over K)
 };
 
 // fp8: scales v (the accumulators of row `row`, stream s in v[s], B rows brow + 8 s + {0, 1}).

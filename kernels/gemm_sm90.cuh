@@ -64,13 +64,14 @@
 #pragma once
 #include "abi.cuh"
 #include "common.cuh"
+#include "quant.cuh"
 
 namespace ffn {
 
 // Dynamic shared memory: the stage ring, then mbarriers, the split-K flag and the row statistics;
 // 2048 bytes cover the barriers, the flag and the 1024-byte realignment of the base.
-template <int BM, int BN, int BK, int STAGES> __host__ __device__ constexpr int gemm_sm90_smem_bytes() {
-  return STAGES * (BM + BN) * BK * 2 + 8 * BM + 2048;
+template <int BM, int BN, int BK, int STAGES, int WQ = 0> __host__ __device__ constexpr int gemm_sm90_smem_bytes() {
+  return STAGES * (BM + BN) * BK * 2 + 8 * BM + 2048 + (WQ ? wqmx_ring_bytes(BN, WQ) : 0);
 }
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -141,6 +142,16 @@ __device__ __forceinline__ void tma_load_2d_multicast(u32 dst, const void *map, 
                " [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
                "l"(map), "r"(c0), "r"(c1), "r"(bar), "h"(mask)
                : "memory");
+}
+// A plain bulk copy (no tensor map) of `bytes` (a multiple of 16, both addresses 16-byte aligned)
+// from global memory to shared memory at dst, completing those bytes on the mbarrier at bar.
+__device__ __forceinline__ void bulk_load(u32 dst, const void *src, u32 bytes, u32 bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+}
+__device__ __forceinline__ void sts128(u32 addr, u32 a, u32 b, u32 c, u32 d) {
+  asm volatile("st.shared.v4.u32 [%0], {%1,%2,%3,%4};" ::"r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
 }
 __device__ __forceinline__ void tma_prefetch_map(const void *map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
@@ -648,6 +659,172 @@ __device__ __forceinline__ void sm90_epilogue(const GemmArgs &g, const Epi &epi,
   }
 }
 
+// ---- the mixed-input producer (WQ: weight-only quantized B, bf16 A) ------------------------------
+//
+// B's codes and scales (kernels/quant.cuh: the packed tiles, f32 scales [S*N, groups]) instead of
+// a bf16 B: warp 0 copies each k-tile's codes (BN / 16 row blocks x 64 k, 512-byte tiles) by bulk
+// copies into a ring of WQMX_CODE_STAGES stages (cfull[cs], one arrival with their bytes), CS
+// k-tiles ahead; thread 0 loads A's k-tile by TMA into the stage as the plain kernel does; and the
+// four warps turn the codes into the stage's bf16 B tile in the 128B-swizzle layout the consumers'
+// wgmmas read, so the consumers are those of the bf16 kernel and the weights cross HBM once, as
+// codes. A warp converts a row block at a time, each lane its rows g, g + 8 and the 8 consecutive
+// k of each 32-k block from 8 (lane % 4) (wq_block_bf16: the same bf16 weights ffn_wq_dequant
+// writes); lanes of odd g take the two blocks in the other order, so that each quarter warp's
+// 16-byte stores cover 8 distinct chunk positions (no bank conflict). Each thread fences its
+// generic-proxy stores for the async proxy before its warp arrives on full[s] (count 1 + 4: A's
+// bytes and the four warps); a named barrier then frees the codes' slot for the next copies.
+// Rows past the codes' (a multiple of 128) or k past their tiles are not copied: the slot keeps
+// older codes there, and a zero scale (rows past S*N, k past K) makes those weights zero. The
+// scales are loaded per row block from global memory, L2 round trips that set this producer's pace
+// (a third of the bf16 GEMM's rate at 1024 rows; plans use this tile at 65-128 rows only, and
+// pending/mxscale.patch stages the scales like the codes: kernels/NOTES.md, thirty-first session).
+constexpr int kWqBar = 8; // the producer warps' named barrier (the consumers use 1..)
+
+// A CTA's k-tiles in the order its consumers take them: those of work items w = first, first +
+// stride, ... below `items` (gemm_sm90_persistent: every gridDim.x-th; gemm_sm90: its one item,
+// `single`), item w being split w / tiles of tile w % tiles (gemm_tile_coords' order). kt: the
+// current k-tile of the item whose tile starts at row m0, merged column n0; its k-tiles end
+// before `end`. Items without k-tiles are skipped.
+template <int BM, int BN, int BK, int S> struct Sm90KSeq {
+  int w, stride, items, tiles_m, tiles_n, splits, ktiles;
+  int m0, n0, kt, end;
+  __device__ __forceinline__ void item() {
+    const int tiles = tiles_m * tiles_n, z = w / tiles;
+    int tm, tn;
+    gemm_tile_coords(w - z * tiles, tiles_m, tiles_n, tm, tn);
+    m0 = tm * BM, n0 = tn * BN;
+    kt = (int)((long long)ktiles * z / splits), end = (int)((long long)ktiles * (z + 1) / splits);
+  }
+  __device__ __forceinline__ void skip_empty() {
+    for (; w < items; w += stride) {
+      item();
+      if (kt < end) return;
+    }
+  }
+  __device__ __forceinline__ void next() {
+    if (++kt < end) return;
+    w += stride;
+    skip_empty();
+  }
+  __device__ __forceinline__ bool valid() const { return w < items; }
+  static __device__ __forceinline__ Sm90KSeq persistent(const GemmArgs &g) {
+    Sm90KSeq q;
+    q.w = blockIdx.x, q.stride = gridDim.x, q.tiles_m = (g.M + BM - 1) / BM, q.tiles_n = (S * g.N + BN - 1) / BN;
+    q.splits = g.splits, q.items = q.tiles_m * q.tiles_n * q.splits, q.ktiles = (g.K + BK - 1) / BK;
+    q.skip_empty();
+    return q;
+  }
+  static __device__ __forceinline__ Sm90KSeq single(int m0, int n0, int kt0, int nk) {
+    Sm90KSeq q;
+    q.w = nk > 0 ? 0 : 1, q.stride = 1, q.items = 1, q.m0 = m0, q.n0 = n0, q.kt = kt0, q.end = kt0 + nk;
+    return q;
+  }
+};
+
+// Warp 0: the codes of k-tile kt of the tile at merged column n0 into the ring's slot cs.
+template <int BN, int BK, int S, int WQ>
+__device__ __forceinline__ void sm90_wq_issue(const GemmArgs &g, u32 cring, u32 cbars, int n0, int kt, int cs,
+                                              int lane) {
+  constexpr int TPK = BK / WQ_TILE_K(WQ), RB = BN / 16;
+  const long long tk = wq_tiles_k(g.K, WQ);
+  const int crows = (int)wq_code_rows((long long)S * g.N);
+  const u32 bar = cbars + 8 * cs, dst = cring + cs * wqmx_stage_bytes(BN, WQ);
+  const unsigned char *codes = (const unsigned char *)g.B;
+  fence_proxy_async(); // the warps' reads of the slot (generic proxy, before the named barrier) come first
+  for (int c = lane; c < RB * TPK; c += 32) { // c = row block u * TPK + tile of the step
+    const int u = c / TPK, kq = kt * TPK + c % TPK, rb = n0 / 16 + u;
+    if (rb * 16 < crows && kq < tk) bulk_load(dst + c * 512, codes + wq_tile_index(rb, kq, tk) * 512, 512, bar);
+  }
+  if (lane == 0) {
+    const int rows = min(RB, (crows - n0) / 16), ks = (int)min((long long)TPK, tk - (long long)kt * TPK);
+    mbar_expect_tx(bar, (u32)(rows * ks * 512));
+  }
+}
+
+// The lane's part of row block u of the stage: its codes from the slot at `slot` (i4: one tile,
+// i8: the step's two, 512 bytes apart), blocks swapped for odd g (sw: quant.cuh, wqmx_block), the
+// scales of its two rows for the blocks' groups gi[pb], and the bf16 stores into the B tile at bdst.
+template <int WQ>
+__device__ __forceinline__ void sm90_wq_unit(const GemmArgs &g, u32 slot, u32 bdst, int u, int lane, long long R,
+                                             int row0, const int (&gi)[2], const bool (&kin)[2], int ng) {
+  const int gr = lane >> 2, t = lane & 3, sw = wqmx_block(lane, 0);
+  u32 w[8]; // logical block b's words at w[4 b ..]: i4 its two words (then two unused), i8 a tile's four
+  if (WQ == 4) {
+    u32 x[4];
+    lds128(slot + u * 512 + lane * 16, x[0], x[1], x[2], x[3]);
+#pragma unroll
+    for (int q = 0; q < 2; ++q) w[q] = sw ? x[2 + q] : x[q], w[4 + q] = sw ? x[q] : x[2 + q];
+  } else {
+    u32 x[8];
+    lds128(slot + u * 1024 + lane * 16, x[0], x[1], x[2], x[3]);
+    lds128(slot + u * 1024 + 512 + lane * 16, x[4], x[5], x[6], x[7]);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) w[q] = sw ? x[4 + q] : x[q], w[4 + q] = sw ? x[q] : x[4 + q];
+  }
+#pragma unroll
+  for (int b = 0; b < 2; ++b) {
+    const int pb = wqmx_block(lane, b); // the block's place in the tile
+    float sc[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const long long r = row0 + u * 16 + gr + 8 * h;
+      sc[h] = r < R && (pb ? kin[1] : kin[0]) ? __ldg(g.qs + r * ng + (pb ? gi[1] : gi[0])) : 0.f;
+    }
+    u32 v[2][4];
+    wq_block_bf16(WQ, w + 4 * b, sc, v);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) // row u * 16 + g + 8h of the tile, the chunk of k 32 pb + 8t
+      sts128(bdst + wqmx_sw128(u * 16 + gr + 8 * h, 4 * pb + t), v[h][0], v[h][1], v[h][2], v[h][3]);
+  }
+}
+
+// The producer warpgroup of gemm_sm90<..., WQ> and gemm_sm90_persistent<..., WQ>: all 128
+// threads, over the CTA's k-tiles `seq` (the ring's slots and phases run on across items).
+template <int BM, int BN, int BK, int STAGES, int S, int WQ, bool WD>
+__device__ __forceinline__ void sm90_wq_producer(const GemmArgs &g, u32 sbase, u32 bars, u32 cbars,
+                                                 Sm90KSeq<BM, BN, BK, S> seq) {
+  constexpr int ROW = BK * 2, A_BYTES = BM * ROW, STAGE = (BM + BN) * ROW, CS = WQMX_CODE_STAGES(WQ);
+  constexpr int RB = BN / 16;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const u32 cring = sbase + STAGES * STAGE;
+  const long long R = (long long)S * g.N;
+  const long long G = wq_group_len(g.K, WQ == 8 ? 0 : g.qg);
+  const int ng = (int)wq_ngroups(g.K, G);
+  const TmaMaps *t = (const TmaMaps *)g.tma;
+  if (tid == 0) tma_prefetch_map(&t->a);
+  Sm90KSeq<BM, BN, BK, S> ahead = seq; // the k-tile whose codes are copied next
+  for (int c = 0; c < CS && ahead.valid(); ++c, ahead.next())
+    if (warp == 0) sm90_wq_issue<BN, BK, S, WQ>(g, cring, cbars, ahead.n0, ahead.kt, c, lane);
+  int s = 0, cs = 0;
+  u32 phase = 0, cphase = 0;
+  for (int n = 0; seq.valid(); ++n, seq.next()) {
+    if (n >= STAGES) mbar_wait<WD>(bars + 8 * (STAGES + s), phase ^ 1u); // consumers released k-tile n - STAGES
+    const u32 full = bars + 8 * s, dst = sbase + s * STAGE;
+    const int kc = seq.kt * BK;
+    if (tid == 0) {
+      mbar_expect_tx(full, A_BYTES);
+      tma_load_2d(dst, &t->a, kc, seq.m0, full);
+    }
+    int gi[2];
+    bool kin[2];
+#pragma unroll
+    for (int pb = 0; pb < 2; ++pb) kin[pb] = kc + 32 * pb < g.K, gi[pb] = kin[pb] ? (int)((kc + 32 * pb) / G) : 0;
+    mbar_wait<WD>(cbars + 8 * cs, cphase); // this k-tile's codes have landed
+    const u32 slot = cring + cs * wqmx_stage_bytes(BN, WQ);
+    for (int u = warp; u < RB; u += 4) sm90_wq_unit<WQ>(g, slot, dst + A_BYTES, u, lane, R, seq.n0, gi, kin, ng);
+    fence_proxy_async(); // the stores, for the consumers' wgmmas (async proxy)
+    __syncwarp();
+    if (lane == 0) mbar_arrive(full);
+    named_bar_sync(kWqBar, 128); // every warp is done with the codes' slot cs
+    if (ahead.valid()) {
+      if (warp == 0) sm90_wq_issue<BN, BK, S, WQ>(g, cring, cbars, ahead.n0, ahead.kt, cs, lane);
+      ahead.next();
+    }
+    if (++s == STAGES) s = 0, phase ^= 1u;
+    if (++cs == CS) cs = 0, cphase ^= 1u;
+  }
+}
+
 // ---- the GEMM -----------------------------------------------------------------------------------
 
 
@@ -661,7 +838,7 @@ __device__ __forceinline__ void sm90_epilogue(const GemmArgs &g, const Epi &epi,
 // waits for its promotion block (sm90_fp8_loop) while the other two keep the tensor cores busy.
 // CLUSTER: 2 for the clustered kernel (header: "Clusters"; the entry point needs __cluster_dims__(2, 1, 1)).
 template <int BM, int BN, int BK, int STAGES, int S, int STATS, class T, int CWG = (BM >= 128 ? 2 : 1), int CTAS = 1,
-          bool TMA = false, int CLUSTER = 1, class Epi>
+          bool TMA = false, int CLUSTER = 1, int WQ = 0, class Epi>
 __device__ __forceinline__ void gemm_sm90(const GemmArgs &g, const Epi &epi, char *smem) {
   constexpr int WG_M = BM / CWG, MI = WG_M / 64; // rows per consumer warpgroup, m64 wgmmas per k-step
   constexpr int NC = 128 * CWG;                  // consumer threads
@@ -682,8 +859,10 @@ __device__ __forceinline__ void gemm_sm90(const GemmArgs &g, const Epi &epi, cha
   static_assert(!is_fp8<T>::value || MI == 1, "fp8: 64 rows per consumer warpgroup (registers: acc and tmp)");
   typedef typename gemm_unit<T>::type U; // what a k step of 2 bytes holds (GemmArgs)
   static_assert(BM % RPP == 0 && BN % RPP == 0 && B_ITERS <= 32, "producer copy assignment");
-  static_assert(16 * STAGES + 16 + 1024 <= 2048, "barrier area");
-  static_assert(gemm_sm90_smem_bytes<BM, BN, BK, STAGES>() * CTAS <= 232448, "shared memory");
+  static_assert(16 * STAGES + 16 + 8 * (WQ ? WQMX_CODE_STAGES(WQ) : 0) + 1024 <= 2048, "barrier area");
+  static_assert(gemm_sm90_smem_bytes<BM, BN, BK, STAGES, WQ>() * CTAS <= FFN_SM90_MAX_SMEM, "shared memory");
+  static_assert(WQ == 0 || (TMA && CLUSTER == 1 && CWG == 2 && is_bf16<T>::value),
+                "mixed input (WQ 4 or 8 bits): TMA, no cluster, two consumer warpgroups, bf16 A");
   static_assert(CTAS == 1 || (CTAS == 2 && CWG == 1), "CTAS: 1, or 2 with one consumer warpgroup");
   static_assert(CLUSTER == 1 || (CLUSTER == 2 && TMA && (BM / CLUSTER) % 8 == 0),
                 "clusters: 2 CTAs, TMA, each CTA's part of A whole 1024-byte swizzle atoms");
@@ -717,16 +896,20 @@ __device__ __forceinline__ void gemm_sm90(const GemmArgs &g, const Epi &epi, cha
   const u32 raw = smem_addr(smem);
   const u32 sbase = (raw + 1023u) & ~1023u;
   char *base = smem + (sbase - raw);
-  const u32 bars = sbase + STAGES * STAGE;                   // full[s] at +8s, empty[s] at +8(STAGES+s)
-  u32 *flag = (u32 *)(base + STAGES * STAGE + 16 * STAGES);  // split-K: this CTA arrived last
-  float *rowstat = (float *)(base + STAGES * STAGE + 16 * STAGES + 16); // [2][BM]: sum of squares, sum
+  constexpr int CRING = WQ ? wqmx_ring_bytes(BN, WQ) : 0; // the codes' ring (WQ), after the stages
+  const u32 bars = sbase + STAGES * STAGE + CRING;           // full[s] at +8s, empty[s] at +8(STAGES+s)
+  u32 *flag = (u32 *)(base + STAGES * STAGE + CRING + 16 * STAGES);  // split-K: this CTA arrived last
+  float *rowstat = (float *)(base + STAGES * STAGE + CRING + 16 * STAGES + 16); // [2][BM]: sum of squares, sum
+  const u32 cbars = bars + 16 * STAGES + 16 + 8 * BM; // WQ: cfull[cs] at +8cs
 
   if (tid == 0) {
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
-      mbar_init(bars + 8 * s, TMA ? 1 : 128);             // one arrival per producer thread
+      mbar_init(bars + 8 * s, WQ ? 1 + 4 : TMA ? 1 : 128); // the TMA thread (and WQ's four warps) or every producer thread
       mbar_init(bars + 8 * (STAGES + s), 4 * CWG * CLUSTER); // one per consumer warp of the cluster
     }
+#pragma unroll
+    for (int c = 0; c < (WQ ? WQMX_CODE_STAGES(WQ) : 0); ++c) mbar_init(cbars + 8 * c, 1);
     fence_barrier_init();
   }
   __syncthreads();
@@ -734,9 +917,13 @@ __device__ __forceinline__ void gemm_sm90(const GemmArgs &g, const Epi &epi, cha
 
   if (wg == 0) {
     // ---------------- producer warpgroup ----------------
-    if (CWG == 2) setmaxnreg_dec<48>(); // 48 x 128 + 224 x 256 <= 168 x 384: the CTA's registers
+    if (CWG == 2) setmaxnreg_dec<WQ ? 56 : 48>(); // 56 x 128 + 224 x 256 <= 168 x 384: the CTA's registers
     if (CWG == 3) setmaxnreg_dec<24>(); // 24 x 128 + 160 x 384 <= 128 x 512
-    if constexpr (TMA) {
+    if constexpr (WQ != 0) {
+      sm90_wq_producer<BM, BN, BK, STAGES, S, WQ, WD>(g, sbase, bars, cbars,
+                                                      Sm90KSeq<BM, BN, BK, S>::single(m0, n0, kt0, nk));
+      return;
+    } else if constexpr (TMA) {
       if (tid != 0) return;
       const TmaMaps *t = (const TmaMaps *)g.tma;
       tma_prefetch_map(&t->a);
@@ -886,7 +1073,7 @@ __device__ __forceinline__ void gemm_sm90(const GemmArgs &g, const Epi &epi, cha
 #else // not sm_90a
 
 template <int BM, int BN, int BK, int STAGES, int S, int STATS, class T, int CWG = (BM >= 128 ? 2 : 1), int CTAS = 1,
-          bool TMA = false, int CLUSTER = 1, class Epi>
+          bool TMA = false, int CLUSTER = 1, int WQ = 0, class Epi>
 __device__ __forceinline__ void gemm_sm90(const GemmArgs &, const Epi &, char *) {
   static_assert(sizeof(T) == 0, "gemm_sm90 needs the sm_90a target (--gpu-architecture=sm_90a)");
 }

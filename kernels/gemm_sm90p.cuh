@@ -11,8 +11,9 @@ namespace ffn {
 
 // gemm_sm90_persistent: the same as gemm_sm90_smem_bytes, with one row-statistics buffer per
 // consumer warpgroup when they ping-pong (each owns whole tiles).
-template <int BM, int BN, int BK, int STAGES, bool PINGPONG> __host__ __device__ constexpr int gemm_sm90p_smem_bytes() {
-  return STAGES * (BM + BN) * BK * 2 + 8 * BM * (PINGPONG ? 2 : 1) + 2048;
+template <int BM, int BN, int BK, int STAGES, bool PINGPONG, int WQ = 0>
+__host__ __device__ constexpr int gemm_sm90p_smem_bytes() {
+  return STAGES * (BM + BN) * BK * 2 + 8 * BM * (PINGPONG ? 2 : 1) + 2048 + (WQ ? wqmx_ring_bytes(BN, WQ) : 0);
 }
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -54,7 +55,12 @@ template <int BM, int BN, int BK, int STAGES, bool PINGPONG> __host__ __device__
 // time in a fresh register tile, added in f32), which waits on its wgmmas, so only cooperatively,
 // where the other warpgroup's wgmmas cover each wait (ping-ponging, a warpgroup alone on the
 // tensor cores exposed every wait: 16% slower, kernels/NOTES.md).
-template <int BM, int BN, int BK, int STAGES, int S, int STATS, class T, bool PINGPONG, bool B_KN = false, class Epi>
+//
+// WQ (4 or 8, bf16 A, not B_KN): B holds a weight-only quantized product's codes, g.qs its scales;
+// the producer warpgroup turns them into the stages' bf16 B tiles (gemm_sm90.cuh:
+// sm90_wq_producer, over the CTA's items: Sm90KSeq::persistent), the consumers are unchanged.
+template <int BM, int BN, int BK, int STAGES, int S, int STATS, class T, bool PINGPONG, bool B_KN = false, int WQ = 0,
+          class Epi>
 __device__ __forceinline__ void gemm_sm90_persistent(const GemmArgs &g, const Epi &epi, char *smem) {
   constexpr int CWG = 2;                                  // consumer warpgroups
   constexpr int WG_M = PINGPONG ? BM : BM / CWG, MI = WG_M / 64; // rows per consumer warpgroup
@@ -73,8 +79,9 @@ __device__ __forceinline__ void gemm_sm90_persistent(const GemmArgs &g, const Ep
   static_assert(!is_fp8<T>::value || (STATS == 0 && MI == 1 && !PINGPONG), "fp8: cooperative, no row statistics");
   static_assert(!B_KN || (sizeof(T) == 2 && !is_fp8<T>::value && S == 1 && BN % 64 == 0),
                 "B_KN: 16-bit operands, one stream, whole 64-column blocks of B");
-  static_assert(16 * STAGES + 16 + 1024 <= 2048, "barrier area");
-  static_assert(gemm_sm90p_smem_bytes<BM, BN, BK, STAGES, PINGPONG>() <= 232448, "shared memory");
+  static_assert(16 * STAGES + 16 + 8 * (WQ ? WQMX_CODE_STAGES(WQ) : 0) + 1024 <= 2048, "barrier area");
+  static_assert(gemm_sm90p_smem_bytes<BM, BN, BK, STAGES, PINGPONG, WQ>() <= FFN_SM90_MAX_SMEM, "shared memory");
+  static_assert(WQ == 0 || (!B_KN && is_bf16<T>::value), "mixed input (WQ): bf16 A, B as [N, K] codes");
 
   const int tid = threadIdx.x;
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0); // warp-uniform role
@@ -86,16 +93,20 @@ __device__ __forceinline__ void gemm_sm90_persistent(const GemmArgs &g, const Ep
   const u32 raw = smem_addr(smem);
   const u32 sbase = (raw + 1023u) & ~1023u;
   char *base = smem + (sbase - raw);
-  const u32 bars = sbase + STAGES * STAGE;                   // full[s] at +8s, empty[s] at +8(STAGES+s)
-  u32 *flags = (u32 *)(base + STAGES * STAGE + 16 * STAGES); // split-K "arrived last", per tile owner
-  float *rowstats = (float *)(base + STAGES * STAGE + 16 * STAGES + 16); // [PINGPONG ? 2 : 1][2][BM]
+  constexpr int CRING = WQ ? wqmx_ring_bytes(BN, WQ) : 0;   // WQ: the codes' ring, after the stages
+  const u32 bars = sbase + STAGES * STAGE + CRING;           // full[s] at +8s, empty[s] at +8(STAGES+s)
+  u32 *flags = (u32 *)(base + STAGES * STAGE + CRING + 16 * STAGES); // split-K "arrived last", per tile owner
+  float *rowstats = (float *)(base + STAGES * STAGE + CRING + 16 * STAGES + 16); // [PINGPONG ? 2 : 1][2][BM]
+  const u32 cbars = bars + 16 * STAGES + 16 + 8 * BM * (PINGPONG ? 2 : 1); // WQ: cfull[cs] at +8cs
 
   if (tid == 0) {
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
-      mbar_init(bars + 8 * s, 1);                              // the producer thread's expect_tx
+      mbar_init(bars + 8 * s, WQ ? 1 + 4 : 1);                 // the producer thread's expect_tx (WQ: and 4 warps)
       mbar_init(bars + 8 * (STAGES + s), PINGPONG ? 4 : 4 * CWG); // one per warp of the stage's consumers
     }
+#pragma unroll
+    for (int c = 0; c < (WQ ? WQMX_CODE_STAGES(WQ) : 0); ++c) mbar_init(cbars + 8 * c, 1);
     fence_barrier_init();
   }
   __syncthreads();
@@ -103,6 +114,11 @@ __device__ __forceinline__ void gemm_sm90_persistent(const GemmArgs &g, const Ep
   if (wg == 0) {
     // ---------------- producer warpgroup ----------------
     setmaxnreg_dec<56>(); // 56 x 128 + 224 x 256 == 168 x 384: the CTA's registers
+    if constexpr (WQ != 0) {
+      sm90_wq_producer<BM, BN, BK, STAGES, S, WQ, kMbarWatchdog>(g, sbase, bars, cbars,
+                                                                 Sm90KSeq<BM, BN, BK, S>::persistent(g));
+      return;
+    }
     if (tid != 0) return;
     const TmaMaps *t = (const TmaMaps *)g.tma;
     tma_prefetch_map(&t->a);
@@ -233,7 +249,8 @@ __device__ __forceinline__ void gemm_sm90_persistent(const GemmArgs &g, const Ep
 
 #else // not sm_90a
 
-template <int BM, int BN, int BK, int STAGES, int S, int STATS, class T, bool PINGPONG, bool B_KN = false, class Epi>
+template <int BM, int BN, int BK, int STAGES, int S, int STATS, class T, bool PINGPONG, bool B_KN = false, int WQ = 0,
+          class Epi>
 __device__ __forceinline__ void gemm_sm90_persistent(const GemmArgs &, const Epi &, char *) {
   static_assert(sizeof(T) == 0, "gemm_sm90_persistent needs the sm_90a target (--gpu-architecture=sm_90a)");
 }

@@ -274,7 +274,7 @@ __device__ __forceinline__ void matmul_at_sm90(const TmaMaps *t, TO *__restrict_
   static_assert(sizeof(T) == 2, "16-bit operands (wgmma's transpose flags)");
   static_assert(16 * STAGES + 16 + 1024 <= 2048, "barrier area");
   static_assert(STAGES * St::BYTES + 8 * BM + 2048 == gemm_sm90_smem_bytes<BM, BN, BT, STAGES>(), "shared memory plan");
-  static_assert(gemm_sm90_smem_bytes<BM, BN, BT, STAGES>() <= 232448, "shared memory");
+  static_assert(gemm_sm90_smem_bytes<BM, BN, BT, STAGES>() <= FFN_SM90_MAX_SMEM, "shared memory");
   const int tid = threadIdx.x;
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0); // warp-uniform role
   const u32 raw = smem_addr(smem);

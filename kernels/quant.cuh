@@ -83,6 +83,60 @@ WQ_FN void wq_tile_elem(int bits, int lane, int e, int *row, int *k) {
   *k = 32 * block + 8 * t + 4 * step + 2 * (reg >> 1) + half;
 }
 
+/* Bits as an f32; two f32 as a bf16 pair rounded to nearest even (lo in the low half; finite
+ * values); byte `b` of w under 0x4B0000 (the f32 2^23 + byte). One instruction each on the GPU. */
+#ifdef __CUDACC__
+WQ_FN float wq_as_f32(unsigned u) { return __uint_as_float(u); }
+WQ_FN unsigned wq_bf16x2(float lo, float hi) {
+  unsigned r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+WQ_FN unsigned wq_byte_f32(unsigned w, int b) { return __byte_perm(w, 0x4b00u, 0x5440u | (unsigned)b); }
+#else
+WQ_FN float wq_as_f32(unsigned u) {
+  union { unsigned u; float f; } c = {u};
+  return c.f;
+}
+WQ_FN unsigned wq_bf16_rne(float f) {
+  union { float f; unsigned u; } c = {f};
+  return (c.u + 0x7fffu + ((c.u >> 16) & 1u)) >> 16;
+}
+WQ_FN unsigned wq_bf16x2(float lo, float hi) { return wq_bf16_rne(lo) | wq_bf16_rne(hi) << 16; }
+WQ_FN unsigned wq_byte_f32(unsigned w, int b) { return ((w >> (8 * b)) & 0xffu) | 0x4b000000u; }
+#endif
+
+/* The GPU's decoding of one 32-k block of a lane's codes in a tile (the layout above) to bf16,
+ * shared by ffn_wq_dequant (kernels/runtime.cuh), the mixed-input GEMM (gemm_sm90.cuh: WQ) and
+ * their host mirrors (tests/interp/wq_pack_test.c): v[h][p] holds row g + 8h, k = 8t + 2p and
+ * 8t + 2p + 1 of the block as a bf16 pair, each bf16(level * s[h]) rounded once to nearest even
+ * from the f32 product (the contract at the top of ir/interp.c). w: i4 the block's two words
+ * (steps 0 and 1: pair p is nibbles h + 2 (p % 2) and that + 4 of word p / 2), i8 the tile's
+ * four (pair p: bytes 2h and 2h + 1 of word p). The level is made exactly in f32 from bits, 2^23
+ * + code as the float 0x4B000000 | code less 2^23 and the code offset: no integer conversion
+ * (a quarter-rate instruction). bits is a constant where the GPU code calls it. */
+WQ_FN void wq_block_bf16(int bits, const unsigned *w, const float s[2], unsigned v[2][4]) {
+  const float off = 8388608.f + (bits == 8 ? 128.f : 8.f);
+  for (int h = 0; h < 2; h++)
+    for (int p = 0; p < 4; p++) {
+      unsigned lo, hi;
+      if (bits == 4) {
+        const unsigned x = w[p / 2] >> (4 * (h + 2 * (p % 2)));
+        lo = (x & 0xfu) | 0x4b000000u, hi = ((x >> 16) & 0xfu) | 0x4b000000u;
+      } else {
+        lo = wq_byte_f32(w[p], 2 * h), hi = wq_byte_f32(w[p], 2 * h + 1);
+      }
+      v[h][p] = wq_bf16x2((wq_as_f32(lo) - off) * s[h], (wq_as_f32(hi) - off) * s[h]);
+    }
+}
+
+/* The mixed-input producer's placement (gemm_sm90.cuh: sm90_wq_unit): the block of the tile that a
+ * lane takes as its logical block b (lanes of odd g = lane / 4 swap the two, so that each quarter
+ * warp's 16-byte stores meet 8 distinct chunk positions), and the byte offset of row rl's
+ * 16-byte chunk c (k 8c .. 8c + 7 of the step) in a B tile of 64 k in the 128B swizzle. */
+WQ_FN int wqmx_block(int lane, int b) { return b ^ ((lane >> 2) & 1); }
+WQ_FN int wqmx_sw128(int rl, int c) { return rl * 128 + ((c ^ (rl & 7)) << 4); }
+
 /* The scale of a group whose largest magnitude is amax (a double, as the reference keeps it). */
 WQ_FN float wq_scale(double amax, int qmax) { return amax > 0 ? (float)(amax / qmax) : 1.0f; }
 
@@ -124,6 +178,14 @@ WQ_CFN wq_ring_bytes(int bm, int bn, int bk, int tps, int stages, int elem) {
 WQ_CFN wq_smem_bytes(int bm, int bn, int bk, int tps, int stages, int elem) {
   return wq_ring_bytes(bm, bn, bk, tps, stages, elem) + 8 * bm * (bn / 16 + 1);
 }
+
+/* gemm_sm90's mixed-input form (WQ bits: the weights' codes converted to bf16 in shared memory,
+ * gemm_sm90.cuh: sm90_wq_producer): a ring of WQMX_CODE_STAGES(bits) stages of codes beside the
+ * stage ring, each stage a 64-k step of the tile's bn rows, bn / 16 row blocks x 64 /
+ * WQ_TILE_K(bits) tiles of 512 bytes. */
+#define WQMX_CODE_STAGES(bits) ((bits) == 8 ? 2 : 3)
+WQ_CFN wqmx_stage_bytes(int bn, int bits) { return bn / 16 * (64 / WQ_TILE_K(bits)) * 512; }
+WQ_CFN wqmx_ring_bytes(int bn, int bits) { return WQMX_CODE_STAGES(bits) * wqmx_stage_bytes(bn, bits); }
 
 /* gemm_wqd.cuh's shared memory, bytes, for bm tokens x bn rows of B, k tiles of bk, chunks of
  * ct tiles of activations and rings of depth slots: two buffers of a chunk's activations (bm x

@@ -65,66 +65,51 @@ extern "C" __global__ void __launch_bounds__(256) ffn_grad_store(void *dst, cons
 // KernelVariant with `dq`), run into the workspace just before the GEMM. A warp takes one 512-byte
 // tile (16 rows x WQ_TILE_K(bits) k) at a time, each lane its 16 bytes in one load: by the
 // packing's permutation (quant.cuh) they are, for its rows g and g + 8 (g = lane / 4) and each
-// 32-k block of the tile, the 8 consecutive k from 8 (lane % 4): one 16-byte store each, no shared
-// memory. wq_tile_elem at lane 0 says where each code goes (constants once unrolled). A 32-k block
-// lies within one scale group (G is a multiple of 32, or K). K % 8 == 0.
+// 32-k block of the tile, the 8 consecutive k from 8 (lane % 4): one 16-byte store each
+// (quant.cuh: wq_block_bf16), no shared memory. A 32-k block lies within one scale group (G is
+// a multiple of 32, or K). K % 8 == 0.
 template <int BITS>
 __device__ __forceinline__ void wq_dequant_tile(const uint4 w, const float *scales, ffn::u16 *out, long long R,
                                                 long long K, long long G, long long ng, long long rb, long long kt,
                                                 int lane) {
-  constexpr int TK = WQ_TILE_K(BITS), NB = TK / 32, NC = BITS == 8 ? 16 : 32;
-  const long long r0 = rb * 16 + lane / 4, k0 = kt * TK + 8 * (lane % 4);
-  float s[2][NB]; // [row g + 8 h][32-k block]
-#pragma unroll
-  for (int h = 0; h < 2; h++)
-#pragma unroll
-    for (int b = 0; b < NB; b++)
-      s[h][b] = r0 + 8 * h < R && k0 + 32 * b < K ? scales[(r0 + 8 * h) * ng + (k0 + 32 * b) / G] : 0.f;
+  constexpr int NB = WQ_TILE_K(BITS) / 32;
+  const long long r0 = rb * 16 + lane / 4, k0 = kt * WQ_TILE_K(BITS) + 8 * (lane % 4);
   const unsigned words[4] = {w.x, w.y, w.z, w.w};
-  unsigned v[2][NB][4]; // bf16 pairs (k, k + 1), k even
 #pragma unroll
-  for (int e = 0; e < NC; e++) {
-    // code e's neighbour at k + 1 is code e + 4 (i4: the other half of the register) or e + 1 (i8)
-    const int up = BITS == 8 ? 1 : 4;
-    if (e % (2 * up) >= up)
-      continue;
-    int row, kk;
-    wq_tile_elem(BITS, 0, e, &row, &kk); // lane 0's place; lane adds g to the row, 8t to k
-    const float sc = s[row / 8][kk / 32];
-    const unsigned lo = BITS == 8 ? (words[e / 4] >> (8 * (e % 4))) & 0xffu : (words[e / 8] >> (4 * (e % 8))) & 0xfu;
-    const int f = e + up;
-    const unsigned hi = BITS == 8 ? (words[f / 4] >> (8 * (f % 4))) & 0xffu : (words[f / 8] >> (4 * (f % 8))) & 0xfu;
-    v[row / 8][kk / 32][(kk % 32) / 2] =
-        ffn::pack_bf16x2((float)wq_code_level(lo, BITS) * sc, (float)wq_code_level(hi, BITS) * sc);
-  }
+  for (int b = 0; b < NB; b++) {
+    float s[2];
+    unsigned v[2][4];
 #pragma unroll
-  for (int h = 0; h < 2; h++)
+    for (int h = 0; h < 2; h++)
+      s[h] = r0 + 8 * h < R && k0 + 32 * b < K ? scales[(r0 + 8 * h) * ng + (k0 + 32 * b) / G] : 0.f;
+    wq_block_bf16(BITS, words + 2 * b, s, v);
 #pragma unroll
-    for (int b = 0; b < NB; b++)
+    for (int h = 0; h < 2; h++)
       if (r0 + 8 * h < R && k0 + 32 * b < K)
-        *(uint4 *)(out + (r0 + 8 * h) * K + k0 + 32 * b) = make_uint4(v[h][b][0], v[h][b][1], v[h][b][2], v[h][b][3]);
+        *(uint4 *)(out + (r0 + 8 * h) * K + k0 + 32 * b) = make_uint4(v[h][0], v[h][1], v[h][2], v[h][3]);
+  }
 }
 
-extern "C" __global__ void __launch_bounds__(256) ffn_wq_dequant(const unsigned char *codes, const float *scales,
+extern "C" __global__ void __launch_bounds__(256, 5) ffn_wq_dequant(const unsigned char *codes, const float *scales,
                                                                  ffn::u16 *out, long long R, long long K, int bits,
                                                                  long long group) {
   const int lane = threadIdx.x % 32;
   const long long tk = wq_tiles_k(K, bits), G = wq_group_len(K, bits == 8 ? 0 : group), ng = wq_ngroups(K, G);
   const long long tiles = wq_code_rows(R) / 16 * tk, warps = (long long)gridDim.x * (blockDim.x / 32);
-  // two tiles a warp at a time, both loads issued first (twice the bytes in flight)
-  for (long long i = blockIdx.x * (long long)(blockDim.x / 32) + threadIdx.x / 32; i < tiles; i += 2 * warps) {
+  // one tile a warp at a time, the next one's codes loaded before this one's values are made
+  long long i = blockIdx.x * (long long)(blockDim.x / 32) + threadIdx.x / 32;
+  uint4 w = i < tiles ? ((const uint4 *)(codes + i * 512))[lane] : make_uint4(0, 0, 0, 0);
+  for (; i < tiles; i += warps) {
     const long long j = i + warps;
-    const uint4 w0 = ((const uint4 *)(codes + i * 512))[lane];
-    const uint4 w1 = j < tiles ? ((const uint4 *)(codes + j * 512))[lane] : make_uint4(0, 0, 0, 0);
-    for (int u = 0; u < 2; u++) {
-      long long rb, kt; // tiles in memory order: a warp after another reads the next 512 bytes
-      wq_tile_place(u ? j : i, tk, &rb, &kt);
-      if ((u && j >= tiles) || rb * 16 >= R) // past the end, or a row block of the padding to 128 rows
-        continue;
+    const uint4 next = j < tiles ? ((const uint4 *)(codes + j * 512))[lane] : make_uint4(0, 0, 0, 0);
+    long long rb, kt; // tiles in memory order: a warp after another reads the next 512 bytes
+    wq_tile_place(i, tk, &rb, &kt);
+    if (rb * 16 < R) { // else a row block of the padding to 128 rows
       if (bits == 8)
-        wq_dequant_tile<8>(u ? w1 : w0, scales, out, R, K, G, ng, rb, kt, lane);
+        wq_dequant_tile<8>(w, scales, out, R, K, G, ng, rb, kt, lane);
       else
-        wq_dequant_tile<4>(u ? w1 : w0, scales, out, R, K, G, ng, rb, kt, lane);
+        wq_dequant_tile<4>(w, scales, out, R, K, G, ng, rb, kt, lane);
     }
+    w = next;
   }
 }

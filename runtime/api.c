@@ -518,6 +518,8 @@ static void read_knobs(ffn_model *m) {
    * (no bf16 copy of a product's weights in the workspace; plan.h: KernelVariant.dq) */
   const char *dq = getenv("FFNC_WQ_DEQUANT");
   m->no_dq = dq && strcmp(dq, "0") == 0;
+  const char *mx = getenv("FFNC_WQ_MIX"); /* the dq variants where a mixed-input one would run */
+  m->no_mx = (mx && strcmp(mx, "0") == 0) || m->no_dq;
 }
 
 /* A tensor-parallel rank's plan narrowed to its slices (the same tensors and kernels: only

@@ -515,12 +515,14 @@ LaunchChoice exec_heuristic(const PlanKernel *k, int64_t rows, int sms, int dram
   for (int i = 0; c.v->cfg.kind == FFN_GEMM_SM90P && c.v->cfg.wm == c.v->cfg.bm &&
                   ffn_gemm_prefer_wide((int)rows, dram_gbs, c.v->b_kn) && i < k->nvariants; i++)
     if (k->variants[i].cfg.kind == FFN_GEMM_SM90P && k->variants[i].cfg.bn == 256 &&
-        k->variants[i].b_kn == c.v->b_kn && k->variants[i].max_m == 0) {
+        k->variants[i].b_kn == c.v->b_kn && k->variants[i].mx == c.v->mx && k->variants[i].max_m == 0) {
       c.v = &k->variants[i];
       break;
     }
-  for (int i = 0; k->kind == KK_GEMM && i < k->nvariants; i++) /* 257-512 rows, many tiles: ping-pong */
-    if (!k->variants[i].b_kn && ffn_gemm_prefer_persistent((int)rows, (int)k->n, k->streams, &k->variants[i].cfg, sms)) {
+  /* 257-512 rows, many tiles: ping-pong (of the same kind: mixed input or not) */
+  for (int i = 0; k->kind == KK_GEMM && i < k->nvariants; i++)
+    if (!k->variants[i].b_kn && k->variants[i].mx == c.v->mx &&
+        ffn_gemm_prefer_persistent((int)rows, (int)k->n, k->streams, &k->variants[i].cfg, sms)) {
       c.v = &k->variants[i];
       break;
     }
@@ -587,9 +589,16 @@ LaunchChoice exec_choose(const ffn_model *m, const PlanKernel *k, int64_t rows) 
     c.v = forced;
     splits = 0; /* a tuned split was measured with another configuration */
   }
+  if (c.v->mx && m->no_mx) /* FFNC_WQ_MIX=0: the next variant for these rows (dq, or as below) */
+    for (const KernelVariant *v = c.v + 1; v < k->variants + k->nvariants; v++)
+      if (!v->mx && (v->max_m == 0 || rows <= v->max_m)) {
+        c.v = v;
+        splits = 0;
+        break;
+      }
   if (c.v->dq && m->no_dq) { /* FFNC_WQ_DEQUANT=0: the quantized kernel of the most rows */
     for (int i = 0; i < k->nvariants; i++)
-      if (!k->variants[i].dq && (c.v->dq || k->variants[i].max_m > c.v->max_m))
+      if (!k->variants[i].dq && !k->variants[i].mx && (c.v->dq || k->variants[i].max_m > c.v->max_m))
         c.v = &k->variants[i];
     splits = 0;
   }
@@ -754,6 +763,12 @@ ffn_status exec_begin_ex(ffn_model *m, CUstream stream, const DLTensor *inputs, 
   run->pushed = r == CUDA_SUCCESS;
   if (st == FFN_OK && (rest || g.tiles))
     st = acquire(m, stream, g.tiles, rest, &run->w);
+  if (st == FFN_ERR_OUT_OF_MEMORY && g.dq_bytes) { /* say what the quantized products' part is */
+    char why[768];
+    snprintf(why, sizeof why, "%s", ffn_last_error());
+    st = rt_error(st, "%s (%.2f GiB of it a weight-only quantized product's weights as bf16, for a call of this many "
+                  "rows; FFNC_WQ_DEQUANT=0 runs without them, slower)", why, (double)g.dq_bytes / (1 << 30));
+  }
   if (st == FFN_OK)
     resolve_pointers(run, inputs, outputs, in_workspace, offsets, input_of, scratch, &g);
   free(offsets), free(input_of);
@@ -918,6 +933,10 @@ static ffn_status step_maps(ExecRun *run, const PlanStep *ps, const PlanKernel *
     return FFN_OK;
   ffn_status st = tma_map(m, k, &c->v->cfg, 0, false, run->ptr[ps->args[0]], c->m, &maps->a);
   CUdeviceptr b = c->v->dq ? run->dq : run->ptr[ps->args[1]];
+  if (c->v->mx) { /* B's codes come by plain bulk copies (gemm_sm90.cuh: sm90_wq_producer) */
+    memset(&maps->b, 0, sizeof maps->b);
+    return st;
+  }
   if (st == FFN_OK)
     st = tma_map(m, k, &c->v->cfg, 1, c->v->b_kn, b, (long long)k->streams * k->n, &maps->b);
   return st;

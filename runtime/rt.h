@@ -334,6 +334,7 @@ struct ffn_model {
   int gemm_splits;       /* FFNC_GEMM_SPLITS at creation: force split-K on splittable GEMMs (0: none) */
   bool wgrad_mma;        /* FFNC_WGRAD=mma at creation: weight gradients of sm_90 plans on mma.sync */
   bool no_dq;            /* FFNC_WQ_DEQUANT=0 at creation: quantized products never take their `dq` variants */
+  bool no_mx;            /* FFNC_WQ_MIX=0 at creation: nor their `mx` variants (plan.h) */
   /* A tensor-parallel share's own copy of its program whose plan holds weight windows
    * (tp_weights.c; the images are the caller's program's): prog then points to it. window[t]
    * says what of weight t is bound; NULL: every weight whole. */

@@ -299,27 +299,60 @@ for part in "$@"; do
       awk '/ \(/ && /\.ffn/ {printf "\n %s:", $1} / ffnc +no/ {printf " %s %s;", $1, $4}' "$out/epidec_$b$r.txt"; echo
     done; done
     ;;
+  mxq)
+    # a first look at the mixed-input tiles: new and old on the 8B int4 at 128, 512 and 1024 tokens
+    # (untuned, no graphs, us, one round each; ~1 minute)
+    S=/work/main/bench/suite D=/work/main/.devcarry
+    for b in new old; do
+      bin=./ffnc; [ $b = old ] && bin=$D/ffnc_alt
+      FFNC_NO_TUNE=1 timeout 100 $bin bench $S/llama3_8b_layer_i4g128.ffn --tokens 128,512,1024 \
+        --reps 10 --no-graphs --no-ceilings >"$out/mxq_$b.txt" 2>&1
+      echo "== $b: exit $?"; awk '/ ffnc +no/ {printf " %s %s %s;", $1, $4, $NF}' "$out/mxq_$b.txt"; echo
+    done
+    ;;
+  mxncu)
+    # where the mixed-input tiles' time goes: ncu on the 8B int4's tmaq launches at 128 and 1024
+    # tokens (time, tensor pipe, issue slots, shared-store bank conflicts; then the stall reasons)
+    S=/work/main/bench/suite
+    for t in 128 1024; do
+      FFNC_CACHE_DIR=/tmp/dqab_new FFNC_NO_TUNE=1 timeout 60 ncu --kernel-name regex:tmaq --launch-count 2 \
+        --metrics gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_issued.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum \
+        ./ffnc bench $S/llama3_8b_layer_i4g128.ffn --tokens $t --reps 1 --no-graphs --no-ceilings >"$out/mxncu_$t.txt" 2>&1
+      echo "== ncu $t: exit $?"; grep -E "^  [a-z][a-z_0-9]+\(|duration|hmma|issued|throughput|conflicts" "$out/mxncu_$t.txt" | cut -c1-100
+    done
+    FFNC_CACHE_DIR=/tmp/dqab_new FFNC_NO_TUNE=1 timeout 60 ncu --kernel-name regex:tmaq --launch-count 1 \
+      --metrics smsp__warp_issue_stalled_barrier_per_warp_active.pct,smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct,smsp__warp_issue_stalled_short_scoreboard_per_warp_active.pct,smsp__warp_issue_stalled_wait_per_warp_active.pct,smsp__warp_issue_stalled_math_pipe_throttle_per_warp_active.pct,smsp__warp_issue_stalled_mio_throttle_per_warp_active.pct \
+      ./ffnc bench $S/llama3_8b_layer_i4g128.ffn --tokens 128 --reps 1 --no-graphs --no-ceilings >"$out/mxncu_stall.txt" 2>&1
+    echo "== ncu stalls: exit $?"; grep -E "stalled" "$out/mxncu_stall.txt" | cut -c1-100
+    ;;
   dqab)
-    # the quantized prefill's A/B (pending/dqpipe.patch and what follows it): each carried build
-    # (new, old, alt as scripts/ab_builds.sh made them) on the 8B int4/int8 and 70B int4 sublayers at
-    # 128 and 1024 tokens (untuned, no graphs, us, two alternating rounds), then ncu's time and DRAM
-    # share of the 8B int4's two dequantizations per build (~3 minutes)
+    # the quantized prefill's A/B (the mixed-input tile, pending/dqpipe.patch and what follows): each
+    # carried build (new, old, alt as scripts/ab_builds.sh made them) on the 8B int4/int8 and 70B
+    # int4 sublayers at 128, 512 and 1024 tokens (untuned, no graphs, us, two alternating rounds),
+    # then ncu's time and DRAM share of the 8B int4's first four launches at 128 tokens that are
+    # dequantizations or TMA GEMMs, per build (~4 minutes)
     S=/work/main/bench/suite D=/work/main/.devcarry
     builds="new old"; [ -x $D/ffnc_alt2 ] && builds="new old alt"
     for r in 1 2; do for b in $builds; do
       bin=./ffnc; [ $b = old ] && bin=$D/ffnc_alt; [ $b = alt ] && bin=$D/ffnc_alt2
-      FFNC_CACHE_DIR=/tmp/dqab_$b FFNC_NO_TUNE=1 timeout 90 $bin bench $S/llama3_8b_layer_i4g128.ffn \
-        $S/llama3_8b_layer_i8.ffn $S/llama3_70b_layer_i4g128.ffn --tokens 128,1024 --reps 10 --no-graphs \
+      FFNC_CACHE_DIR=/tmp/dqab_$b FFNC_NO_TUNE=1 timeout 150 $bin bench $S/llama3_8b_layer_i4g128.ffn \
+        $S/llama3_8b_layer_i8.ffn $S/llama3_70b_layer_i4g128.ffn --tokens 128,512,1024 --reps 10 --no-graphs \
         --no-ceilings >"$out/dqab_$b$r.txt" 2>&1
       echo "== $b $r: exit $?"
       awk '/ \(/ && /\.ffn/ {printf "\n %s:", $1} / ffnc +no/ {printf " %s %s %s;", $1, $4, $NF}' "$out/dqab_$b$r.txt"; echo
     done; done
+    for b in new old; do # the largest prefill, once
+      bin=./ffnc; [ $b = old ] && bin=$D/ffnc_alt
+      FFNC_CACHE_DIR=/tmp/dqab_$b FFNC_NO_TUNE=1 timeout 60 $bin bench $S/llama3_8b_layer_i4g128.ffn --tokens 8192 \
+        --reps 5 --no-graphs --no-ceilings >"$out/dqab_${b}8k.txt" 2>&1
+      echo "== $b 8192: exit $?"; awk '/ ffnc +no/ {printf " %s %s %s;", $1, $4, $NF}' "$out/dqab_${b}8k.txt"; echo
+    done
     for b in $builds; do
       bin=./ffnc; [ $b = old ] && bin=$D/ffnc_alt; [ $b = alt ] && bin=$D/ffnc_alt2
-      FFNC_CACHE_DIR=/tmp/dqab_$b FFNC_NO_TUNE=1 timeout 60 ncu --kernel-name ffn_wq_dequant --launch-count 2 \
+      FFNC_CACHE_DIR=/tmp/dqab_$b FFNC_NO_TUNE=1 timeout 60 ncu --kernel-name regex:"ffn_wq_dequant|tma" --launch-count 4 \
         --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,launch__registers_per_thread,sm__warps_active.avg.pct_of_peak_sustained_active \
         $bin bench $S/llama3_8b_layer_i4g128.ffn --tokens 128 --reps 1 --no-graphs --no-ceilings >"$out/dqab_ncu_$b.txt" 2>&1
-      echo "== ncu $b: exit $?"; grep -E "duration|throughput|registers|warps_active" "$out/dqab_ncu_$b.txt"
+      echo "== ncu $b: exit $?"; grep -E "^  [a-z][a-z_0-9]+\(|duration|throughput|registers|warps_active" "$out/dqab_ncu_$b.txt" | cut -c1-90
     done
     ;;
   tunedec)

@@ -214,15 +214,23 @@ foreach(m ${GPU_TEST_MODELS})
     add_test(NAME gpu_${base}_split3 COMMAND gpu_model_test ${rel})
     set_tests_properties(gpu_${base}_split3 PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
       ENVIRONMENT "${FFNC_GPU_ENV};FFNC_TEST_TOKENS=1,13;FFNC_GEMM_SPLITS=3")
-    # prefill sizes: bf16 models run the bf16 products of dequantized weights above 64 rows (i4)
-    # or 159 (i8) (plan.h: KernelVariant.dq), the others and FFNC_WQ_DEQUANT=0 the quantized
-    # kernels; both at the edges of the regimes and past the 128-row tiles
+    # prefill sizes: bf16 models on sm_90 run the mixed-input tile from 65 to 128 rows (plan.h:
+    # KernelVariant.mx) and the bf16 products of dequantized weights beyond (.dq; on sm_80 from
+    # 65 rows for i4, 160 for i8), the others and FFNC_WQ_DEQUANT=0 the quantized kernels; at the
+    # edges of the regimes and past the 128-row tiles. FFNC_WQ_MIX=0: the dq mid tile in place of
+    # the mixed one; split-K forced to 3: the mixed tile's producer from a k-tile inside K.
     add_test(NAME gpu_${base}_prefill COMMAND gpu_model_test ${rel})
     set_tests_properties(gpu_${base}_prefill PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
-      ENVIRONMENT "${FFNC_GPU_ENV};FFNC_TEST_TOKENS=64,65,159,160,300")
+      ENVIRONMENT "${FFNC_GPU_ENV};FFNC_TEST_TOKENS=64,65,100,128,129,160,300,513")
     add_test(NAME gpu_${base}_no_dequant COMMAND gpu_model_test ${rel})
     set_tests_properties(gpu_${base}_no_dequant PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
       ENVIRONMENT "${FFNC_GPU_ENV};FFNC_TEST_TOKENS=160,1000;FFNC_WQ_DEQUANT=0")
+    add_test(NAME gpu_${base}_no_mix COMMAND gpu_model_test ${rel})
+    set_tests_properties(gpu_${base}_no_mix PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
+      ENVIRONMENT "${FFNC_GPU_ENV};FFNC_TEST_TOKENS=65,128;FFNC_WQ_MIX=0")
+    add_test(NAME gpu_${base}_mix_split3 COMMAND gpu_model_test ${rel})
+    set_tests_properties(gpu_${base}_mix_split3 PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
+      ENVIRONMENT "${FFNC_GPU_ENV};FFNC_TEST_TOKENS=100;FFNC_GEMM_SPLITS=3")
   endif()
 endforeach()
 

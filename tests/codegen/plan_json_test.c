@@ -152,20 +152,22 @@ static void weights_as_they_lie(void) {
   }
 }
 
-/* Weight-only quantized products of bf16 activations (KernelVariant.dq): after their own kernels,
- * whose regimes end at 64 rows, the 16-bit tensor-core configurations of more rows that read the
- * weights dequantized to bf16 (sm_90: the TMA mid tile and the two persistent ones; sm_80: the
- * 128 x 256 tile), and "wq_bits" / "wq_group" on the kernel; none for f32 activations. The
- * quantized kernels keep up to 64 rows (i4) or 159 (i8). The plan
- * reads back as written; "dq" refused on a kernel without quantized weights, and a quantized
+/* Weight-only quantized products of bf16 activations (KernelVariant.dq, .mx): after their own
+ * kernels, on sm_90 the mixed-input TMA mid tile (mx: codes turned into bf16 in shared memory,
+ * 65-128 rows), then the 16-bit tensor-core configurations that read the weights dequantized to
+ * bf16 (sm_90: the TMA mid tile and the two persistent ones; sm_80: the 128 x 256 tile), and
+ * "wq_bits" / "wq_group" on the kernel; none for f32 activations. The quantized kernels keep up
+ * to 64 rows (sm_90, or i4) or 159 (i8 on sm_80). The plan reads back as written; "dq" and "mx"
+ * refused on a kernel without quantized weights, "mx" on any but a TMA tile, and a quantized
  * kernel without its codes and scales. */
 static void dequantized_prefill(void) {
   static const struct {
     const char *model;
-    int sm, bits, group, dq;
-  } cases[] = {{"tests/gpu/models/wq_llama_i4g128_bf16.ffn", 90, 4, 128, 3},
-               {"tests/gpu/models/wq_llama_i8_bf16.ffn", 80, 8, 0, 1},
-               {"tests/gpu/models/wq_llama_i4g32_f32.ffn", 90, 4, 32, 0}};
+    int sm, bits, group, dq, mx;
+  } cases[] = {{"tests/gpu/models/wq_llama_i4g128_bf16.ffn", 90, 4, 128, 3, 1},
+               {"tests/gpu/models/wq_llama_i8_bf16.ffn", 80, 8, 0, 1, 0},
+               {"tests/gpu/models/wq_llama_i8_bf16.ffn", 90, 8, 0, 3, 1},
+               {"tests/gpu/models/wq_llama_i4g32_f32.ffn", 90, 4, 32, 0, 0}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     DriverOptions o = {.sm = cases[i].sm, .opt_level = 3};
     Plan *plan = compile_plan_opts(cases[i].model, &o, NULL);
@@ -175,25 +177,32 @@ static void dequantized_prefill(void) {
       if (pk->kind != KK_GEMM)
         continue;
       gemm = gemm < 0 ? k : gemm;
-      int dq = 0, first = -1, quant_max = 0;
+      int dq = 0, mx = 0, first = -1, quant_max = 0;
       for (int v = 0; v < pk->nvariants; v++) {
         const KernelVariant *kv = &pk->variants[v];
-        if (kv->dq) {
+        if (kv->mx) {
+          mx++;
+          CHECK(first < 0 && !kv->dq && strncmp(kv->cfg.name, "tmaq_", 5) == 0 && kv->cfg.kind == FFN_GEMM_SM90T &&
+                    kv->max_m == 128 && !kv->ext_stats,
+                "%s kernel %d: mx variant %s (max_m %lld) after the dq ones", cases[i].model, k, kv->cfg.name,
+                (long long)kv->max_m);
+        } else if (kv->dq) {
           dq++;
           first = first < 0 ? v : first;
           CHECK(kv->cfg.kind == (cases[i].sm == 90 ? (kv->max_m ? FFN_GEMM_SM90T : FFN_GEMM_SM90P) : FFN_GEMM_SM80) &&
                     (kv->max_m == 0 || kv->max_m > 64),
                 "%s kernel %d: dq variant %s (max_m %lld)", cases[i].model, k, kv->cfg.name, (long long)kv->max_m);
         } else {
-          CHECK(first < 0 && (kv->cfg.kind == FFN_GEMM_WQ || kv->cfg.kind == FFN_GEMM_WQD),
-                "%s kernel %d: variant %s after the dq ones or not quantized", cases[i].model, k, kv->cfg.name);
+          CHECK(first < 0 && mx == 0 && (kv->cfg.kind == FFN_GEMM_WQ || kv->cfg.kind == FFN_GEMM_WQD),
+                "%s kernel %d: variant %s after the mx or dq ones or not quantized", cases[i].model, k, kv->cfg.name);
           quant_max = kv->max_m == 0 ? 1 << 30 : kv->max_m > quant_max ? (int)kv->max_m : quant_max;
         }
       }
-      CHECK(pk->wq_bits == cases[i].bits && pk->wq_group == cases[i].group && dq == cases[i].dq &&
-                (dq ? quant_max == (cases[i].bits == 8 ? 159 : 64) : quant_max == 1 << 30),
-            "%s kernel %d: wq_bits %d group %d, %d dq variants (want %d), quantized kernels up to %d rows", cases[i].model,
-            k, pk->wq_bits, pk->wq_group, dq, cases[i].dq, quant_max);
+      int want_max = cases[i].mx || cases[i].bits == 4 ? 64 : 159;
+      CHECK(pk->wq_bits == cases[i].bits && pk->wq_group == cases[i].group && dq == cases[i].dq && mx == cases[i].mx &&
+                (dq ? quant_max == want_max : quant_max == 1 << 30),
+            "%s kernel %d: wq_bits %d group %d, %d dq variants (want %d), %d mx (want %d), quantized kernels up to %d rows",
+            cases[i].model, k, pk->wq_bits, pk->wq_group, dq, cases[i].dq, mx, cases[i].mx, quant_max);
     }
     char *good = plan_to_json(plan), err[1024];
     Plan *back = plan_from_json(good, err, sizeof err);
@@ -206,11 +215,18 @@ static void dequantized_prefill(void) {
       char path[64], want[160];
       snprintf(path, sizeof path, "kernels.%d.wq_bits", gemm);
       int v = 0;
-      while (!plan->kernels[gemm].variants[v].dq) /* the first dq variant is the one refused */
+      while (!plan->kernels[gemm].variants[v].dq && !plan->kernels[gemm].variants[v].mx) /* the first is refused */
         v++;
-      snprintf(want, sizeof want, "launch plan: kernel %d variant %d: 'dq' on a kernel without quantized weights ('wq_bits')",
-               gemm, v);
+      snprintf(want, sizeof want, "launch plan: kernel %d variant %d: '%s' on a kernel without quantized weights ('wq_bits')",
+               gemm, v, plan->kernels[gemm].variants[v].mx ? "mx" : "dq");
       EXPECT(path, NULL, want);
+      if (cases[i].mx) { /* a quantized kernel's own variant (0) marked mx */
+        char own[64];
+        snprintf(own, sizeof own, "kernels.%d.variants.0.mx", gemm);
+        snprintf(want, sizeof want,
+                 "launch plan: kernel %d variant 0: 'mx': only a TMA wgmma tile turns codes into bf16 in shared memory", gemm);
+        EXPECT(own, "true", want);
+      }
       snprintf(want, sizeof want, "launch plan: kernel %d: 'wq_bits' = 5: weights are quantized to 8 or 4 bits", gemm);
       EXPECT(path, "5", want);
     }

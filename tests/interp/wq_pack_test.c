@@ -218,6 +218,86 @@ static void dequant_all(const unsigned char *codes, const float *scales, int64_t
   free(seen);
 }
 
+/* The mixed-input GEMM's producer (kernels/gemm_sm90.cuh: sm90_wq_issue, sm90_wq_unit; WQ) mirrored
+ * for tiles of bn rows of B, with the kernel's own decoding and placement (quant.cuh:
+ * wq_block_bf16, wqmx_block, wqmx_sw128): each 64-k step's B tile as its shared memory would
+ * hold it, from a slot of codes that starts with stale bytes (what an earlier step left where no
+ * copy lands: rows past the codes' 128-row blocks, k tiles past K), read back through the 128B
+ * swizzle into out [R, K]. *bad counts weights written twice or never, and weights past R or K
+ * that are not zero; *conflicts the quarter warps whose 16-byte stores meet a chunk position
+ * twice (a shared-memory bank conflict). */
+static void mixed_all(const unsigned char *codes, const float *scales, int64_t R, int64_t K, int bits, int64_t group,
+                      int bn, uint16_t *out, int64_t *bad, int64_t *conflicts) {
+  const int TPK = 64 / WQ_TILE_K(bits), RB = bn / 16;
+  const long long tk = wq_tiles_k(K, bits), G = wq_group_len(K, bits == 8 ? 0 : group), ng = wq_ngroups(K, G);
+  const long long crows = wq_code_rows(R);
+  unsigned char *slot = malloc((size_t)RB * TPK * 512), *tile = malloc((size_t)bn * 128), *seen = calloc((size_t)(R * K), 1);
+  for (int64_t n0 = 0; n0 < R; n0 += bn)
+    for (int64_t kt = 0; kt * 64 < K; kt++) {
+      for (int i = 0; i < RB * TPK * 512; i++) /* stale */
+        slot[i] = (unsigned char)rand();
+      for (int c = 0; c < RB * TPK; c++) { /* sm90_wq_issue */
+        long long u = c / TPK, kq = kt * TPK + c % TPK, rb = n0 / 16 + u;
+        if (rb * 16 < crows && kq < tk)
+          memcpy(slot + c * 512, codes + wq_tile_index(rb, kq, tk) * 512, 512);
+      }
+      const long long kc = kt * 64;
+      const int kin[2] = {kc < K, kc + 32 < K};
+      const long long gi[2] = {kin[0] ? kc / G : 0, kin[1] ? (kc + 32) / G : 0};
+      for (int u = 0; u < RB; u++) {
+        int pos[2][2][32]; /* [b][h][lane]: the chunk position of each store */
+        for (int lane = 0; lane < 32; lane++) { /* sm90_wq_unit */
+          const int gr = lane >> 2, t = lane & 3, sw = wqmx_block(lane, 0);
+          uint32_t x[8], w[8];
+          memcpy(x, slot + u * 512 * TPK + lane * 16, 16);
+          if (bits == 8)
+            memcpy(x + 4, slot + u * 1024 + 512 + lane * 16, 16);
+          for (int q = 0; q < 2 * TPK; q++) { /* logical block b's words at w[4b ..] */
+            const int d = 2 * TPK; /* words per block */
+            w[q] = sw ? x[d + q] : x[q], w[4 + q] = sw ? x[q] : x[d + q];
+          }
+          for (int b = 0; b < 2; b++) {
+            const int pb = wqmx_block(lane, b);
+            float sc[2];
+            unsigned v[2][4];
+            for (int h = 0; h < 2; h++) {
+              const long long r = n0 + u * 16 + gr + 8 * h;
+              sc[h] = r < R && kin[pb] ? scales[r * ng + gi[pb]] : 0.f;
+            }
+            wq_block_bf16(bits, w + 4 * b, sc, v);
+            for (int h = 0; h < 2; h++) {
+              const int at = wqmx_sw128(u * 16 + gr + 8 * h, 4 * pb + t);
+              memcpy(tile + at, v[h], 16);
+              pos[b][h][lane] = (at % 128) / 16;
+            }
+          }
+        }
+        for (int b = 0; b < 2; b++)
+          for (int h = 0; h < 2; h++)
+            for (int q = 0; q < 4; q++) {
+              int hit = 0;
+              for (int l = 8 * q; l < 8 * q + 8; l++)
+                hit |= 1 << pos[b][h][l];
+              *conflicts += hit != 0xff;
+            }
+      }
+      for (int rl = 0; rl < bn; rl++) /* the consumers' view */
+        for (int k = 0; k < 64; k++) {
+          uint16_t val;
+          memcpy(&val, tile + wqmx_sw128(rl, k / 8) + (k % 8) * 2, 2);
+          const int64_t r = n0 + rl, kk = kc + k;
+          if (r < R && kk < K) {
+            *bad += seen[r * K + kk]++ != 0;
+            out[r * K + kk] = val;
+          } else if (r < crows && (val & 0x7fff) != 0) /* past R within the codes, or past K: zero */
+            ++*bad;
+        }
+    }
+  for (int64_t at = 0; at < R * K; at++)
+    *bad += seen[at] == 0;
+  free(slot), free(tile), free(seen);
+}
+
 static void check_case(int bits, int64_t K, int64_t N, int64_t group) {
   /* b [K, N] under the policy; column 1 all zero, column 2 one outlier, the rest random */
   double *bv = malloc(sizeof(double) * (size_t)(K * N)), *iv = calloc((size_t)(K * K), sizeof(double));
@@ -276,6 +356,19 @@ static void check_case(int bits, int64_t K, int64_t N, int64_t group) {
     CHECK(twice == 0 && off == 0, "i%d K=%lld N=%lld G=%lld dequantized: %lld weights written twice or never, %lld "
           "differ from the reference's rounded to bf16", bits, (long long)K, (long long)N, (long long)group,
           (long long)twice, (long long)off);
+    static const int widths[] = {128, 224, 256}; /* the mixed-input tiles' */
+    for (int i = 0; i < 3; i++) {
+      int64_t mbad = 0, conflicts = 0, moff = 0;
+      memset(dq, 0xff, sizeof(uint16_t) * (size_t)(N * K)); /* poisoned */
+      mixed_all(codes, scales, N, K, bits, group, widths[i], dq, &mbad, &conflicts);
+      for (int64_t at = 0; at < N * K; at++)
+        moff += dq[at] != bf16_rne(y.data[(at % K) * N + at / K]);
+      CHECK(mbad == 0 && conflicts == 0 && moff == 0,
+            "i%d K=%lld N=%lld G=%lld mixed-input tile of %d rows: %lld weights misplaced or past the tensor not zero, "
+            "%lld quarter warps with a bank conflict, %lld weights differ from the reference's rounded to bf16",
+            bits, (long long)K, (long long)N, (long long)group, widths[i], (long long)mbad, (long long)conflicts,
+            (long long)moff);
+    }
     free(dq);
   }
   ref_free(&y);

@@ -31,31 +31,34 @@ static void expect(const Plan *p, const char *model, int nth, int64_t rows, cons
   CHECK(strcmp(got, want) == 0, "%s GEMM %d at %lld rows: %s, want %s", model, nth, (long long)rows, got, want);
 }
 
-/* Weight-only quantized products (plan.h: KernelVariant.dq): their own kernels up to 64 rows (i4)
- * or 159 (i8), the bf16 products of dequantized weights beyond, on either card, at every row count
- * the suite and the tests use; with FFNC_WQ_DEQUANT=0 (ffn_model.no_dq) the same below, and the
- * quantized kernel of the most rows (whose regime the dq variants cut at their first row) beyond. */
+/* Weight-only quantized products (plan.h: KernelVariant.mx, .dq), sm_90: their own kernels up to
+ * 64 rows, the mixed-input mid tile (codes turned into bf16 in shared memory) from 65 to 128, the
+ * bf16 products of dequantized weights beyond, on either card, at every row count the suite and
+ * the tests use. With FFNC_WQ_MIX=0 (ffn_model.no_mx) the dq mid tile in place of the mixed one;
+ * with FFNC_WQ_DEQUANT=0 (no_dq, which implies no_mx) the same below 65 rows and the quantized
+ * kernel of the most rows (whose regime the mx variant cuts at its first row) beyond. */
 static void quantized_prefill(void) {
-  static const struct {
-    const char *model;
-    int first_dq;
-  } cases[] = {{"bench/suite/llama3_8b_layer_i4g128.ffn", 65}, {"bench/suite/llama3_70b_layer_i8.ffn", 160}};
-  static const int64_t rows[] = {1, 16, 64, 65, 128, 159, 160, 256, 1000, 1024, 4096, 8192};
-  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    Plan *p = compile_plan(cases[i].model);
+  static const char *const models[] = {"bench/suite/llama3_8b_layer_i4g128.ffn", "bench/suite/llama3_70b_layer_i8.ffn"};
+  static const int64_t rows[] = {1, 16, 64, 65, 128, 129, 159, 160, 256, 512, 513, 1000, 1024, 4096, 8192};
+  for (size_t i = 0; i < sizeof models / sizeof models[0]; i++) {
+    Plan *p = compile_plan(models[i]);
     ffn_program prog = {.plan = p};
-    ffn_model m = {.prog = &prog, .sms = 132}, off = m;
-    off.no_dq = true;
+    ffn_model m = {.prog = &prog, .sms = 132}, off = m, nomx = m;
+    off.no_dq = off.no_mx = true;
+    nomx.no_mx = true;
     for (int k = 0; k < p->nkernels; k++)
       for (size_t r = 0; r < sizeof rows / sizeof rows[0] && p->kernels[k].kind == KK_GEMM; r++) {
         const PlanKernel *pk = &p->kernels[k];
+        bool mx = rows[r] >= 65 && rows[r] <= 128;
         for (int gbs = 0; gbs <= 3352; gbs += 3352) {
-          m.dram_gbs = off.dram_gbs = gbs;
+          m.dram_gbs = off.dram_gbs = nomx.dram_gbs = gbs;
           const KernelVariant *v = exec_choose(&m, pk, rows[r]).v, *q = exec_choose(&off, pk, rows[r]).v;
-          bool fallback = v->dq ? !q->dq && q->max_m == cases[i].first_dq - 1 : q == v;
-          CHECK(v->dq == (rows[r] >= cases[i].first_dq) && fallback,
-                "%s kernel %d at %lld rows (%d GB/s): %s (dq %d), without dq %s", cases[i].model, k, (long long)rows[r],
-                gbs, v->cfg.name, v->dq, q->cfg.name);
+          const KernelVariant *x = exec_choose(&nomx, pk, rows[r]).v;
+          bool fallback = rows[r] >= 65 ? !q->dq && !q->mx && q->max_m == 64 : q == v;
+          bool dq_mid = mx ? x->dq && x->cfg.kind == FFN_GEMM_SM90T && x->max_m == 512 : x == v;
+          CHECK(v->mx == mx && v->dq == (rows[r] > 128) && fallback && dq_mid,
+                "%s kernel %d at %lld rows (%d GB/s): %s (mx %d, dq %d), without mx %s, without dq %s", models[i], k,
+                (long long)rows[r], gbs, v->cfg.name, v->mx, v->dq, x->cfg.name, q->cfg.name);
         }
       }
     plan_destroy(p);

@@ -45,7 +45,7 @@ enum { SIM_L2 = 1 << 20 };
 static bool l2_cold; /* L2 flushed since the last launch */
 static int nevents;
 static const Plan *sim_plan; /* the program whose kernels are launched */
-static int launches, bad_launches, tma_launches, cluster_launches, all_cluster_launches;
+static int launches, bad_launches, tma_launches, cluster_launches, all_cluster_launches, mx_launches;
 static CUdeviceptr dq_out; /* where the last dequantization (kernel 8) wrote, if it had room */
 static bool dq_room;
 
@@ -194,8 +194,13 @@ static CUresult sim_launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, 
   bool cluster = kv->cfg.kind == FFN_GEMM_SM90C; /* 2-CTA clusters, each CTA loading half of A's rows */
   if (kv->cfg.kind == FFN_GEMM_SM90T || kv->cfg.kind == FFN_GEMM_SM90P || cluster) { /* A's and B's tensor maps, as the kernel will read them */
     const TmaMaps *t = params[1];
-    ok &= tmap_ok(&t->a, a->p[0], pk->k, M, cluster ? kv->cfg.bm / 2 : kv->cfg.bm) &&
-          tmap_ok(&t->b, a->p[1], pk->k, (int64_t)S * N, kv->cfg.bn);
+    ok &= tmap_ok(&t->a, a->p[0], pk->k, M, cluster ? kv->cfg.bm / 2 : kv->cfg.bm);
+    if (kv->mx) { /* a mixed-input tile copies B's codes without a map: none, and codes and scales as operands */
+      static const TmaMap none;
+      ok &= memcmp(&t->b, &none, sizeof none) == 0 && pk->wq_bits && ps->nargs >= 3 && !kv->dq;
+      mx_launches++;
+    } else
+      ok &= tmap_ok(&t->b, a->p[1], pk->k, (int64_t)S * N, kv->cfg.bn);
     tma_launches++;
   }
   if (cluster) { /* pairs of CTAs, one per column tile and the last pair padded */
@@ -373,7 +378,7 @@ static void check_model(const char *path, const char *dir) {
   CuApi cu = sim_api();
   ffn_model *m = sim_model(&prog, &cu);
   int files_before = tune_files(dir), blocks_before = live_blocks;
-  progress_calls = progress_bad = launches = bad_launches = tma_launches = cluster_launches = nevents = 0;
+  progress_calls = progress_bad = launches = bad_launches = tma_launches = cluster_launches = mx_launches = nevents = 0;
   static const int64_t rows[] = {1, 16, 64, 128, 1000, 2048}; /* host memory backs the operands */
   /* refused before anything runs: bad row counts, too many, a model not prepared */
   static const int64_t zero[] = {16, 0}, huge[] = {1, 2147483648LL};
@@ -392,12 +397,15 @@ static void check_model(const char *path, const char *dir) {
   CHECK(progress_calls == gemms && progress_bad == 0, "%s: %d progress calls, %d wrong choices", path, progress_calls,
         progress_bad);
   CHECK(launches > 0 && bad_launches == 0, "%s: %d of %d launches wrong", path, bad_launches, launches);
-  int tma_variants = 0, cluster_variants = 0;
+  int tma_variants = 0, cluster_variants = 0, mx_variants = 0;
   for (int k = 0; k < plan->nkernels; k++)
     for (int v = 0; v < plan->kernels[k].nvariants; v++) {
       tma_variants += plan->kernels[k].variants[v].cfg.kind == FFN_GEMM_SM90T;
       cluster_variants += plan->kernels[k].variants[v].cfg.kind == FFN_GEMM_SM90C;
+      mx_variants += plan->kernels[k].variants[v].mx;
     }
+  CHECK((mx_variants > 0) == (mx_launches > 0), "%s: %d mixed-input kernels, %d launches of them", path, mx_variants,
+        mx_launches);
   CHECK((tma_variants > 0) == (tma_launches > 0), "%s: %d TMA kernels, %d launches of them", path, tma_variants,
         tma_launches);
   CHECK((cluster_variants > 0) == (cluster_launches > 0), "%s: %d clustered kernels, %d launches of them", path,
