@@ -13,6 +13,12 @@ function(ffn_gpu_model_test name model)
   set_tests_properties(${name} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 ENVIRONMENT "${FFNC_GPU_ENV}")
 endfunction()
 
+# A model under extra environment `env` (a ;-list: FFNC_TEST_TOKENS=..., knobs).
+function(ffn_gpu_env_test name model env)
+  add_test(NAME ${name} COMMAND gpu_model_test ${model})
+  set_tests_properties(${name} PROPERTIES LABELS gpu SKIP_RETURN_CODE 77 ENVIRONMENT "${FFNC_GPU_ENV};${env}")
+endfunction()
+
 # A model with its GEMMs forced onto `variants` (FFNC_GEMM_VARIANT) at `tokens`, and split-K (3
 # splits) at 7, 130 and 1000 tokens, or at the optional fifth argument's: tests NAME and NAME_split3.
 function(ffn_gpu_forced_test name model variants tokens)
@@ -208,29 +214,17 @@ foreach(m ${GPU_TEST_MODELS})
   get_filename_component(base ${m} NAME_WE)
   if(base MATCHES "^wq_")
     file(RELATIVE_PATH rel ${PROJECT_SOURCE_DIR} ${m})
-    add_test(NAME gpu_${base}_mid_tiles COMMAND gpu_model_test ${rel})
-    set_tests_properties(gpu_${base}_mid_tiles PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
-      ENVIRONMENT "${FFNC_GPU_ENV};FFNC_TEST_TOKENS=2,13,16,29")
-    add_test(NAME gpu_${base}_split3 COMMAND gpu_model_test ${rel})
-    set_tests_properties(gpu_${base}_split3 PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
-      ENVIRONMENT "${FFNC_GPU_ENV};FFNC_TEST_TOKENS=1,13;FFNC_GEMM_SPLITS=3")
+    ffn_gpu_env_test(gpu_${base}_mid_tiles ${rel} "FFNC_TEST_TOKENS=2,13,16,29")
+    ffn_gpu_env_test(gpu_${base}_split3 ${rel} "FFNC_TEST_TOKENS=1,13;FFNC_GEMM_SPLITS=3")
     # prefill sizes: bf16 models on sm_90 run the mixed-input tile from 65 to 128 rows (plan.h:
     # KernelVariant.mx) and the bf16 products of dequantized weights beyond (.dq; on sm_80 from
     # 65 rows for i4, 160 for i8), the others and FFNC_WQ_DEQUANT=0 the quantized kernels; at the
     # edges of the regimes and past the 128-row tiles. FFNC_WQ_MIX=0: the dq mid tile in place of
     # the mixed one; split-K forced to 3: the mixed tile's producer from a k-tile inside K.
-    add_test(NAME gpu_${base}_prefill COMMAND gpu_model_test ${rel})
-    set_tests_properties(gpu_${base}_prefill PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
-      ENVIRONMENT "${FFNC_GPU_ENV};FFNC_TEST_TOKENS=64,65,100,128,129,160,300,513")
-    add_test(NAME gpu_${base}_no_dequant COMMAND gpu_model_test ${rel})
-    set_tests_properties(gpu_${base}_no_dequant PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
-      ENVIRONMENT "${FFNC_GPU_ENV};FFNC_TEST_TOKENS=160,1000;FFNC_WQ_DEQUANT=0")
-    add_test(NAME gpu_${base}_no_mix COMMAND gpu_model_test ${rel})
-    set_tests_properties(gpu_${base}_no_mix PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
-      ENVIRONMENT "${FFNC_GPU_ENV};FFNC_TEST_TOKENS=65,128;FFNC_WQ_MIX=0")
-    add_test(NAME gpu_${base}_mix_split3 COMMAND gpu_model_test ${rel})
-    set_tests_properties(gpu_${base}_mix_split3 PROPERTIES LABELS gpu SKIP_RETURN_CODE 77
-      ENVIRONMENT "${FFNC_GPU_ENV};FFNC_TEST_TOKENS=100;FFNC_GEMM_SPLITS=3")
+    ffn_gpu_env_test(gpu_${base}_prefill ${rel} "FFNC_TEST_TOKENS=64,65,100,128,129,160,300,513")
+    ffn_gpu_env_test(gpu_${base}_no_dequant ${rel} "FFNC_TEST_TOKENS=160,1000;FFNC_WQ_DEQUANT=0")
+    ffn_gpu_env_test(gpu_${base}_no_mix ${rel} "FFNC_TEST_TOKENS=65,128;FFNC_WQ_MIX=0")
+    ffn_gpu_env_test(gpu_${base}_mix_split3 ${rel} "FFNC_TEST_TOKENS=100;FFNC_GEMM_SPLITS=3")
   endif()
 endforeach()
 
