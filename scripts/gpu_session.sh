@@ -305,7 +305,7 @@ for part in "$@"; do
     S=/work/main/bench/suite D=/work/main/.devcarry
     for b in new old; do
       bin=./ffnc; [ $b = old ] && bin=$D/ffnc_alt
-      FFNC_NO_TUNE=1 timeout 100 $bin bench $S/llama3_8b_layer_i4g128.ffn --tokens 128,512,1024 \
+      FFNC_NO_TUNE=1 timeout 100 $bin bench $S/llama3_8b_layer_i4g128.ffn --tokens 128,256,512,1024 \
         --reps 10 --no-graphs --no-ceilings >"$out/mxq_$b.txt" 2>&1
       echo "== $b: exit $?"; awk '/ ffnc +no/ {printf " %s %s %s;", $1, $4, $NF}' "$out/mxq_$b.txt"; echo
     done
