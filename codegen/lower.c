@@ -434,11 +434,12 @@ static bool dq_variants(const Kgen *k) {
  * into bf16 tiles in shared memory (gemm_sm90.cuh: sm90_wq_producer), so that the weights cross HBM
  * once, as codes, and the workspace holds no bf16 copy. It takes the rows from MX_MIN_ROWS to
  * MX_MAX_ROWS, one row tile: its producer, not the tensor cores, sets its pace (kernels/NOTES.md,
- * thirty-first session: 8B int4 at 128 tokens 232 us against the dq path's 378, at 512 819 against
- * 492), so from two row tiles on the dq variants take over, and under FFNC_WQ_MIX=0; the
- * quantized kernels keep up to 64. gemm_sm90p.cuh has the persistent form (WQ), not compiled into
- * plans while it loses to dq. */
-enum { MX_MIN_ROWS = 65, MX_MAX_ROWS = 128 };
+ * thirty-first to thirty-third sessions: 8B int4 at 128 tokens 232 us against the dq path's 378, at
+ * 512 819 against 492), so from two row tiles on the dq variants take over, and under
+ * FFNC_WQ_MIX=0; the quantized kernels keep up to 64. Its codes' ring takes the shared memory that
+ * MX_STAGES bf16 stages leave (wqmx_code_stages). gemm_sm90p.cuh has the persistent form (WQ), not
+ * compiled into plans while it loses to dq. */
+enum { MX_MIN_ROWS = 65, MX_MAX_ROWS = 128, MX_STAGES = 4 };
 static void add_mx_variant(Kgen *k, PlanKernel *pk, Buf *body) {
   static const char *const names[][2] = {{"tma_128x128x64", "tmaq_128x128x64"}, {"tma_128x224x64", "tmaq_128x224x64"}};
   int ncfg;
@@ -450,9 +451,12 @@ static void add_mx_variant(Kgen *k, PlanKernel *pk, Buf *body) {
       ffn_gemm_config c = table[i];
       c.name = names[j][1];
       c.max_m = MX_MAX_ROWS;
-      int smem = (int)ffn_gemm_smem_bytes(&c, 2) + wqmx_ring_bytes(c.bn, k->wq_bits);
-      if (smem > FFN_SM90_MAX_SMEM)
+      if (c.stages > MX_STAGES)
+        c.stages = MX_STAGES;
+      int base = (int)ffn_gemm_smem_bytes(&c, 2), cs = wqmx_code_stages(c.bn, k->wq_bits, FFN_SM90_MAX_SMEM - base);
+      if (cs < 2)
         continue;
+      int smem = base + cs * wqmx_stage_bytes(c.bn, k->wq_bits); /* as gemm_sm90_smem_bytes */
       emit_gemm_entry(k, &c, false, k->wq_bits, body);
       pk->variants[pk->nvariants++] = (KernelVariant){.threads = c.threads, .smem = smem, .max_m = c.max_m, .cfg = c, .mx = true};
     }

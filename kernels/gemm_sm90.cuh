@@ -70,8 +70,13 @@ namespace ffn {
 
 // Dynamic shared memory: the stage ring, then mbarriers, the split-K flag and the row statistics;
 // 2048 bytes cover the barriers, the flag and the 1024-byte realignment of the base.
+// WQ: the codes' ring (gemm_sm90_wq_cs slots) after the stages, in what the rest leaves.
+template <int BM, int BN, int BK, int STAGES, int WQ> __host__ __device__ constexpr int gemm_sm90_wq_cs() {
+  return WQ ? wqmx_code_stages(BN, WQ, FFN_SM90_MAX_SMEM - (STAGES * (BM + BN) * BK * 2 + 8 * BM + 2048)) : 0;
+}
 template <int BM, int BN, int BK, int STAGES, int WQ = 0> __host__ __device__ constexpr int gemm_sm90_smem_bytes() {
-  return STAGES * (BM + BN) * BK * 2 + 8 * BM + 2048 + (WQ ? wqmx_ring_bytes(BN, WQ) : 0);
+  return STAGES * (BM + BN) * BK * 2 + 8 * BM + 2048 +
+         (WQ ? gemm_sm90_wq_cs<BM, BN, BK, STAGES, WQ>() * wqmx_stage_bytes(BN, WQ) : 0);
 }
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -663,22 +668,21 @@ __device__ __forceinline__ void sm90_epilogue(const GemmArgs &g, const Epi &epi,
 //
 // B's codes and scales (kernels/quant.cuh: the packed tiles, f32 scales [S*N, groups]) instead of
 // a bf16 B: warp 0 copies each k-tile's codes (BN / 16 row blocks x 64 k, 512-byte tiles) by bulk
-// copies into a ring of WQMX_CODE_STAGES stages (cfull[cs], one arrival with their bytes), CS
-// k-tiles ahead; thread 0 loads A's k-tile by TMA into the stage as the plain kernel does; and the
-// four warps turn the codes into the stage's bf16 B tile in the 128B-swizzle layout the consumers'
-// wgmmas read, so the consumers are those of the bf16 kernel and the weights cross HBM once, as
-// codes. A warp converts a row block at a time, each lane its rows g, g + 8 and the 8 consecutive
-// k of each 32-k block from 8 (lane % 4) (wq_block_bf16: the same bf16 weights ffn_wq_dequant
-// writes); lanes of odd g take the two blocks in the other order, so that each quarter warp's
-// 16-byte stores cover 8 distinct chunk positions (no bank conflict). Each thread fences its
-// generic-proxy stores for the async proxy before its warp arrives on full[s] (count 1 + 4: A's
-// bytes and the four warps); a named barrier then frees the codes' slot for the next copies.
-// Rows past the codes' (a multiple of 128) or k past their tiles are not copied: the slot keeps
-// older codes there, and a zero scale (rows past S*N, k past K) makes those weights zero. The
-// scales are loaded per row block from global memory, L2 round trips that set this producer's pace
-// (a third of the bf16 GEMM's rate at 1024 rows; plans use this tile at 65-128 rows only, and
-// pending/mxscale.patch stages the scales like the codes: kernels/NOTES.md, thirty-first session).
-constexpr int kWqBar = 8; // the producer warps' named barrier (the consumers use 1..)
+// copies and its rows' scales by 4-byte cp.async into a ring of CS slots (quant.cuh) (cfull[cs]:
+// the codes' bytes and the lanes' copies), CS k-tiles ahead; thread 0 loads A's k-tile by TMA into
+// the stage as the plain kernel does; and the four warps turn the codes into the stage's bf16 B
+// tile in the 128B-swizzle layout the consumers' wgmmas read, so the consumers are those of the
+// bf16 kernel and the weights cross HBM once, as codes. A warp converts half a row block (one
+// 32-k block) at a time, warp 0 the first RB / 4 halves (it also issues the copies), warps 1-3
+// the rest round robin; each lane its rows g, g + 8 and the 8 consecutive k of each 32-k block from 8 (lane % 4)
+// (wq_block_bf16: the same bf16 weights ffn_wq_dequant writes); lanes of odd g take the two blocks
+// in the other order, so that each quarter warp's 16-byte stores cover 8 distinct chunk positions
+// (no bank conflict). Each thread fences its generic-proxy stores for the async proxy before its
+// warp arrives on full[s] (count 1 + 4: A's bytes and the four warps) and on cempty[cs] (count 4);
+// warp 0 alone waits for cempty before it copies into the slot again, so the other warps run on
+// (up to CS - 1 k-tiles ahead) instead of meeting at a barrier every k-tile. Rows past the codes'
+// (a multiple of 128) or k past their tiles are not copied: the slot keeps older codes there, and
+// a zero scale (rows past S*N, k past K) makes those weights zero.
 
 // A CTA's k-tiles in the order its consumers take them: those of work items w = first, first +
 // stride, ... below `items` (gemm_sm90_persistent: every gridDim.x-th; gemm_sm90: its one item,
@@ -721,80 +725,86 @@ template <int BM, int BN, int BK, int S> struct Sm90KSeq {
   }
 };
 
-// Warp 0: the codes of k-tile kt of the tile at merged column n0 into the ring's slot cs.
+// Warp 0 of the producer warpgroup: k-tile kt of the tile at merged column n0 into the ring's slot
+// cs, its codes by bulk copies and its rows' scales for the two 32-k blocks by 4-byte cp.async
+// (zero where the row is past S*N or the block past K); the slot's barrier completes with the
+// codes' bytes (one arrival) and each lane's copies (32).
 template <int BN, int BK, int S, int WQ>
 __device__ __forceinline__ void sm90_wq_issue(const GemmArgs &g, u32 cring, u32 cbars, int n0, int kt, int cs,
-                                              int lane) {
+                                              long long G, int ng) {
   constexpr int TPK = BK / WQ_TILE_K(WQ), RB = BN / 16;
-  const long long tk = wq_tiles_k(g.K, WQ);
-  const int crows = (int)wq_code_rows((long long)S * g.N);
+  const int lane = threadIdx.x & 31;
+  const long long tk = wq_tiles_k(g.K, WQ), R = (long long)S * g.N;
+  const int crows = (int)wq_code_rows(R);
   const u32 bar = cbars + 8 * cs, dst = cring + cs * wqmx_stage_bytes(BN, WQ);
+  fence_proxy_async(); // the warps' reads of the slot (generic proxy, before cempty) come first
   const unsigned char *codes = (const unsigned char *)g.B;
-  fence_proxy_async(); // the warps' reads of the slot (generic proxy, before the named barrier) come first
-  for (int c = lane; c < RB * TPK; c += 32) { // c = row block u * TPK + tile of the step
-    const int u = c / TPK, kq = kt * TPK + c % TPK, rb = n0 / 16 + u;
-    if (rb * 16 < crows && kq < tk) bulk_load(dst + c * 512, codes + wq_tile_index(rb, kq, tk) * 512, 512, bar);
-  }
+  if (TPK == 1) { // the row blocks of one group of WQ_RB_GROUP lie side by side: a copy a group
+    const int rb0 = n0 / 16, g0 = rb0 / WQ_RB_GROUP, a = max(rb0, (g0 + lane) * WQ_RB_GROUP);
+    const int b = min(min(rb0 + RB, (g0 + lane + 1) * WQ_RB_GROUP), crows / 16);
+    if (lane < (RB + WQ_RB_GROUP - 1) / WQ_RB_GROUP + 1 && a < b)
+      bulk_load(dst + (a - rb0) * 512, codes + wq_tile_index(a, kt, tk) * 512, (u32)(b - a) * 512, bar);
+  } else
+    for (int c = lane; c < RB * TPK; c += 32) { // c = row block u * TPK + tile of the step
+      const int u = c / TPK, kq = kt * TPK + c % TPK, rb = n0 / 16 + u;
+      if (rb * 16 < crows && kq < tk) bulk_load(dst + c * 512, codes + wq_tile_index(rb, kq, tk) * 512, 512, bar);
+    }
   if (lane == 0) {
     const int rows = min(RB, (crows - n0) / 16), ks = (int)min((long long)TPK, tk - (long long)kt * TPK);
     mbar_expect_tx(bar, (u32)(rows * ks * 512));
   }
+  const int kc = kt * BK;
+  for (int i = lane; i < 2 * BN; i += 32) { // scale (row i / 2, block i % 2)
+    const long long r = n0 + i / 2, k = kc + 32 * (i % 2);
+    const bool ok = r < R && k < g.K;
+    cp_async4(dst + wqmx_code_bytes(BN, WQ) + 4 * i, ok ? g.qs + r * ng + k / G : g.qs, ok);
+  }
+  cp_async_mbar_arrive(bar);
 }
 
-// The lane's part of row block u of the stage: its codes from the slot at `slot` (i4: one tile,
-// i8: the step's two, 512 bytes apart), blocks swapped for odd g (sw: quant.cuh, wqmx_block), the
-// scales of its two rows for the blocks' groups gi[pb], and the bf16 stores into the B tile at bdst.
-template <int WQ>
-__device__ __forceinline__ void sm90_wq_unit(const GemmArgs &g, u32 slot, u32 bdst, int u, int lane, long long R,
-                                             int row0, const int (&gi)[2], const bool (&kin)[2], int ng) {
-  const int gr = lane >> 2, t = lane & 3, sw = wqmx_block(lane, 0);
-  u32 w[8]; // logical block b's words at w[4 b ..]: i4 its two words (then two unused), i8 a tile's four
-  if (WQ == 4) {
-    u32 x[4];
-    lds128(slot + u * 512 + lane * 16, x[0], x[1], x[2], x[3]);
+// The lane's part of block b (0, 1: the two 32-k blocks of the step) of row block u of the stage:
+// the lane takes the tile's block pb (b, or the other one for odd g: quant.cuh, wqmx_block), its
+// words from the slot at `slot` (i4: 8 bytes of the row block's one tile, i8: 16 of the step's
+// second tile for pb 1), the scales of its two rows for pb from the slot's scales, and stores the
+// bf16 results into the B tile at bdst. Half a row block per call, so that the 14 row blocks of a
+// 224-wide tile split evenly over the four warps (7 halves each).
+template <int BN, int WQ>
+__device__ __forceinline__ void sm90_wq_half(u32 slot, u32 bdst, int u, int b, int lane) {
+  const int gr = lane >> 2, t = lane & 3, pb = wqmx_block(lane, b);
+  u32 w[4];
+  if (WQ == 4)
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(w[0]), "=r"(w[1]) : "r"(slot + u * 512 + lane * 16 + 8 * pb) : "memory");
+  else
+    lds128(slot + u * 1024 + 512 * pb + lane * 16, w[0], w[1], w[2], w[3]);
+  const u32 scales = slot + wqmx_code_bytes(BN, WQ);
+  float sc[2];
+  u32 v[2][4];
 #pragma unroll
-    for (int q = 0; q < 2; ++q) w[q] = sw ? x[2 + q] : x[q], w[4 + q] = sw ? x[q] : x[2 + q];
-  } else {
-    u32 x[8];
-    lds128(slot + u * 1024 + lane * 16, x[0], x[1], x[2], x[3]);
-    lds128(slot + u * 1024 + 512 + lane * 16, x[4], x[5], x[6], x[7]);
+  for (int h = 0; h < 2; ++h)
+    asm volatile("ld.shared.f32 %0, [%1];" : "=f"(sc[h]) : "r"(scales + 8 * (u * 16 + gr + 8 * h) + 4 * pb) : "memory");
+  wq_block_bf16(WQ, w, sc, v);
 #pragma unroll
-    for (int q = 0; q < 4; ++q) w[q] = sw ? x[4 + q] : x[q], w[4 + q] = sw ? x[q] : x[4 + q];
-  }
-#pragma unroll
-  for (int b = 0; b < 2; ++b) {
-    const int pb = wqmx_block(lane, b); // the block's place in the tile
-    float sc[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const long long r = row0 + u * 16 + gr + 8 * h;
-      sc[h] = r < R && (pb ? kin[1] : kin[0]) ? __ldg(g.qs + r * ng + (pb ? gi[1] : gi[0])) : 0.f;
-    }
-    u32 v[2][4];
-    wq_block_bf16(WQ, w + 4 * b, sc, v);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) // row u * 16 + g + 8h of the tile, the chunk of k 32 pb + 8t
-      sts128(bdst + wqmx_sw128(u * 16 + gr + 8 * h, 4 * pb + t), v[h][0], v[h][1], v[h][2], v[h][3]);
-  }
+  for (int h = 0; h < 2; ++h) // row u * 16 + g + 8h of the tile, the chunk of k 32 pb + 8t
+    sts128(bdst + wqmx_sw128(u * 16 + gr + 8 * h, 4 * pb + t), v[h][0], v[h][1], v[h][2], v[h][3]);
 }
 
 // The producer warpgroup of gemm_sm90<..., WQ> and gemm_sm90_persistent<..., WQ>: all 128
 // threads, over the CTA's k-tiles `seq` (the ring's slots and phases run on across items).
-template <int BM, int BN, int BK, int STAGES, int S, int WQ, bool WD>
+template <int BM, int BN, int BK, int STAGES, int S, int WQ, int CS, bool WD>
 __device__ __forceinline__ void sm90_wq_producer(const GemmArgs &g, u32 sbase, u32 bars, u32 cbars,
                                                  Sm90KSeq<BM, BN, BK, S> seq) {
-  constexpr int ROW = BK * 2, A_BYTES = BM * ROW, STAGE = (BM + BN) * ROW, CS = WQMX_CODE_STAGES(WQ);
-  constexpr int RB = BN / 16;
+  constexpr int ROW = BK * 2, A_BYTES = BM * ROW, STAGE = (BM + BN) * ROW;
+  constexpr int RB = BN / 16, H0 = RB / 4; // row blocks; halves converted by warp 0
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const u32 cring = sbase + STAGES * STAGE;
-  const long long R = (long long)S * g.N;
   const long long G = wq_group_len(g.K, WQ == 8 ? 0 : g.qg);
   const int ng = (int)wq_ngroups(g.K, G);
   const TmaMaps *t = (const TmaMaps *)g.tma;
   if (tid == 0) tma_prefetch_map(&t->a);
-  Sm90KSeq<BM, BN, BK, S> ahead = seq; // the k-tile whose codes are copied next
-  for (int c = 0; c < CS && ahead.valid(); ++c, ahead.next())
-    if (warp == 0) sm90_wq_issue<BN, BK, S, WQ>(g, cring, cbars, ahead.n0, ahead.kt, c, lane);
+  Sm90KSeq<BM, BN, BK, S> ahead = seq; // warp 0: the k-tile whose codes are copied next
+  if (warp == 0)
+    for (int c = 0; c < CS && ahead.valid(); ++c, ahead.next())
+      sm90_wq_issue<BN, BK, S, WQ>(g, cring, cbars, ahead.n0, ahead.kt, c, G, ng);
   int s = 0, cs = 0;
   u32 phase = 0, cphase = 0;
   for (int n = 0; seq.valid(); ++n, seq.next()) {
@@ -805,19 +815,20 @@ __device__ __forceinline__ void sm90_wq_producer(const GemmArgs &g, u32 sbase, u
       mbar_expect_tx(full, A_BYTES);
       tma_load_2d(dst, &t->a, kc, seq.m0, full);
     }
-    int gi[2];
-    bool kin[2];
-#pragma unroll
-    for (int pb = 0; pb < 2; ++pb) kin[pb] = kc + 32 * pb < g.K, gi[pb] = kin[pb] ? (int)((kc + 32 * pb) / G) : 0;
-    mbar_wait<WD>(cbars + 8 * cs, cphase); // this k-tile's codes have landed
+    const u32 cfull = cbars + 8 * cs, cempty = cbars + 8 * (CS + cs);
+    mbar_wait<WD>(cfull, cphase); // this k-tile's codes and scales have landed
     const u32 slot = cring + cs * wqmx_stage_bytes(BN, WQ);
-    for (int u = warp; u < RB; u += 4) sm90_wq_unit<WQ>(g, slot, dst + A_BYTES, u, lane, R, seq.n0, gi, kin, ng);
+    // warp 0 also issues the next k-tile's copies (about RB / 3 halves' worth of instructions:
+    // kernels/NOTES.md, thirty-third session), so it converts the first H0 halves and the other
+    // three warps the rest, round robin
+    for (int i = warp ? H0 + warp - 1 : 0; i < (warp ? 2 * RB : H0); i += warp ? 3 : 1)
+      sm90_wq_half<BN, WQ>(slot, dst + A_BYTES, i >> 1, i & 1, lane);
     fence_proxy_async(); // the stores, for the consumers' wgmmas (async proxy)
     __syncwarp();
-    if (lane == 0) mbar_arrive(full);
-    named_bar_sync(kWqBar, 128); // every warp is done with the codes' slot cs
-    if (ahead.valid()) {
-      if (warp == 0) sm90_wq_issue<BN, BK, S, WQ>(g, cring, cbars, ahead.n0, ahead.kt, cs, lane);
+    if (lane == 0) mbar_arrive(full), mbar_arrive(cempty);
+    if (warp == 0 && ahead.valid()) { // slot cs again, once every warp is done with it
+      mbar_wait<WD>(cempty, cphase);
+      sm90_wq_issue<BN, BK, S, WQ>(g, cring, cbars, ahead.n0, ahead.kt, cs, G, ng);
       ahead.next();
     }
     if (++s == STAGES) s = 0, phase ^= 1u;
@@ -859,7 +870,9 @@ __device__ __forceinline__ void gemm_sm90(const GemmArgs &g, const Epi &epi, cha
   static_assert(!is_fp8<T>::value || MI == 1, "fp8: 64 rows per consumer warpgroup (registers: acc and tmp)");
   typedef typename gemm_unit<T>::type U; // what a k step of 2 bytes holds (GemmArgs)
   static_assert(BM % RPP == 0 && BN % RPP == 0 && B_ITERS <= 32, "producer copy assignment");
-  static_assert(16 * STAGES + 16 + 8 * (WQ ? WQMX_CODE_STAGES(WQ) : 0) + 1024 <= 2048, "barrier area");
+  constexpr int CS = gemm_sm90_wq_cs<BM, BN, BK, STAGES, WQ>(); // WQ: the codes' ring
+  static_assert(!WQ || CS >= 2, "the codes' ring");
+  static_assert(16 * STAGES + 16 + 16 * CS + 1024 <= 2048, "barrier area");
   static_assert(gemm_sm90_smem_bytes<BM, BN, BK, STAGES, WQ>() * CTAS <= FFN_SM90_MAX_SMEM, "shared memory");
   static_assert(WQ == 0 || (TMA && CLUSTER == 1 && CWG == 2 && is_bf16<T>::value),
                 "mixed input (WQ 4 or 8 bits): TMA, no cluster, two consumer warpgroups, bf16 A");
@@ -896,11 +909,11 @@ __device__ __forceinline__ void gemm_sm90(const GemmArgs &g, const Epi &epi, cha
   const u32 raw = smem_addr(smem);
   const u32 sbase = (raw + 1023u) & ~1023u;
   char *base = smem + (sbase - raw);
-  constexpr int CRING = WQ ? wqmx_ring_bytes(BN, WQ) : 0; // the codes' ring (WQ), after the stages
+  constexpr int CRING = CS * wqmx_stage_bytes(BN, WQ); // the codes' ring (WQ), after the stages
   const u32 bars = sbase + STAGES * STAGE + CRING;           // full[s] at +8s, empty[s] at +8(STAGES+s)
   u32 *flag = (u32 *)(base + STAGES * STAGE + CRING + 16 * STAGES);  // split-K: this CTA arrived last
   float *rowstat = (float *)(base + STAGES * STAGE + CRING + 16 * STAGES + 16); // [2][BM]: sum of squares, sum
-  const u32 cbars = bars + 16 * STAGES + 16 + 8 * BM; // WQ: cfull[cs] at +8cs
+  const u32 cbars = bars + 16 * STAGES + 16 + 8 * BM; // WQ: cfull[cs] at +8cs, cempty[cs] at +8(CS + cs)
 
   if (tid == 0) {
 #pragma unroll
@@ -909,7 +922,8 @@ __device__ __forceinline__ void gemm_sm90(const GemmArgs &g, const Epi &epi, cha
       mbar_init(bars + 8 * (STAGES + s), 4 * CWG * CLUSTER); // one per consumer warp of the cluster
     }
 #pragma unroll
-    for (int c = 0; c < (WQ ? WQMX_CODE_STAGES(WQ) : 0); ++c) mbar_init(cbars + 8 * c, 1);
+    for (int c = 0; c < CS; ++c)
+      mbar_init(cbars + 8 * c, 1 + 32), mbar_init(cbars + 8 * (CS + c), 4); // cfull, cempty
     fence_barrier_init();
   }
   __syncthreads();
@@ -920,7 +934,7 @@ __device__ __forceinline__ void gemm_sm90(const GemmArgs &g, const Epi &epi, cha
     if (CWG == 2) setmaxnreg_dec<WQ ? 56 : 48>(); // 56 x 128 + 224 x 256 <= 168 x 384: the CTA's registers
     if (CWG == 3) setmaxnreg_dec<24>(); // 24 x 128 + 160 x 384 <= 128 x 512
     if constexpr (WQ != 0) {
-      sm90_wq_producer<BM, BN, BK, STAGES, S, WQ, WD>(g, sbase, bars, cbars,
+      sm90_wq_producer<BM, BN, BK, STAGES, S, WQ, CS, WD>(g, sbase, bars, cbars,
                                                       Sm90KSeq<BM, BN, BK, S>::single(m0, n0, kt0, nk));
       return;
     } else if constexpr (TMA) {

@@ -11,9 +11,15 @@ namespace ffn {
 
 // gemm_sm90_persistent: the same as gemm_sm90_smem_bytes, with one row-statistics buffer per
 // consumer warpgroup when they ping-pong (each owns whole tiles).
+template <int BM, int BN, int BK, int STAGES, bool PINGPONG, int WQ>
+__host__ __device__ constexpr int gemm_sm90p_wq_cs() {
+  return WQ ? wqmx_code_stages(BN, WQ, FFN_SM90_MAX_SMEM - (STAGES * (BM + BN) * BK * 2 + 8 * BM * (PINGPONG ? 2 : 1) + 2048))
+            : 0;
+}
 template <int BM, int BN, int BK, int STAGES, bool PINGPONG, int WQ = 0>
 __host__ __device__ constexpr int gemm_sm90p_smem_bytes() {
-  return STAGES * (BM + BN) * BK * 2 + 8 * BM * (PINGPONG ? 2 : 1) + 2048 + (WQ ? wqmx_ring_bytes(BN, WQ) : 0);
+  return STAGES * (BM + BN) * BK * 2 + 8 * BM * (PINGPONG ? 2 : 1) + 2048 +
+         (WQ ? gemm_sm90p_wq_cs<BM, BN, BK, STAGES, PINGPONG, WQ>() * wqmx_stage_bytes(BN, WQ) : 0);
 }
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -79,7 +85,9 @@ __device__ __forceinline__ void gemm_sm90_persistent(const GemmArgs &g, const Ep
   static_assert(!is_fp8<T>::value || (STATS == 0 && MI == 1 && !PINGPONG), "fp8: cooperative, no row statistics");
   static_assert(!B_KN || (sizeof(T) == 2 && !is_fp8<T>::value && S == 1 && BN % 64 == 0),
                 "B_KN: 16-bit operands, one stream, whole 64-column blocks of B");
-  static_assert(16 * STAGES + 16 + 8 * (WQ ? WQMX_CODE_STAGES(WQ) : 0) + 1024 <= 2048, "barrier area");
+  constexpr int CS = gemm_sm90p_wq_cs<BM, BN, BK, STAGES, PINGPONG, WQ>(); // WQ: the codes' ring
+  static_assert(!WQ || CS >= 2, "the codes' ring");
+  static_assert(16 * STAGES + 16 + 16 * CS + 1024 <= 2048, "barrier area");
   static_assert(gemm_sm90p_smem_bytes<BM, BN, BK, STAGES, PINGPONG, WQ>() <= FFN_SM90_MAX_SMEM, "shared memory");
   static_assert(WQ == 0 || (!B_KN && is_bf16<T>::value), "mixed input (WQ): bf16 A, B as [N, K] codes");
 
@@ -93,11 +101,11 @@ __device__ __forceinline__ void gemm_sm90_persistent(const GemmArgs &g, const Ep
   const u32 raw = smem_addr(smem);
   const u32 sbase = (raw + 1023u) & ~1023u;
   char *base = smem + (sbase - raw);
-  constexpr int CRING = WQ ? wqmx_ring_bytes(BN, WQ) : 0;   // WQ: the codes' ring, after the stages
+  constexpr int CRING = CS * wqmx_stage_bytes(BN, WQ);     // WQ: the codes' ring, after the stages
   const u32 bars = sbase + STAGES * STAGE + CRING;           // full[s] at +8s, empty[s] at +8(STAGES+s)
   u32 *flags = (u32 *)(base + STAGES * STAGE + CRING + 16 * STAGES); // split-K "arrived last", per tile owner
   float *rowstats = (float *)(base + STAGES * STAGE + CRING + 16 * STAGES + 16); // [PINGPONG ? 2 : 1][2][BM]
-  const u32 cbars = bars + 16 * STAGES + 16 + 8 * BM * (PINGPONG ? 2 : 1); // WQ: cfull[cs] at +8cs
+  const u32 cbars = bars + 16 * STAGES + 16 + 8 * BM * (PINGPONG ? 2 : 1); // WQ: cfull[cs] at +8cs, cempty[cs] at +8(CS + cs)
 
   if (tid == 0) {
 #pragma unroll
@@ -106,7 +114,8 @@ __device__ __forceinline__ void gemm_sm90_persistent(const GemmArgs &g, const Ep
       mbar_init(bars + 8 * (STAGES + s), PINGPONG ? 4 : 4 * CWG); // one per warp of the stage's consumers
     }
 #pragma unroll
-    for (int c = 0; c < (WQ ? WQMX_CODE_STAGES(WQ) : 0); ++c) mbar_init(cbars + 8 * c, 1);
+    for (int c = 0; c < CS; ++c)
+      mbar_init(cbars + 8 * c, 1 + 32), mbar_init(cbars + 8 * (CS + c), 4); // cfull, cempty
     fence_barrier_init();
   }
   __syncthreads();
@@ -115,7 +124,7 @@ __device__ __forceinline__ void gemm_sm90_persistent(const GemmArgs &g, const Ep
     // ---------------- producer warpgroup ----------------
     setmaxnreg_dec<56>(); // 56 x 128 + 224 x 256 == 168 x 384: the CTA's registers
     if constexpr (WQ != 0) {
-      sm90_wq_producer<BM, BN, BK, STAGES, S, WQ, kMbarWatchdog>(g, sbase, bars, cbars,
+      sm90_wq_producer<BM, BN, BK, STAGES, S, WQ, CS, kMbarWatchdog>(g, sbase, bars, cbars,
                                                                  Sm90KSeq<BM, BN, BK, S>::persistent(g));
       return;
     }

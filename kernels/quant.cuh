@@ -32,9 +32,11 @@
 #define FFN_KERNELS_QUANT_H
 
 #ifdef __CUDACC__
+#define WQ_UNROLL _Pragma("unroll")
 #define WQ_FN static __device__ __forceinline__
 #define WQ_CFN static constexpr __host__ __device__ int /* usable in template arguments */
 #else
+#define WQ_UNROLL
 #define WQ_FN static inline
 #define WQ_CFN static inline int
 #endif
@@ -84,7 +86,8 @@ WQ_FN void wq_tile_elem(int bits, int lane, int e, int *row, int *k) {
 }
 
 /* Bits as an f32; two f32 as a bf16 pair rounded to nearest even (lo in the low half; finite
- * values); byte `b` of w under 0x4B0000 (the f32 2^23 + byte). One instruction each on the GPU. */
+ * values); byte `b` of w under 0x4B0000 (the f32 2^23 + byte); x's low nibble under it. One
+ * instruction each on the GPU. */
 #ifdef __CUDACC__
 WQ_FN float wq_as_f32(unsigned u) { return __uint_as_float(u); }
 WQ_FN unsigned wq_bf16x2(float lo, float hi) {
@@ -93,6 +96,11 @@ WQ_FN unsigned wq_bf16x2(float lo, float hi) {
   return r;
 }
 WQ_FN unsigned wq_byte_f32(unsigned w, int b) { return __byte_perm(w, 0x4b00u, 0x5440u | (unsigned)b); }
+WQ_FN unsigned wq_nib_f32(unsigned x) { // (x & 0xf) | 0x4B000000 in one lop3: the magic in a register
+  unsigned r;
+  asm("lop3.b32 %0, %1, 15, %2, 0xEA;" : "=r"(r) : "r"(x), "r"(0x4b000000u));
+  return r;
+}
 #else
 WQ_FN float wq_as_f32(unsigned u) {
   union { unsigned u; float f; } c = {u};
@@ -104,6 +112,7 @@ WQ_FN unsigned wq_bf16_rne(float f) {
 }
 WQ_FN unsigned wq_bf16x2(float lo, float hi) { return wq_bf16_rne(lo) | wq_bf16_rne(hi) << 16; }
 WQ_FN unsigned wq_byte_f32(unsigned w, int b) { return ((w >> (8 * b)) & 0xffu) | 0x4b000000u; }
+WQ_FN unsigned wq_nib_f32(unsigned x) { return (x & 0xfu) | 0x4b000000u; }
 #endif
 
 /* The GPU's decoding of one 32-k block of a lane's codes in a tile (the layout above) to bf16,
@@ -117,12 +126,12 @@ WQ_FN unsigned wq_byte_f32(unsigned w, int b) { return ((w >> (8 * b)) & 0xffu) 
  * (a quarter-rate instruction). bits is a constant where the GPU code calls it. */
 WQ_FN void wq_block_bf16(int bits, const unsigned *w, const float s[2], unsigned v[2][4]) {
   const float off = 8388608.f + (bits == 8 ? 128.f : 8.f);
-  for (int h = 0; h < 2; h++)
-    for (int p = 0; p < 4; p++) {
+  WQ_UNROLL for (int h = 0; h < 2; h++)
+    WQ_UNROLL for (int p = 0; p < 4; p++) {
       unsigned lo, hi;
       if (bits == 4) {
         const unsigned x = w[p / 2] >> (4 * (h + 2 * (p % 2)));
-        lo = (x & 0xfu) | 0x4b000000u, hi = ((x >> 16) & 0xfu) | 0x4b000000u;
+        lo = wq_nib_f32(x), hi = wq_nib_f32(x >> 16);
       } else {
         lo = wq_byte_f32(w[p], 2 * h), hi = wq_byte_f32(w[p], 2 * h + 1);
       }
@@ -130,7 +139,7 @@ WQ_FN void wq_block_bf16(int bits, const unsigned *w, const float s[2], unsigned
     }
 }
 
-/* The mixed-input producer's placement (gemm_sm90.cuh: sm90_wq_unit): the block of the tile that a
+/* The mixed-input producer's placement (gemm_sm90.cuh: sm90_wq_half): the block of the tile that a
  * lane takes as its logical block b (lanes of odd g = lane / 4 swap the two, so that each quarter
  * warp's 16-byte stores meet 8 distinct chunk positions), and the byte offset of row rl's
  * 16-byte chunk c (k 8c .. 8c + 7 of the step) in a B tile of 64 k in the 128B swizzle. */
@@ -180,12 +189,20 @@ WQ_CFN wq_smem_bytes(int bm, int bn, int bk, int tps, int stages, int elem) {
 }
 
 /* gemm_sm90's mixed-input form (WQ bits: the weights' codes converted to bf16 in shared memory,
- * gemm_sm90.cuh: sm90_wq_producer): a ring of WQMX_CODE_STAGES(bits) stages of codes beside the
- * stage ring, each stage a 64-k step of the tile's bn rows, bn / 16 row blocks x 64 /
- * WQ_TILE_K(bits) tiles of 512 bytes. */
-#define WQMX_CODE_STAGES(bits) ((bits) == 8 ? 2 : 3)
-WQ_CFN wqmx_stage_bytes(int bn, int bits) { return bn / 16 * (64 / WQ_TILE_K(bits)) * 512; }
-WQ_CFN wqmx_ring_bytes(int bn, int bits) { return WQMX_CODE_STAGES(bits) * wqmx_stage_bytes(bn, bits); }
+ * gemm_sm90.cuh: sm90_wq_producer): a ring of slots beside the stage ring, each a 64-k step of the
+ * tile's bn rows: its codes, bn / 16 row blocks x 64 / WQ_TILE_K(bits) tiles of 512 bytes
+ * (wqmx_code_bytes), then the rows' scales for the step's two 32-k blocks, f32 [bn][2]. The ring
+ * takes as many slots as fit in the `avail` bytes the tile leaves, at most WQMX_MAX_CODE_STAGES:
+ * each slot is a k-tile of codes in flight, and their copies' latency (L2 or DRAM) is several
+ * k-tiles of the producer's work (kernels/NOTES.md, thirty-second session). Fewer than 2: no
+ * mixed-input form of that tile. */
+#define WQMX_MAX_CODE_STAGES 8
+WQ_CFN wqmx_code_bytes(int bn, int bits) { return bn / 16 * (64 / WQ_TILE_K(bits)) * 512; }
+WQ_CFN wqmx_stage_bytes(int bn, int bits) { return wqmx_code_bytes(bn, bits) + 8 * bn; }
+WQ_CFN wqmx_code_stages(int bn, int bits, int avail) {
+  return avail / wqmx_stage_bytes(bn, bits) < WQMX_MAX_CODE_STAGES ? avail / wqmx_stage_bytes(bn, bits)
+                                                                    : WQMX_MAX_CODE_STAGES;
+}
 
 /* gemm_wqd.cuh's shared memory, bytes, for bm tokens x bn rows of B, k tiles of bk, chunks of
  * ct tiles of activations and rings of depth slots: two buffers of a chunk's activations (bm x

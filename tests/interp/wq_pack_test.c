@@ -218,7 +218,7 @@ static void dequant_all(const unsigned char *codes, const float *scales, int64_t
   free(seen);
 }
 
-/* The mixed-input GEMM's producer (kernels/gemm_sm90.cuh: sm90_wq_issue, sm90_wq_unit; WQ) mirrored
+/* The mixed-input GEMM's producer (kernels/gemm_sm90.cuh: sm90_wq_issue, sm90_wq_half; WQ) mirrored
  * for tiles of bn rows of B, with the kernel's own decoding and placement (quant.cuh:
  * wq_block_bf16, wqmx_block, wqmx_sw128): each 64-k step's B tile as its shared memory would
  * hold it, from a slot of codes that starts with stale bytes (what an earlier step left where no
@@ -246,32 +246,27 @@ static void mixed_all(const unsigned char *codes, const float *scales, int64_t R
       const long long gi[2] = {kin[0] ? kc / G : 0, kin[1] ? (kc + 32) / G : 0};
       for (int u = 0; u < RB; u++) {
         int pos[2][2][32]; /* [b][h][lane]: the chunk position of each store */
-        for (int lane = 0; lane < 32; lane++) { /* sm90_wq_unit */
-          const int gr = lane >> 2, t = lane & 3, sw = wqmx_block(lane, 0);
-          uint32_t x[8], w[8];
-          memcpy(x, slot + u * 512 * TPK + lane * 16, 16);
-          if (bits == 8)
-            memcpy(x + 4, slot + u * 1024 + 512 + lane * 16, 16);
-          for (int q = 0; q < 2 * TPK; q++) { /* logical block b's words at w[4b ..] */
-            const int d = 2 * TPK; /* words per block */
-            w[q] = sw ? x[d + q] : x[q], w[4 + q] = sw ? x[q] : x[d + q];
-          }
-          for (int b = 0; b < 2; b++) {
-            const int pb = wqmx_block(lane, b);
+        for (int b = 0; b < 2; b++)
+          for (int lane = 0; lane < 32; lane++) { /* sm90_wq_half(u, b) */
+            const int gr = lane >> 2, t = lane & 3, pb = wqmx_block(lane, b);
+            uint32_t w[4];
+            if (bits == 4)
+              memcpy(w, slot + u * 512 + lane * 16 + 8 * pb, 8);
+            else
+              memcpy(w, slot + u * 1024 + 512 * pb + lane * 16, 16);
             float sc[2];
             unsigned v[2][4];
             for (int h = 0; h < 2; h++) {
               const long long r = n0 + u * 16 + gr + 8 * h;
               sc[h] = r < R && kin[pb] ? scales[r * ng + gi[pb]] : 0.f;
             }
-            wq_block_bf16(bits, w + 4 * b, sc, v);
+            wq_block_bf16(bits, w, sc, v);
             for (int h = 0; h < 2; h++) {
               const int at = wqmx_sw128(u * 16 + gr + 8 * h, 4 * pb + t);
               memcpy(tile + at, v[h], 16);
               pos[b][h][lane] = (at % 128) / 16;
             }
           }
-        }
         for (int b = 0; b < 2; b++)
           for (int h = 0; h < 2; h++)
             for (int q = 0; q < 4; q++) {
