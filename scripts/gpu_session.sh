@@ -1,5 +1,5 @@
 #!/bin/sh
-# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [tunewq] [gemmvs] [actepi] [epidec] [tunedec] [grad] [wqdl8] [pdl] [wide] [keep] [live] [dsplit] [splitab] [wqsplit] [bars] [wqdq] [dqab] ...
+# scripts/gpu_session.sh OUT [tests] [sanitize] [bench] [torch] [analyze32] [startup] [fp8acc] [lowp] [tp] [tp1] [tune] [tunewq] [gemmvs] [actepi] [epidec] [tunedec] [grad] [wqdl8] [pdl] [wide] [keep] [live] [dsplit] [splitab] [wqsplit] [bars] [wqdq] [dqab] [kern] ...
 # What one call on the lent GPU machine runs, with a build made here and carried there (that
 # machine has no flex, bison or jansson headers). The build has absolute paths under
 # /work/main, so the copy is linked there first; the kernel cache in build/test-kernel-cache
@@ -539,6 +539,42 @@ for part in "$@"; do
     PYTHONUNBUFFERED=1 timeout 120 python3 /work/main/bench/torch_peer.py --ffnc "$out/bars.json" \
       --models llama3_8b_layer --reps 20 >"$out/torch_bars.txt" 2>&1
     echo "torch: exit $?"; grep -E "^\|" "$out/torch_bars.txt"
+    ;;
+  probe)
+    # bench/probe: gemm_wqrs (i4 weights as wgmma's register operand) checked and timed alone,
+    # 8B / 70B products and edge shapes (M N K S G SPLITS [REPS [BM]])
+    P=/work/main/.devcarry/probe
+    while read -r args; do
+      timeout 60 $P/wqrs_probe $P/wqrs.cubin $args 2>&1 | tail -2
+    done <<ROWS
+128 14336 4096 2 128 1
+65 14336 4096 2 128 1
+128 4096 14336 1 128 4
+128 4096 14336 1 128 2
+1024 14336 4096 2 128 1
+1024 4096 14336 1 128 1
+64 14336 4096 2 128 1 20 64
+128 28672 8192 2 128 1
+128 8192 28672 1 128 2
+100 1000 1000 2 0 1
+7 264 192 1 64 3
+130 520 4160 2 64 2 5 64
+ROWS
+    ;;
+  kern)
+    # each plan kernel's time under ncu (clocks not locked, median of the bench's launches) and its
+    # DRAM throughput, for the rows with bars: KERN_ROWS "model:tokens ..."
+    S=/work/main/bench/suite
+    for r in ${KERN_ROWS:-llama3_8b_layer:1 llama3_8b_layer:128 llama3_8b_layer_i4g128:1 llama3_70b_layer_f8:1 llama3_8b_layer_f8:8192}; do
+      m=${r%%:*} t=${r##*:}
+      FFNC_NO_TUNE=1 timeout 90 ncu --clock-control none -k regex:'^k[0-9]+_' \
+        --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed \
+        ./ffnc bench $S/$m.ffn --tokens $t --reps 3 --no-graphs --no-ceilings >"$out/kern_${m}_$t.txt" 2>&1
+      printf '%s %s tokens (exit %s):' $m $t $?
+      awk '/^  k[0-9]+_/ {k = $1} /gpu__time_duration.sum/ {d[k] = d[k] " " $3; u[k] = $2} /dram__throughput/ {p[k] = $3}
+        END {for (k in d) printf " %s [%s ] %s dram %s%%;", k, d[k], u[k], p[k]}' "$out/kern_${m}_$t.txt"
+      echo
+    done
     ;;
   bench)
     timeout 420 sh /work/main/bench/run_suite.sh /work/main/build/ffnc "$out" >"$out/bench.log" 2>&1
