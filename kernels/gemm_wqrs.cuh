@@ -32,10 +32,11 @@
 // (float)(q * s) * x in double). Groups must be whole k-tiles (G % 64 == 0, or one group).
 //
 // Warp roles: warp 0 of warpgroup 0 (one thread) issues each stage's copies: the activations'
-// box by TMA and the codes' 4 KB by one bulk copy, both completing on full[s]; with STATS, warps
-// 2 and 3 sum each token row's squares (and values) from the stage; warpgroups 1 and 2 multiply.
-// A stage is free once the eight consumer warps (and the two statistics warps) have arrived on
-// empty[s]. Each consumer converts k-tile j + 1 while k-tile j's wgmmas run, then waits for them.
+// box by TMA and the codes' 4 KB by one bulk copy, both completing on full[s]; warpgroups 1 and 2
+// multiply, and with STATS also sum each token row's squares (and values) from the stage under
+// their wgmmas, as gemm_sm90's consumers do. A stage is free once the eight consumer warps have
+// arrived on empty[s]. Within a group, k-tile j's wgmmas stay in flight while the consumer waits
+// for k-tile j - 1's and converts k-tile j + 1's fragments; a group's end waits for all.
 #pragma once
 #include "gemm_sm80.cuh" // mma_16816 and cp.async, which gemm_wq.cuh uses
 #include "gemm_sm90.cuh"
@@ -86,8 +87,13 @@ __device__ __forceinline__ void wqrs_frags(const u32 (&W)[4], u32 (&F)[16], int 
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
         const int src = quad + 2 * sg + c;
+#ifdef FFN_WQRS_NOSHFL // experiment: no permutation (wrong results; the shuffles' cost)
+        const u32 x = W[(2 * b + sg + c) & 3];
+        (void)src, (void)hi;
+#else
         const u32 x0 = __shfl_sync(0xffffffffu, W[2 * b], src), x1 = __shfl_sync(0xffffffffu, W[2 * b + 1], src);
         const u32 x = hi ? x1 : x0;
+#endif
         u32 *f = &F[4 * (2 * b + sg) + 2 * c];
         f[0] = fma2<bf16>(and_or(x >> sh, 0x000f000fu, 0x43004300u), 0x3f803f80u, 0xc308c308u);        // row g
         f[1] = fma2<bf16>(and_or(x >> (sh + 4u), 0x000f000fu, 0x43004300u), 0x3f803f80u, 0xc308c308u); // row g + 8
@@ -133,7 +139,7 @@ __device__ __forceinline__ void gemm_wqrs(const GemmArgs &g, const Epi &epi, cha
   float *Os = (float *)base;                                            // after the loop: [BM][OSTR]
   if (tid == 0) {
 #pragma unroll
-    for (int s = 0; s < STAGES; ++s) mbar_init(bars + 8 * s, 1), mbar_init(bars + 8 * (STAGES + s), STATS ? 10 : 8);
+    for (int s = 0; s < STAGES; ++s) mbar_init(bars + 8 * s, 1), mbar_init(bars + 8 * (STAGES + s), 8);
     fence_barrier_init();
   }
   __syncthreads();
@@ -153,31 +159,6 @@ __device__ __forceinline__ void gemm_wqrs(const GemmArgs &g, const Epi &epi, cha
         bulk_load(dst + XB, codes + wq_tile_index(n0 / 16, kt0 + j, tk) * 512, 8 * 512, full);
         if (++s == STAGES) s = 0;
       }
-    } else if (STATS && warp >= 2) { // ---- row statistics: thread r of 64 sums rows r (+ 64) ----
-      const int r = tid - 64;
-      float q[2] = {0.f, 0.f}, sm[2] = {0.f, 0.f};
-      for (int j = 0, s = 0; j < nk; ++j) {
-        mbar_wait(bars + 8 * s, (u32)((j / STAGES) & 1));
-#pragma unroll
-        for (int h = 0; h < BM / 64; ++h)
-#pragma unroll
-          for (int c = 0; c < 8; ++c) {
-            u32 w[4];
-            lds128(sbase + s * STAGE + (r + 64 * h) * 128 + 16 * c, w[0], w[1], w[2], w[3]);
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const float lo = bf16_bits_to_f32((u16)(w[e] & 0xffffu)), hi = bf16_bits_to_f32((u16)(w[e] >> 16));
-              q[h] = fmaf(lo, lo, fmaf(hi, hi, q[h]));
-              if (STATS == 2) sm[h] += lo + hi;
-            }
-          }
-        __syncwarp();
-        if (lane == 0) mbar_arrive(bars + 8 * (STAGES + s));
-        if (++s == STAGES) s = 0;
-      }
-#pragma unroll
-      for (int h = 0; h < BM / 64; ++h) rowstat[r + 64 * h] = q[h], rowstat[BM + r + 64 * h] = sm[h];
-      named_bar_arrive(1, 320); // the statistics, and no more reads of the ring
     }
     return;
   }
@@ -190,6 +171,11 @@ __device__ __forceinline__ void gemm_wqrs(const GemmArgs &g, const Epi &epi, cha
 #pragma unroll
   for (int i = 0; i < NA; ++i) acc[i] = 0.f;
   u32 FA[16], FB[16], W[4];
+  // STATS: the 256 consumer threads sum the squares (and values) of the stages' activations, SPR
+  // threads a token row, CPT 16-byte chunks each a k-tile, while the wgmmas run
+  constexpr int SPR = 256 / BM, CPT = 8 / SPR;
+  const int ct = tid - 128;
+  float q = 0.f, sm = 0.f;
   // scales of the lane's two rows for group gi (0 past the rows: those weights are zero)
   auto scales = [&](int gi, float &s0, float &s1) {
     s0 = r0 < R ? __ldg(g.qs + (long long)r0 * ng + gi) : 0.f;
@@ -199,20 +185,58 @@ __device__ __forceinline__ void gemm_wqrs(const GemmArgs &g, const Epi &epi, cha
     const int s = j % STAGES;
     mbar_wait(bars + 8 * s, (u32)((j / STAGES) & 1));
     lds128(sbase + s * STAGE + XB + u * 512 + lane * 16, W[0], W[1], W[2], W[3]);
+#ifdef FFN_WQRS_NOCONV // experiment: the codes as they are (wrong results; the conversion's cost)
+#pragma unroll
+    for (int i = 0; i < 16; ++i) F[i] = W[i & 3] ^ (u32)i;
+#else
     wqrs_frags(W, F, lane);
+#endif
   };
-  auto step = [&](int j, const u32 (&F)[16], u32 (&Fn)[16], float &s0, float &s1) {
-    const int kt = kt0 + j, s = j % STAGES;
-    wqrs_mma<BM>(tmp, F, db0 + (u64)((s * STAGE) >> 4), j == 0 || kt % kpg == 0);
-    if (j + 1 < nk) load(j + 1, Fn); // under this k-tile's wgmmas
-    wgmma_wait<0>();
-    reg_fence(tmp);
+  auto release = [&](int j) { // k-tile j's wgmmas have completed: its stage is free
     __syncwarp();
-    if (lane == 0) mbar_arrive(bars + 8 * (STAGES + s)); // the stage is free
-    if (j + 1 == nk || (kt + 1) % kpg == 0) {           // the group ends: acc += s[row] tmp
+    if (lane == 0) mbar_arrive(bars + 8 * (STAGES + j % STAGES));
+  };
+  // k-tile j: its wgmmas (fragments F) into tmp; then, once k-tile j - 1's have completed (its
+  // fragments Fn are free), k-tile j + 1's fragments under k-tile j's. tmp is added to acc at the
+  // end of each pair of k-tiles and of each group (the loop's back edge then has no wgmma in
+  // flight: ptxas would wait there), and the scales move on at a group's end.
+  auto step = [&](int j, bool odd, const u32 (&F)[16], u32 (&Fn)[16], float &s0, float &s1) {
+    const int kt = kt0 + j;
+    const bool gend = j + 1 == nk || (kt + 1) % kpg == 0;
+    const bool first = !odd || j == 0 || kt % kpg == 0, last = odd || gend;
+    wqrs_mma<BM>(tmp, F, db0 + (u64)(((j % STAGES) * STAGE) >> 4), first);
+    if (STATS) // row ct / SPR of the stage's activations, chunks (ct % SPR) * CPT .. (under the wgmmas)
+#pragma unroll
+      for (int c = 0; c < CPT; ++c) {
+        u32 x[4];
+        lds128(sbase + (j % STAGES) * STAGE + (ct / SPR) * 128 + 16 * ((ct % SPR) * CPT + c), x[0], x[1], x[2], x[3]);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float lo = bf16_bits_to_f32((u16)(x[e] & 0xffffu)), hi = bf16_bits_to_f32((u16)(x[e] >> 16));
+          q = fmaf(lo, lo, fmaf(hi, hi, q));
+          if (STATS == 2) sm += lo + hi;
+        }
+      }
+    if (!first) {
+      wgmma_wait<1>();
+#ifdef FFN_WQRS_OPFENCE // experiment: k-tile j - 1's fragments live until its wgmmas are known done
+#pragma unroll
+      for (int i = 0; i < 16; ++i) asm volatile("" : "+r"(Fn[i])::"memory");
+#endif
+      release(j - 1);
+    }
+    if (j + 1 < nk) load(j + 1, Fn);
+    if (last) {
+      wgmma_wait<0>();
+      reg_fence(tmp);
+#ifdef FFN_WQRS_OPFENCE
+#pragma unroll
+      for (int i = 0; i < 16; ++i) asm volatile("" : "+r"(*const_cast<u32 *>(&F[i]))::"memory");
+#endif
+      release(j);
 #pragma unroll
       for (int i = 0; i < NA; ++i) acc[i] = fmaf((i & 2) ? s1 : s0, tmp[i], acc[i]);
-      if (j + 1 < nk) scales((kt + 1) / kpg, s0, s1);
+      if (gend && j + 1 < nk) scales((kt + 1) / kpg, s0, s1);
     }
   };
   float s0 = 0.f, s1 = 0.f;
@@ -221,14 +245,18 @@ __device__ __forceinline__ void gemm_wqrs(const GemmArgs &g, const Epi &epi, cha
     load(0, FA);
   }
   for (int j = 0; j < nk; j += 2) {
-    step(j, FA, FB, s0, s1);
-    if (j + 1 < nk) step(j + 1, FB, FA, s0, s1);
+    step(j, false, FA, FB, s0, s1);
+    if (j + 1 < nk) step(j + 1, true, FB, FA, s0, s1);
   }
 
   // ---- the f32 tile Os[token][merged row] in the ring, then split-K and the functor (as wq_finish) ----
   constexpr int NC = 256;
-  const int ct = tid - 128;
-  named_bar_sync(1, STATS ? 320 : 256); // the statistics warps are done with the ring
+  if (STATS) { // the SPR threads of each row: their sums, into rowstat
+#pragma unroll
+    for (int o = 1; o < SPR; o <<= 1) q += __shfl_xor_sync(0xffffffffu, q, o), sm += __shfl_xor_sync(0xffffffffu, sm, o);
+    if (ct % SPR == 0) rowstat[ct / SPR] = q, rowstat[BM + ct / SPR] = sm;
+  }
+  named_bar_sync(1, 256); // every consumer is done with the ring
   {
     const int j0 = 64 * (wg - 1) + 16 * w + (lane >> 2), t2 = 2 * (lane & 3);
 #pragma unroll

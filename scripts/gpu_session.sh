@@ -541,8 +541,9 @@ for part in "$@"; do
     echo "torch: exit $?"; grep -E "^\|" "$out/torch_bars.txt"
     ;;
   probe)
-    # bench/probe: gemm_wqrs (i4 weights as wgmma's register operand) checked and timed alone,
-    # 8B / 70B products and edge shapes (M N K S G SPLITS [REPS [BM]])
+    # bench/probe: gemm_wqrs (i4 weights as wgmma's register operand) checked and timed alone
+    # (wqrs_probe CUBIN M N K S G SPLITS [REPS [BM [STATS]]]): the 8B / 70B products and edge
+    # shapes with wqrs.cubin, then the main rows with the experiment's other cubins (PROBE_CUBINS)
     P=/work/main/.devcarry/probe
     while read -r args; do
       timeout 60 $P/wqrs_probe $P/wqrs.cubin $args 2>&1 | tail -2
@@ -550,16 +551,30 @@ for part in "$@"; do
 128 14336 4096 2 128 1
 65 14336 4096 2 128 1
 128 4096 14336 1 128 4
-128 4096 14336 1 128 2
 1024 14336 4096 2 128 1
 1024 4096 14336 1 128 1
 64 14336 4096 2 128 1 20 64
 128 28672 8192 2 128 1
 128 8192 28672 1 128 2
+128 14336 4096 2 128 1 20 128 0
+1024 14336 4096 2 128 1 20 128 0
 100 1000 1000 2 0 1
 7 264 192 1 64 3
 130 520 4160 2 64 2 5 64
 ROWS
+    for c in ${PROBE_CUBINS:-}; do
+      for args in "128 14336 4096 2 128 1" "128 14336 4096 2 128 1 20 128 0" "1024 14336 4096 2 128 1" "1024 14336 4096 2 128 1 20 128 0"; do
+        printf '%s: ' $c; timeout 60 $P/wqrs_probe $P/$c.cubin $args 2>&1 | tail -1
+      done
+    done
+    if [ -n "${PROBE_NCU:-}" ]; then
+      timeout 120 ncu --section SpeedOfLight --section WarpStateStats --section SourceCounters --section ComputeWorkloadAnalysis \
+        -k regex:probe -c 1 -f -o /tmp/probe_ncu $P/wqrs_probe $P/wqrs.cubin $PROBE_NCU 1 >/dev/null 2>&1
+      echo "probe ncu: exit $?"
+      timeout 60 ncu --import /tmp/probe_ncu.ncu-rep --page source --csv --print-source sass 2>/dev/null | xz -9 >"$out/probe_src.csv.xz"
+      timeout 60 ncu --import /tmp/probe_ncu.ncu-rep --page details >"$out/probe_det.txt" 2>&1
+      grep -E "Duration|Throughput|Issued|Warp Cycles|Stall|No Eligible|Active Warps" "$out/probe_det.txt" | head -30
+    fi
     ;;
   kern)
     # each plan kernel's time under ncu (clocks not locked, median of the bench's launches) and its

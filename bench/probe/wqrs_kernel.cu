@@ -15,14 +15,16 @@ template <int S> struct ProbeEpi {
   }
 };
 
-#define PROBE(BM, S)                                                                                     \
+#define PROBE(BM, S, STATS)                                                                              \
   extern "C" __global__ void __launch_bounds__(384, 1)                                                   \
-      probe_##BM##_##S(ffn::GemmArgs g, const __grid_constant__ ffn::TmaMaps t, ProbeEpi<S> epi) {       \
+      probe_##BM##_##S##_##STATS(ffn::GemmArgs g, const __grid_constant__ ffn::TmaMaps t, ProbeEpi<S> epi) { \
     extern __shared__ __align__(128) char smem[];                                                        \
     g.tma = &t;                                                                                          \
-    ffn::gemm_wqrs<BM, 8, S, 1>(g, epi, smem);                                                           \
+    ffn::gemm_wqrs<BM, 8, S, STATS>(g, epi, smem);                                                       \
   }
-PROBE(128, 1)
-PROBE(128, 2)
-PROBE(64, 1)
-PROBE(64, 2)
+PROBE(128, 1, 1)
+PROBE(128, 2, 1)
+PROBE(64, 1, 1)
+PROBE(64, 2, 1)
+PROBE(128, 1, 0)
+PROBE(128, 2, 0)

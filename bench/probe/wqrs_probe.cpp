@@ -4,7 +4,7 @@
 // build: bench/probe/build.sh compiles it and wqrs_kernel.cu (to a cubin, loaded through the
 // driver API) with nvcc, here; it runs on the GPU machine:
 //
-//   wqrs_probe CUBIN M N K S G SPLITS [REPS [BM]]
+//   wqrs_probe CUBIN M N K S G SPLITS [REPS [BM [STATS]]]
 //
 // Random codes (levels -7..7) and scales, random bf16 activations (seed printed); the outputs
 // (poisoned first) and the rows' sums of squares are checked against a double-precision
@@ -68,7 +68,7 @@ static float bf16_round(float f) {
   return f;
 }
 
-static int run(CUmodule mod, int BM, int S, int M, int N, int K, int G, int splits, int reps, unsigned seed) {
+static int run(CUmodule mod, int BM, int S, int stats, int M, int N, int K, int G, int splits, int reps, unsigned seed) {
   const long long R = (long long)S * N, tk = (K + 63) / 64, crows = (R + 127) / 128 * 128;
   const int ng = G <= 0 || G >= K ? 1 : (K + G - 1) / G, glen = G <= 0 || G >= K ? K : G;
   srand(seed);
@@ -126,7 +126,7 @@ static int run(CUmodule mod, int BM, int S, int M, int N, int K, int G, int spli
   ProbeEpi epi{(float *)dout, (float *)dst, M, N};
   const int smem = wqrs_smem_bytes(BM);
   char name[32];
-  snprintf(name, sizeof name, "probe_%d_%d", BM, S);
+  snprintf(name, sizeof name, "probe_%d_%d_%d", BM, S, stats);
   CUfunction f;
   CK(cuModuleGetFunction(&f, mod, name));
   CK(cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem));
@@ -174,21 +174,22 @@ static int run(CUmodule mod, int BM, int S, int M, int N, int K, int G, int spli
   }
   std::sort(ts.begin(), ts.end());
   const double us = ts[ts.size() / 2], flop = 2.0 * M * (double)R * K, bytes = (double)R * K / 2 + (double)R * ng * 4;
-  const bool ok = worst < 1e-4 && sworst < 1e-5;
-  printf("wqrs BM %d M %d N %d K %d S %d G %d splits %d seed %u: err %.2e (vs RMS), stats err %.2e %s; %.1f us, "
+  const bool ok = worst < 1e-4 && (!stats || sworst < 1e-4); // f32 sums of squares over K
+  printf("wqrs BM %d stats %d M %d N %d K %d S %d G %d splits %d seed %u: err %.2e (vs RMS), stats err %.2e %s; %.1f us, "
          "%.0f TFLOP/s, %.0f GB/s of codes\n",
-         BM, M, N, K, S, G, splits, seed, worst, sworst, ok ? "ok" : "FAIL", us, flop / us * 1e-6, bytes / us * 1e-3);
+         BM, stats, M, N, K, S, G, splits, seed, worst, sworst, ok ? "ok" : "FAIL", us, flop / us * 1e-6, bytes / us * 1e-3);
   cuMemFree(dA), cuMemFree(dB), cuMemFree(dqs), cuMemFree(dout), cuMemFree(dst), cuMemFree(dws), cuMemFree(dcnt);
   return ok ? 0 : 1;
 }
 
 int main(int argc, char **argv) {
   if (argc < 8) {
-    fprintf(stderr, "usage: wqrs_probe CUBIN M N K S G SPLITS [REPS [BM]]\n");
+    fprintf(stderr, "usage: wqrs_probe CUBIN M N K S G SPLITS [REPS [BM [STATS]]]\n");
     return 2;
   }
   const int M = atoi(argv[2]), N = atoi(argv[3]), K = atoi(argv[4]), S = atoi(argv[5]), G = atoi(argv[6]),
-            splits = atoi(argv[7]), reps = argc > 8 ? atoi(argv[8]) : 20, bm = argc > 9 ? atoi(argv[9]) : 128;
+            splits = atoi(argv[7]), reps = argc > 8 ? atoi(argv[8]) : 20, bm = argc > 9 ? atoi(argv[9]) : 128,
+            stats = argc > 10 ? atoi(argv[10]) : 1;
   const unsigned seed = (unsigned)(M * 131 + N * 7 + K + S + G);
   CUdevice dev;
   CUcontext ctx;
@@ -197,5 +198,5 @@ int main(int argc, char **argv) {
   CK(cuDeviceGet(&dev, 0));
   CK(cuCtxCreate(&ctx, NULL, 0, dev));
   CK(cuModuleLoad(&mod, argv[1]));
-  return run(mod, bm, S, M, N, K, G, splits, reps, seed);
+  return run(mod, bm, S, stats, M, N, K, G, splits, reps, seed);
 }
