@@ -578,6 +578,27 @@ void emit_gemm_entry(Kgen *k, const ffn_gemm_config *c, bool ext, int wq_mix, Bu
              k->f8 ? "  g.sa = (const float *)a.p[2]; g.sb = (const float *)a.p[3];\n" : "", qs, tmpl, params, extra, epi);
 }
 
+/* The i4 weight-only product with the codes as wgmma's register operand (kernels/gemm_wqrs.cuh,
+ * sm_90): c's tile of bm tokens x 128 merged columns, A by TMA (c's tensor map of A), the
+ * codes by bulk copies, the row statistics and the wq kernels' epilogue functor in the kernel. */
+void emit_wqrs_entry(Kgen *k, const ffn_gemm_config *c, Buf *body) {
+  Group *gr = k->gr;
+  int64_t K = gr->a->shape.d[gr->a->shape.rank - 1].size;
+  buf_printf(body,
+             "extern \"C\" __global__ void __launch_bounds__(%d, 1) @_%s(const __grid_constant__ ffn::KArgs a, "
+             "const __grid_constant__ ffn::TmaMaps t) {\n"
+             "  extern __shared__ __align__(128) char smem[];\n"
+             "  ffn::pdl_entry();\n"
+             "  ffn::GemmArgs g;\n"
+             "  g.A = a.p[0]; g.B = a.p[1]; g.M = (int)a.m; g.N = %lld; g.K = %lld;\n"
+             "  g.splits = a.splits; g.ws = a.ws; g.counters = a.counters; g.tma = &t;\n"
+             "  g.qs = (const float *)a.p[2]; g.qg = %d;\n"
+             "  const Epi_@ epi{&a};\n"
+             "  ffn::gemm_wqrs<%d, %d, %d, %d>(g, epi, smem);\n}\n",
+             c->threads, c->name, (long long)k->ncols, (long long)K, k->wq_group, c->bm, c->stages, gr->streams,
+             gr->stats);
+}
+
 /* body with every '@' replaced by the kernel's name. */
 void emit_named(Buf *out, const char *name, const char *body) {
   for (const char *p = body; *p; p++) {
@@ -951,7 +972,8 @@ void emit_prelude(Gen *G) {
   if (G->c->arch == 90)
     buf_puts(&G->src, "#include \"gemm_sm90.cuh\"\n#include \"gemm_sm90p.cuh\"\n");
   if (G->g->prec.type[PREC_WEIGHTS] != DT_NONE)
-    buf_puts(&G->src, "#include \"gemm_wqdl.cuh\"\n"); /* and gemm_wqd.cuh, gemm_wq.cuh */
+    buf_puts(&G->src, G->c->arch == 90 ? "#include \"gemm_wqdl.cuh\"\n#include \"gemm_wqrs.cuh\"\n"
+                                       : "#include \"gemm_wqdl.cuh\"\n"); /* and gemm_wqd.cuh, gemm_wq.cuh */
   for (int i = 0; i < G->c->ngroups; i++)
     if (G->c->groups[i]->kind == GK_SINGLE) { /* a backward graph's sums over tokens */
       buf_puts(&G->src, G->c->arch == 90 ? "#include \"grad.cuh\"\n#include \"grad_sm90.cuh\"\n" : "#include \"grad.cuh\"\n");

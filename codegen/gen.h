@@ -128,6 +128,7 @@ void emit_gemm_functor(Kgen *k, Buf *body);
  * from ffn_row_stats instead of the GEMM; wq_mix: the bits of B's codes, which a TMA wgmma tile
  * turns into bf16 in shared memory (KernelVariant.mx), else 0. */
 void emit_gemm_entry(Kgen *k, const ffn_gemm_config *c, bool ext, int wq_mix, Buf *body);
+void emit_wqrs_entry(Kgen *k, const ffn_gemm_config *c, Buf *body);
 /* A rowwise kernel's launch forms: blocks of `threads`, `tpr` threads per row (so threads / tpr
  * rows per block), `name` the suffix of its entry point, max_m the most rows it runs (0: any;
  * the forms in increasing max_m, the plan's variants in that order). */

@@ -462,6 +462,32 @@ static void add_mx_variant(Kgen *k, PlanKernel *pk, Buf *body) {
     }
 }
 
+/* The i4 product with the codes as wgmma's register operand (KernelVariant.mx with the
+ * configuration tmar_128x128x64; kernels/gemm_wqrs.cuh): tiles of 128 tokens x 128 merged columns,
+ * the codes converted in the consumers' registers, no bf16 copy in shared memory. Groups of whole
+ * 64-k tiles only (G = 0, a multiple of 64, or one group over K). A candidate after the mixed-input
+ * tile (FFNC_GEMM_VARIANT=tmar_128x128x64, ffnc tune), not the rule: kernels/NOTES.md, thirty-sixth
+ * session. The runtime launches it as an `mx` variant (A's tensor map, no B map). */
+enum { RS_STAGES = 8 };
+static void add_rs_variant(Kgen *k, PlanKernel *pk, Buf *body) {
+  int64_t K = k->gr->a->shape.d[k->gr->a->shape.rank - 1].size, G = k->wq_group;
+  if (k->wq_bits != 4 || !(G <= 0 || G % 64 == 0 || G >= K) || pk->nvariants >= PLAN_MAX_VARIANTS)
+    return;
+  int ncfg;
+  const ffn_gemm_config *table = ffn_gemm_configs(&ncfg);
+  for (int i = 0; i < ncfg; i++)
+    if (strcmp(table[i].name, "tma_128x128x64") == 0) {
+      ffn_gemm_config c = table[i];
+      c.name = "tmar_128x128x64";
+      c.stages = RS_STAGES;
+      c.max_m = MX_MAX_ROWS;
+      emit_wqrs_entry(k, &c, body);
+      pk->variants[pk->nvariants++] =
+          (KernelVariant){.threads = c.threads, .smem = wqrs_smem_bytes(c.bm, c.stages), .max_m = c.max_m, .cfg = c, .mx = true};
+      return;
+    }
+}
+
 /* The dq variants: the 16-bit tensor-core configurations a bf16 product takes from dq_min_rows
  * rows (on sm_90 the TMA mid tile and the two persistent ones, no clusters; on sm_80 the 128 x 256
  * tile), after the quantized kernels, whose regimes now end just below. */
@@ -470,8 +496,10 @@ static void add_dq_variants(Kgen *k, PlanKernel *pk, Buf *body) {
   const ffn_gemm_config *table = ffn_gemm_configs(&ncfg);
   bool hopper = k->G->c->arch == 90;
   int first = pk->nvariants;
-  if (hopper)
+  if (hopper) {
     add_mx_variant(k, pk, body);
+    add_rs_variant(k, pk, body);
+  }
   for (int i = 0; i < ncfg && pk->nvariants < PLAN_MAX_VARIANTS; i++) {
     const ffn_gemm_config *c = &table[i];
     bool mid_or_more = c->max_m == 0 || c->max_m >= dq_min_rows(k->wq_bits);

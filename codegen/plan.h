@@ -88,7 +88,7 @@ typedef struct {
 
 /* Variants per kernel: an sm_90 GEMM compiles up to 8 (three mma.sync tiles for small M, the TMA
  * tiles, the clustered and persistent ones); room for more. */
-enum { PLAN_MAX_VARIANTS = 20 }; /* i4 weight-only products compile 12, 3 `dq` and 1 `mx` */
+enum { PLAN_MAX_VARIANTS = 20 }; /* i4 weight-only products compile 12, 3 `dq` and 2 `mx` (tmaq, tmar) */
 
 typedef struct {
   KernelKind kind;

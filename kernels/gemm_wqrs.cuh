@@ -12,7 +12,7 @@
 //
 // BM = 64 or 128 tokens per tile, 128 merged weight rows per tile (two consumer warpgroups, one
 // 128-row group of the codes: one bulk copy a k-tile), k-tiles of 64. Grid (tiles_m * tiles_n, 1,
-// splits) as gemm_sm90, 384 threads, wqrs_smem_bytes(BM, STAGES) of dynamic shared memory, the
+// splits) as gemm_sm90, 384 threads, wqrs_smem_bytes(BM, STAGES) (quant.cuh) of dynamic shared memory, the
 // activations' tensor map in ((TmaMaps *)g.tma)->a with a box of 64 k x BM rows. g.B: the codes,
 // g.qs: the scales [S*N, groups], g.qg: the group (0, or a multiple of 64). Epilogue: the wq
 // kernels' functor (epi(row, col, ncols, v[S][2], rsum, rsumsq), gemm_wq.cuh: wq_finish).
@@ -43,13 +43,6 @@
 #include "gemm_wq.cuh"  // fma2, and_or
 
 namespace ffn {
-
-template <int BM> __host__ __device__ constexpr int wqrs_stage_bytes() { return BM * 128 + 8 * 512; }
-// the ring, then barriers (16 a stage), the split-K flag, the row statistics [2][BM] and the
-// 1024-byte realignment; the epilogue's f32 tile [BM][128 + 4] reuses the ring
-template <int BM, int STAGES> __host__ __device__ constexpr int wqrs_smem_bytes() {
-  return STAGES * wqrs_stage_bytes<BM>() + 16 * STAGES + 16 + 8 * BM + 1024;
-}
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
@@ -87,13 +80,8 @@ __device__ __forceinline__ void wqrs_frags(const u32 (&W)[4], u32 (&F)[16], int 
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
         const int src = quad + 2 * sg + c;
-#ifdef FFN_WQRS_NOSHFL // experiment: no permutation (wrong results; the shuffles' cost)
-        const u32 x = W[(2 * b + sg + c) & 3];
-        (void)src, (void)hi;
-#else
         const u32 x0 = __shfl_sync(0xffffffffu, W[2 * b], src), x1 = __shfl_sync(0xffffffffu, W[2 * b + 1], src);
         const u32 x = hi ? x1 : x0;
-#endif
         u32 *f = &F[4 * (2 * b + sg) + 2 * c];
         f[0] = fma2<bf16>(and_or(x >> sh, 0x000f000fu, 0x43004300u), 0x3f803f80u, 0xc308c308u);        // row g
         f[1] = fma2<bf16>(and_or(x >> (sh + 4u), 0x000f000fu, 0x43004300u), 0x3f803f80u, 0xc308c308u); // row g + 8
@@ -113,13 +101,13 @@ __device__ __forceinline__ void wqrs_mma(float (&tmp)[BM / 2], const u32 (&F)[16
 
 template <int BM, int STAGES, int S, int STATS, class Epi>
 __device__ __forceinline__ void gemm_wqrs(const GemmArgs &g, const Epi &epi, char *smem) {
-  constexpr int BN = 128, XB = BM * 128, STAGE = wqrs_stage_bytes<BM>(), OSTR = BN + 4;
+  constexpr int BN = 128, XB = BM * 128, STAGE = wqrs_stage_bytes(BM), OSTR = BN + 4;
   constexpr int SLAB = BM * BN + 2 * BM, NA = BM / 2; // split-K slab; accumulators per thread
   static_assert(BM == 64 || BM == 128, "BM: 64 or 128 tokens");
   static_assert(S == 1 || S == 2, "S is 1 or 2");
   static_assert(STATS >= 0 && STATS <= 2, "STATS is 0, 1 or 2");
   static_assert(STAGES >= 3 && BM * OSTR * 4 <= STAGES * STAGE, "ring, and the epilogue's tile within it");
-  static_assert(wqrs_smem_bytes<BM, STAGES>() <= FFN_SM90_MAX_SMEM, "shared memory");
+  static_assert(wqrs_smem_bytes(BM, STAGES) <= FFN_SM90_MAX_SMEM, "shared memory");
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
   const int M = g.M, R = S * g.N, K = g.K, splits = g.splits, z = blockIdx.z;
@@ -185,12 +173,7 @@ __device__ __forceinline__ void gemm_wqrs(const GemmArgs &g, const Epi &epi, cha
     const int s = j % STAGES;
     mbar_wait(bars + 8 * s, (u32)((j / STAGES) & 1));
     lds128(sbase + s * STAGE + XB + u * 512 + lane * 16, W[0], W[1], W[2], W[3]);
-#ifdef FFN_WQRS_NOCONV // experiment: the codes as they are (wrong results; the conversion's cost)
-#pragma unroll
-    for (int i = 0; i < 16; ++i) F[i] = W[i & 3] ^ (u32)i;
-#else
     wqrs_frags(W, F, lane);
-#endif
   };
   auto release = [&](int j) { // k-tile j's wgmmas have completed: its stage is free
     __syncwarp();
@@ -219,20 +202,12 @@ __device__ __forceinline__ void gemm_wqrs(const GemmArgs &g, const Epi &epi, cha
       }
     if (!first) {
       wgmma_wait<1>();
-#ifdef FFN_WQRS_OPFENCE // experiment: k-tile j - 1's fragments live until its wgmmas are known done
-#pragma unroll
-      for (int i = 0; i < 16; ++i) asm volatile("" : "+r"(Fn[i])::"memory");
-#endif
       release(j - 1);
     }
     if (j + 1 < nk) load(j + 1, Fn);
     if (last) {
       wgmma_wait<0>();
       reg_fence(tmp);
-#ifdef FFN_WQRS_OPFENCE
-#pragma unroll
-      for (int i = 0; i < 16; ++i) asm volatile("" : "+r"(*const_cast<u32 *>(&F[i]))::"memory");
-#endif
       release(j);
 #pragma unroll
       for (int i = 0; i < NA; ++i) acc[i] = fmaf((i & 2) ? s1 : s0, tmp[i], acc[i]);

@@ -204,6 +204,13 @@ WQ_CFN wqmx_code_stages(int bn, int bits, int avail) {
                                                                     : WQMX_MAX_CODE_STAGES;
 }
 
+/* gemm_wqrs.cuh's shared memory (the codes as wgmma's register operand): `stages` stages of the
+ * activations' k-tile (bm tokens x 64 k of bf16, 128 bytes a row) and the codes of one group of
+ * WQ_RB_GROUP row blocks (4 KB), then two barriers a stage, the split-K flag, the row statistics
+ * [2][bm] and the 1024-byte realignment. The epilogue's f32 tile [bm][132] reuses the stages. */
+WQ_CFN wqrs_stage_bytes(int bm) { return bm * 128 + WQ_RB_GROUP * 512; }
+WQ_CFN wqrs_smem_bytes(int bm, int stages) { return stages * wqrs_stage_bytes(bm) + 16 * stages + 16 + 8 * bm + 1024; }
+
 /* gemm_wqd.cuh's shared memory, bytes, for bm tokens x bn rows of B, k tiles of bk, chunks of
  * ct tiles of activations and rings of depth slots: two buffers of a chunk's activations (bm x
  * ct*bk of elem bytes), then each warp's ring, a slot holding two tiles' codes (32 lanes x 16

@@ -545,7 +545,10 @@ for part in "$@"; do
     # (wqrs_probe CUBIN M N K S G SPLITS [REPS [BM [STATS]]]): the 8B / 70B products and edge
     # shapes with wqrs.cubin, then the main rows with the experiment's other cubins (PROBE_CUBINS)
     P=/work/main/.devcarry/probe
-    while read -r args; do
+    [ -n "${PROBE_ROWS:-}" ] && printf '%s\n' "$PROBE_ROWS" | while read -r args; do
+      timeout 60 $P/wqrs_probe $P/wqrs.cubin $args 2>&1 | tail -2
+    done
+    [ -z "${PROBE_ROWS:-}" ] && while read -r args; do
       timeout 60 $P/wqrs_probe $P/wqrs.cubin $args 2>&1 | tail -2
     done <<ROWS
 128 14336 4096 2 128 1
@@ -568,13 +571,28 @@ ROWS
       done
     done
     if [ -n "${PROBE_NCU:-}" ]; then
-      timeout 120 ncu --section SpeedOfLight --section WarpStateStats --section SourceCounters --section ComputeWorkloadAnalysis \
-        -k regex:probe -c 1 -f -o /tmp/probe_ncu $P/wqrs_probe $P/wqrs.cubin $PROBE_NCU 1 >/dev/null 2>&1
+      timeout 120 ncu --clock-control none --section SpeedOfLight --section WarpStateStats --section SourceCounters --section ComputeWorkloadAnalysis \
+        -k regex:probe -s 200 -c 1 -f -o /tmp/probe_ncu $P/wqrs_probe $P/wqrs.cubin $PROBE_NCU 1 >/dev/null 2>&1
       echo "probe ncu: exit $?"
       timeout 60 ncu --import /tmp/probe_ncu.ncu-rep --page source --csv --print-source sass 2>/dev/null | xz -9 >"$out/probe_src.csv.xz"
       timeout 60 ncu --import /tmp/probe_ncu.ncu-rep --page details >"$out/probe_det.txt" 2>&1
       grep -E "Duration|Throughput|Issued|Warp Cycles|Stall|No Eligible|Active Warps" "$out/probe_det.txt" | head -30
     fi
+    ;;
+  rsab)
+    # the 8B int4 sublayer with its products forced onto tmar_128x128x64 (kernels/gemm_wqrs.cuh)
+    # against the rule (the mixed-input tile to 128 rows, dq beyond), no graphs, two rounds
+    S=/work/main/bench/suite
+    for round in $(seq ${RSAB_ROUNDS:-2}); do
+      for t in ${RSAB_TOKENS:-65 128 256 384 512 1024}; do
+        for v in rule tmar_128x128x64; do
+          if [ $v = rule ]; then unset FFNC_GEMM_VARIANT; else export FFNC_GEMM_VARIANT=$v; fi
+          printf 'round %s %s %s: ' $round $v $t
+          timeout 60 ./ffnc bench $S/llama3_8b_layer_i4g128.ffn --tokens $t --reps 20 --no-graphs --no-ceilings 2>&1 | grep "  ffnc" | head -1
+        done
+      done
+    done
+    unset FFNC_GEMM_VARIANT
     ;;
   kern)
     # each plan kernel's time under ncu (clocks not locked, median of the bench's launches) and its

@@ -228,6 +228,17 @@ foreach(m ${GPU_TEST_MODELS})
   endif()
 endforeach()
 
+# The i4 product with the codes as wgmma's register operand (tmar_128x128x64, kernels/gemm_wqrs.cuh:
+# a candidate, not the rule) forced on the bf16 i4 models of whole 64-k groups, from one token (a
+# 128-row tile of one row) to 1000 (eight tiles), and split-K 3 from a k-tile inside K and a group.
+foreach(m ${GPU_TEST_MODELS})
+  get_filename_component(base ${m} NAME_WE)
+  if(base MATCHES "^wq_.*_i4g(64|128)_bf16$")
+    file(RELATIVE_PATH rel ${PROJECT_SOURCE_DIR} ${m})
+    ffn_gpu_forced_test(gpu_${base}_rs ${rel} tmar_128x128x64 "1,7,64,65,128,130,1000" "7,130,1000")
+  endif()
+endforeach()
+
 # Weight-only decode families forced on every test model whose name matches `pattern`, at 1-16
 # tokens, with the rule's split-K and with 3.
 function(ffn_gpu_wq_forced pattern)
