@@ -163,26 +163,19 @@ static int run(CUmodule mod, int BM, int S, int stats, int M, int N, int K, int 
   CUevent e0, e1;
   CK(cuEventCreate(&e0, 0));
   CK(cuEventCreate(&e1, 0));
-  std::vector<float> ts;
+  auto timed = [&]() { // one launch, ms
+    CK(cuEventRecord(e0, 0));
+    CK(cuLaunchKernel(f, tiles, 1, splits, 384, 1, 1, smem, 0, params, NULL));
+    CK(cuEventRecord(e1, 0));
+    CK(cuEventSynchronize(e1));
+    float ms;
+    CK(cuEventElapsedTime(&ms, e0, e1));
+    return ms;
+  };
   float warm = 0; // at least 300 ms of launches first: the clocks rise from idle (host-side set-up)
-  for (int i = 0; warm < 300.f && i < 100000; i++) {
-    CK(cuEventRecord(e0, 0));
-    CK(cuLaunchKernel(f, tiles, 1, splits, 384, 1, 1, smem, 0, params, NULL));
-    CK(cuEventRecord(e1, 0));
-    CK(cuEventSynchronize(e1));
-    float ms;
-    CK(cuEventElapsedTime(&ms, e0, e1));
-    warm += ms;
-  }
-  for (int i = 0; i < reps; i++) {
-    CK(cuEventRecord(e0, 0));
-    CK(cuLaunchKernel(f, tiles, 1, splits, 384, 1, 1, smem, 0, params, NULL));
-    CK(cuEventRecord(e1, 0));
-    CK(cuEventSynchronize(e1));
-    float ms;
-    CK(cuEventElapsedTime(&ms, e0, e1));
-    ts.push_back(ms * 1000.f);
-  }
+  for (int i = 0; warm < 300.f && i < 100000; i++) warm += timed();
+  std::vector<float> ts;
+  for (int i = 0; i < reps; i++) ts.push_back(timed() * 1000.f);
   std::sort(ts.begin(), ts.end());
   const double us = ts[ts.size() / 2], flop = 2.0 * M * (double)R * K, bytes = (double)R * K / 2 + (double)R * ng * 4;
   const bool ok = worst < 1e-4 && (!stats || sworst < 1e-4); // f32 sums of squares over K
