@@ -186,6 +186,29 @@ __device__ __forceinline__ void wq_store(float *Os, const float (&acc)[NT][4], i
   }
 }
 
+// The epilogue of the wq kernels, once the tile's f32 sums are in Os (row m at Os + m * OSTR; the
+// merged columns of the S streams in groups of 8) and its rows' statistics in rowstat: one call
+// of epi per (row, pair of output columns), threads tid, tid + NT, ...
+template <int BM, int BN, int S, int STATS, class Epi>
+__device__ __forceinline__ void wq_apply(const GemmArgs &g, const Epi &epi, const float *Os, int OSTR,
+                                         const float *rowstat, int m0, int n0, int tid, int NT) {
+  constexpr int PAIRS = BN / S / 2;
+  for (int i = tid; i < BM * PAIRS; i += NT) {
+    const int m = i / PAIRS, cl = 2 * (i % PAIRS), row = m0 + m, col = n0 / S + cl;
+    if (row >= g.M || col >= g.N) continue;
+    float v[S][2];
+#pragma unroll
+    for (int s = 0; s < S; ++s)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) { // merged column of stream s, column cl + e (groups of 8)
+        const int c = cl + e;
+        v[s][e] = Os[m * OSTR + (c / 8) * 8 * S + s * 8 + c % 8];
+      }
+    const float rsumsq = STATS ? rowstat[m] : 0.f, rsum = STATS == 2 ? rowstat[BM + m] : 0.f;
+    epi(row, col, col + 1 < g.N ? 2 : 1, v, rsum, rsumsq);
+  }
+}
+
 // The end of gemm_wq and gemm_wqd, once the CTA's sums are in Os ([BM][BN] f32) and its rows'
 // statistics in rowstat ([2][BM]: sums of squares, sums), after a barrier: split-K (every split
 // stores its sums; the last to arrive adds them in split order), then the epilogue, one call per
@@ -194,7 +217,7 @@ template <int BM, int BN, int THREADS, int S, int STATS, class Epi>
 __device__ __forceinline__ void wq_finish(const GemmArgs &g, const Epi &epi, float *Os, float *rowstat, int m0,
                                           int n0) {
   constexpr int SLAB = BM * BN + 2 * BM;
-  const int tid = threadIdx.x, splits = g.splits, z = blockIdx.z, M = g.M, N = g.N;
+  const int tid = threadIdx.x, splits = g.splits, z = blockIdx.z, M = g.M;
   if (splits > 1) {
     // only the tile's rows that hold tokens (Os is [BM][BN]: a prefix): at one token 1/8 of the
     // slab, whose stores the arrival's fence waits for and whose sums the last CTA reads (70B i4
@@ -218,21 +241,7 @@ __device__ __forceinline__ void wq_finish(const GemmArgs &g, const Epi &epi, flo
     __syncthreads();
   }
 
-  constexpr int BNS = BN / S, PAIRS = BNS / 2;
-  for (int i = tid; i < BM * PAIRS; i += THREADS) {
-    const int m = i / PAIRS, cl = 2 * (i % PAIRS), row = m0 + m, col = n0 / S + cl;
-    if (row >= M || col >= N) continue;
-    float v[S][2];
-#pragma unroll
-    for (int s = 0; s < S; ++s)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) { // merged column of stream s, column cl + e (groups of 8)
-        const int c = cl + e;
-        v[s][e] = Os[m * BN + (c / 8) * 8 * S + s * 8 + c % 8];
-      }
-    const float rsumsq = STATS ? rowstat[m] : 0.f, rsum = STATS == 2 ? rowstat[BM + m] : 0.f;
-    epi(row, col, col + 1 < N ? 2 : 1, v, rsum, rsumsq);
-  }
+  wq_apply<BM, BN, S, STATS>(g, epi, Os, BN, rowstat, m0, n0, tid, THREADS);
 }
 
 

@@ -163,48 +163,54 @@ __device__ __forceinline__ void gemm_wqrs(const GemmArgs &g, const Epi &epi, cha
   // threads a token row, CPT 16-byte chunks each a k-tile, while the wgmmas run
   constexpr int SPR = 256 / BM, CPT = 8 / SPR;
   const int ct = tid - 128;
-  float q = 0.f, sm = 0.f;
+  float q[4] = {0.f, 0.f, 0.f, 0.f}, sm[4] = {0.f, 0.f, 0.f, 0.f}; // four chains each
   // scales of the lane's two rows for group gi (0 past the rows: those weights are zero)
   auto scales = [&](int gi, float &s0, float &s1) {
     s0 = r0 < R ? __ldg(g.qs + (long long)r0 * ng + gi) : 0.f;
     s1 = r0 + 8 < R ? __ldg(g.qs + (long long)(r0 + 8) * ng + gi) : 0.f;
   };
-  auto load = [&](int j, u32 (&F)[16]) {
+  auto fetch = [&](int j) { // k-tile j's codes (the lane's 16 bytes of its row block's tile)
     const int s = j % STAGES;
     mbar_wait(bars + 8 * s, (u32)((j / STAGES) & 1));
     lds128(sbase + s * STAGE + XB + u * 512 + lane * 16, W[0], W[1], W[2], W[3]);
-    wqrs_frags(W, F, lane);
   };
   auto release = [&](int j) { // k-tile j's wgmmas have completed: its stage is free
     __syncwarp();
     if (lane == 0) mbar_arrive(bars + 8 * (STAGES + j % STAGES));
   };
-  // k-tile j: its wgmmas (fragments F) into tmp; then, once k-tile j - 1's have completed (its
-  // fragments Fn are free), k-tile j + 1's fragments under k-tile j's. tmp is added to acc at the
-  // end of each pair of k-tiles and of each group (the loop's back edge then has no wgmma in
-  // flight: ptxas would wait there), and the scales move on at a group's end.
+  // k-tile j: its wgmmas (fragments F) into tmp; under them, the statistics' loads from the stage,
+  // k-tile j + 1's codes, the statistics' sums (their loads' latency behind the codes'), and, once
+  // k-tile j - 1's wgmmas have completed (its fragments Fn are free), k-tile j + 1's fragments.
+  // tmp is added to acc at the end of each pair of k-tiles and of each group (the loop's back edge
+  // then has no wgmma in flight: ptxas would wait there), and the scales move on at a group's end.
+  // (kernels/NOTES.md, thirty-seventh session: no faster than summing them right after their loads;
+  // the statistics' cost, ~20% at 128 tokens, is their instructions. The four chains keep their
+  // sums' error ~1e-6.)
   auto step = [&](int j, bool odd, const u32 (&F)[16], u32 (&Fn)[16], float &s0, float &s1) {
-    const int kt = kt0 + j;
+    const int kt = kt0 + j, s = j % STAGES;
     const bool gend = j + 1 == nk || (kt + 1) % kpg == 0;
     const bool first = !odd || j == 0 || kt % kpg == 0, last = odd || gend;
-    wqrs_mma<BM>(tmp, F, db0 + (u64)(((j % STAGES) * STAGE) >> 4), first);
-    if (STATS) // row ct / SPR of the stage's activations, chunks (ct % SPR) * CPT .. (under the wgmmas)
+    wqrs_mma<BM>(tmp, F, db0 + (u64)((s * STAGE) >> 4), first);
+    u32 x[CPT][4];
+    if (STATS) // row ct / SPR of the stage's activations, chunks (ct % SPR) * CPT ..
 #pragma unroll
-      for (int c = 0; c < CPT; ++c) {
-        u32 x[4];
-        lds128(sbase + (j % STAGES) * STAGE + (ct / SPR) * 128 + 16 * ((ct % SPR) * CPT + c), x[0], x[1], x[2], x[3]);
+      for (int c = 0; c < CPT; ++c)
+        lds128(sbase + s * STAGE + (ct / SPR) * 128 + 16 * ((ct % SPR) * CPT + c), x[c][0], x[c][1], x[c][2], x[c][3]);
+    if (j + 1 < nk) fetch(j + 1);
+    if (STATS)
+#pragma unroll
+      for (int c = 0; c < CPT; ++c)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const float lo = bf16_bits_to_f32((u16)(x[e] & 0xffffu)), hi = bf16_bits_to_f32((u16)(x[e] >> 16));
-          q = fmaf(lo, lo, fmaf(hi, hi, q));
-          if (STATS == 2) sm += lo + hi;
+          const float lo = bf16_bits_to_f32((u16)(x[c][e] & 0xffffu)), hi = bf16_bits_to_f32((u16)(x[c][e] >> 16));
+          q[e] = fmaf(lo, lo, fmaf(hi, hi, q[e]));
+          if (STATS == 2) sm[e] += lo + hi;
         }
-      }
     if (!first) {
       wgmma_wait<1>();
       release(j - 1);
     }
-    if (j + 1 < nk) load(j + 1, Fn);
+    if (j + 1 < nk) wqrs_frags(W, Fn, lane);
     if (last) {
       wgmma_wait<0>();
       reg_fence(tmp);
@@ -217,7 +223,8 @@ __device__ __forceinline__ void gemm_wqrs(const GemmArgs &g, const Epi &epi, cha
   float s0 = 0.f, s1 = 0.f;
   if (nk > 0) {
     scales(kt0 / kpg, s0, s1);
-    load(0, FA);
+    fetch(0);
+    wqrs_frags(W, FA, lane);
   }
   for (int j = 0; j < nk; j += 2) {
     step(j, false, FA, FB, s0, s1);
@@ -227,9 +234,10 @@ __device__ __forceinline__ void gemm_wqrs(const GemmArgs &g, const Epi &epi, cha
   // ---- the f32 tile Os[token][merged row] in the ring, then split-K and the functor (as wq_finish) ----
   constexpr int NC = 256;
   if (STATS) { // the SPR threads of each row: their sums, into rowstat
+    float qt = (q[0] + q[1]) + (q[2] + q[3]), st = (sm[0] + sm[1]) + (sm[2] + sm[3]);
 #pragma unroll
-    for (int o = 1; o < SPR; o <<= 1) q += __shfl_xor_sync(0xffffffffu, q, o), sm += __shfl_xor_sync(0xffffffffu, sm, o);
-    if (ct % SPR == 0) rowstat[ct / SPR] = q, rowstat[BM + ct / SPR] = sm;
+    for (int o = 1; o < SPR; o <<= 1) qt += __shfl_xor_sync(0xffffffffu, qt, o), st += __shfl_xor_sync(0xffffffffu, st, o);
+    if (ct % SPR == 0) rowstat[ct / SPR] = qt, rowstat[BM + ct / SPR] = st;
   }
   named_bar_sync(1, 256); // every consumer is done with the ring
   {
@@ -269,21 +277,7 @@ __device__ __forceinline__ void gemm_wqrs(const GemmArgs &g, const Epi &epi, cha
     }
     named_bar_sync(1, NC);
   }
-  constexpr int PAIRS = BN / S / 2;
-  for (int i = ct; i < BM * PAIRS; i += NC) {
-    const int m = i / PAIRS, cl = 2 * (i % PAIRS), row = m0 + m, col = n0 / S + cl;
-    if (row >= M || col >= g.N) continue;
-    float v[S][2];
-#pragma unroll
-    for (int s = 0; s < S; ++s)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) { // merged column of stream s, column cl + e (groups of 8)
-        const int c = cl + e;
-        v[s][e] = Os[m * OSTR + (c / 8) * 8 * S + s * 8 + c % 8];
-      }
-    const float rsumsq = STATS ? rowstat[m] : 0.f, rsum = STATS == 2 ? rowstat[BM + m] : 0.f;
-    epi(row, col, col + 1 < g.N ? 2 : 1, v, rsum, rsumsq);
-  }
+  wq_apply<BM, BN, S, STATS>(g, epi, Os, OSTR, rowstat, m0, n0, ct, NC);
 }
 
 #else // not sm_90a

@@ -580,19 +580,21 @@ ROWS
     fi
     ;;
   rsab)
-    # the 8B int4 sublayer with its products forced onto tmar_128x128x64 (kernels/gemm_wqrs.cuh)
-    # against the rule (the mixed-input tile to 128 rows, dq beyond), no graphs, two rounds
+    # an int4 sublayer (RSAB_MODEL, the 8B's by default) with its products forced onto
+    # tmar_128x128x64 (kernels/gemm_wqrs.cuh) against the rule, and (RSAB_VARIANTS "rule nomix")
+    # against the rule without the mx variants (FFNC_WQ_MIX=0: the dq path), no graphs
     S=/work/main/bench/suite
     for round in $(seq ${RSAB_ROUNDS:-2}); do
       for t in ${RSAB_TOKENS:-65 128 256 384 512 1024}; do
-        for v in rule tmar_128x128x64; do
-          if [ $v = rule ]; then unset FFNC_GEMM_VARIANT; else export FFNC_GEMM_VARIANT=$v; fi
+        for v in ${RSAB_VARIANTS:-rule tmar_128x128x64}; do
+          unset FFNC_GEMM_VARIANT FFNC_WQ_MIX
+          case $v in rule) ;; nomix) export FFNC_WQ_MIX=0 ;; *) export FFNC_GEMM_VARIANT=$v ;; esac
           printf 'round %s %s %s: ' $round $v $t
-          timeout 60 ./ffnc bench $S/llama3_8b_layer_i4g128.ffn --tokens $t --reps 20 --no-graphs --no-ceilings 2>&1 | grep "  ffnc" | head -1
+          timeout 60 ./ffnc bench $S/${RSAB_MODEL:-llama3_8b_layer_i4g128}.ffn --tokens $t --reps 20 --no-graphs --no-ceilings 2>&1 | grep "  ffnc" | head -1
         done
       done
     done
-    unset FFNC_GEMM_VARIANT
+    unset FFNC_GEMM_VARIANT FFNC_WQ_MIX
     ;;
   kern)
     # each plan kernel's time under ncu (clocks not locked, median of the bench's launches) and its
