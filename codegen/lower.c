@@ -435,9 +435,9 @@ static bool dq_variants(const Kgen *k) {
  * once, as codes, and the workspace holds no bf16 copy. It takes the rows from MX_MIN_ROWS to
  * MX_MAX_ROWS, one row tile: its producer, not the tensor cores, sets its pace (kernels/NOTES.md,
  * thirty-first to thirty-third sessions: 8B int4 at 128 tokens 232 us against the dq path's 378, at
- * 512 819 against 492), so from two row tiles on the dq variants take over, and under
- * FFNC_WQ_MIX=0; the quantized kernels keep up to 64. Its codes' ring takes the shared memory that
- * MX_STAGES bf16 stages leave (wqmx_code_stages). gemm_sm90p.cuh has the persistent form (WQ), not
+ * 512 819 against 492), so from two row tiles on tmar (i4, below) or the dq variants take over,
+ * and under FFNC_WQ_MIX=0; the quantized kernels keep up to 64. Its codes' ring takes the shared
+ * memory that MX_STAGES bf16 stages leave (wqmx_code_stages). gemm_sm90p.cuh has the persistent form (WQ), not
  * compiled into plans while it loses to dq. */
 enum { MX_MIN_ROWS = 65, MX_MAX_ROWS = 128, MX_STAGES = 4 };
 static void add_mx_variant(Kgen *k, PlanKernel *pk, Buf *body) {
@@ -465,10 +465,13 @@ static void add_mx_variant(Kgen *k, PlanKernel *pk, Buf *body) {
 /* The i4 product with the codes as wgmma's register operand (KernelVariant.mx with the
  * configuration tmar_128x128x64; kernels/gemm_wqrs.cuh): tiles of 128 tokens x 128 merged columns,
  * the codes converted in the consumers' registers, no bf16 copy in shared memory. Groups of whole
- * 64-k tiles only (G = 0, a multiple of 64, or one group over K). A candidate after the mixed-input
- * tile (FFNC_GEMM_VARIANT=tmar_128x128x64, ffnc tune), not the rule: kernels/NOTES.md, thirty-sixth
- * session. The runtime launches it as an `mx` variant (A's tensor map, no B map). */
-enum { RS_STAGES = 8 };
+ * 64-k tiles only (G = 0, a multiple of 64, or one group over K). After the mixed-input tile, it
+ * takes the rows from MX_MAX_ROWS + 1 to RS_MAX_ROWS, where it beats the dequantized path
+ * (kernels/NOTES.md, thirty-seventh session, H100, 8B int4 sublayer: 192 tokens 324 against 443
+ * us, 256 330 / 427, 384 458 / 473, 512 514 / 540; at 128 the mixed tile's 173 against 188, at
+ * 768 the dq path's 674 against 856). The runtime launches it as an `mx` variant (A's tensor map,
+ * no B map), so FFNC_WQ_MIX=0 turns it off too. */
+enum { RS_STAGES = 8, RS_MAX_ROWS = 512 };
 static void add_rs_variant(Kgen *k, PlanKernel *pk, Buf *body) {
   int64_t K = k->gr->a->shape.d[k->gr->a->shape.rank - 1].size, G = k->wq_group;
   if (k->wq_bits != 4 || !(G <= 0 || G % 64 == 0 || G >= K) || pk->nvariants >= PLAN_MAX_VARIANTS)
@@ -480,7 +483,7 @@ static void add_rs_variant(Kgen *k, PlanKernel *pk, Buf *body) {
       ffn_gemm_config c = table[i];
       c.name = "tmar_128x128x64";
       c.stages = RS_STAGES;
-      c.max_m = MX_MAX_ROWS;
+      c.max_m = RS_MAX_ROWS;
       emit_wqrs_entry(k, &c, body);
       pk->variants[pk->nvariants++] =
           (KernelVariant){.threads = c.threads, .smem = wqrs_smem_bytes(c.bm, c.stages), .max_m = c.max_m, .cfg = c, .mx = true};

@@ -24,8 +24,8 @@
  *     weight at most, about 1e-3 relative L2 on the product.
  *     The reference keeps (float)(q * s) at every row count; tests/gpu/gpu_util.h's bf16 tolerance
  *     covers the difference. FFNC_WQ_DEQUANT=0 keeps the rule exact at every row count, and so
- *     does the codes-in-registers tile (kernels/gemm_wqrs.cuh, a candidate: levels times each
- *     group's f32 scale, as the decode kernels).
+ *     does the codes-in-registers tile, which sm_90 runs for i4 of whole 64-k groups at 129-512
+ *     rows (kernels/gemm_wqrs.cuh: levels times each group's f32 scale, as the decode kernels).
  * precision matmul f32 | f16 | bf16
  *     both operands are rounded to that type (after any weight quantization).
  * precision matmul f8e4m3 | f8e5m2   (FMAX = 448 | 57344)

@@ -229,7 +229,7 @@ foreach(m ${GPU_TEST_MODELS})
 endforeach()
 
 # The i4 product with the codes as wgmma's register operand (tmar_128x128x64, kernels/gemm_wqrs.cuh:
-# a candidate, not the rule) forced on the bf16 i4 models of whole 64-k groups, from one token (a
+# the rule at 129-512 rows) forced on the bf16 i4 models of whole 64-k groups, from one token (a
 # 128-row tile of one row) to 1000 (eight tiles), and split-K 3 from a k-tile inside K and a group.
 foreach(m ${GPU_TEST_MODELS})
   get_filename_component(base ${m} NAME_WE)

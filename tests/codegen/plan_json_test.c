@@ -154,12 +154,12 @@ static void weights_as_they_lie(void) {
 
 /* Weight-only quantized products of bf16 activations (KernelVariant.dq, .mx): after their own
  * kernels, on sm_90 the mixed-input TMA mid tile (mx: codes turned into bf16 in shared memory,
- * 65-128 rows), then the 16-bit tensor-core configurations that read the weights dequantized to
- * bf16 (sm_90: the TMA mid tile and the two persistent ones; sm_80: the 128 x 256 tile), and
- * for i4 of whole 64-k groups the codes-in-registers tile (tmar_128x128x64, gemm_wqrs.cuh), and
- * "wq_bits" / "wq_group" on the kernel; none for f32 activations. The quantized kernels keep up
- * to 64 rows (sm_90, or i4) or 159 (i8 on sm_80). The plan reads back as written; "dq" and "mx"
- * refused on a kernel without quantized weights, "mx" on any but a TMA tile, and a quantized
+ * 65-128 rows; for i4 of whole 64-k groups then the codes-in-registers tile, tmar_128x128x64,
+ * gemm_wqrs.cuh, 129-512 rows), then the 16-bit tensor-core configurations that read the weights
+ * dequantized to bf16 (sm_90: the TMA mid tile and the two persistent ones; sm_80: the 128 x 256
+ * tile), and "wq_bits" / "wq_group" on the kernel; none for f32 activations. The quantized kernels
+ * keep up to 64 rows (sm_90, or i4) or 159 (i8 on sm_80). The plan reads back as written; "dq" and
+ * "mx" refused on a kernel without quantized weights, "mx" on any but a TMA tile, and a quantized
  * kernel without its codes and scales. */
 static void dequantized_prefill(void) {
   static const struct {
@@ -185,7 +185,7 @@ static void dequantized_prefill(void) {
           mx++;
           bool rs = strcmp(kv->cfg.name, "tmar_128x128x64") == 0; /* gemm_wqrs: i4, whole 64-k groups */
           CHECK(first < 0 && !kv->dq && (strncmp(kv->cfg.name, "tmaq_", 5) == 0 || (rs && cases[i].bits == 4)) &&
-                    kv->cfg.kind == FFN_GEMM_SM90T && kv->max_m == 128 && !kv->ext_stats &&
+                    kv->cfg.kind == FFN_GEMM_SM90T && kv->max_m == (rs ? 512 : 128) && !kv->ext_stats &&
                     (!rs || (kv->smem == wqrs_smem_bytes(128, 8) && kv->threads == 384)),
                 "%s kernel %d: mx variant %s (max_m %lld) after the dq ones", cases[i].model, k, kv->cfg.name,
                 (long long)kv->max_m);

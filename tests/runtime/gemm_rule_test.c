@@ -32,7 +32,8 @@ static void expect(const Plan *p, const char *model, int nth, int64_t rows, cons
 }
 
 /* Weight-only quantized products (plan.h: KernelVariant.mx, .dq), sm_90: their own kernels up to
- * 64 rows, the mixed-input mid tile (codes turned into bf16 in shared memory) from 65 to 128, the
+ * 64 rows, the mixed-input mid tile (codes turned into bf16 in shared memory) from 65 to 128, for
+ * int4 of whole 64-k groups the codes-in-registers tile (tmar_128x128x64) from 129 to 512, the
  * bf16 products of dequantized weights beyond, on either card, at every row count the suite and
  * the tests use. With FFNC_WQ_MIX=0 (ffn_model.no_mx) the dq mid tile in place of the mixed one;
  * with FFNC_WQ_DEQUANT=0 (no_dq, which implies no_mx) the same below 65 rows and the quantized
@@ -49,14 +50,16 @@ static void quantized_prefill(void) {
     for (int k = 0; k < p->nkernels; k++)
       for (size_t r = 0; r < sizeof rows / sizeof rows[0] && p->kernels[k].kind == KK_GEMM; r++) {
         const PlanKernel *pk = &p->kernels[k];
-        bool mx = rows[r] >= 65 && rows[r] <= 128;
+        bool i4 = pk->wq_bits == 4, rs = i4 && rows[r] > 128 && rows[r] <= 512;
+        bool mx = rows[r] >= 65 && rows[r] <= (i4 ? 512 : 128);
         for (int gbs = 0; gbs <= 3352; gbs += 3352) {
           m.dram_gbs = off.dram_gbs = nomx.dram_gbs = gbs;
           const KernelVariant *v = exec_choose(&m, pk, rows[r]).v, *q = exec_choose(&off, pk, rows[r]).v;
           const KernelVariant *x = exec_choose(&nomx, pk, rows[r]).v;
           bool fallback = rows[r] >= 65 ? !q->dq && !q->mx && q->max_m == 64 : q == v;
           bool dq_mid = mx ? x->dq && x->cfg.kind == FFN_GEMM_SM90T && x->max_m == 512 : x == v;
-          CHECK(v->mx == mx && v->dq == (rows[r] > 128) && fallback && dq_mid,
+          CHECK(v->mx == mx && v->dq == (!mx && rows[r] > 64) && fallback && dq_mid &&
+                    rs == (strcmp(v->cfg.name, "tmar_128x128x64") == 0),
                 "%s kernel %d at %lld rows (%d GB/s): %s (mx %d, dq %d), without mx %s, without dq %s", models[i], k,
                 (long long)rows[r], gbs, v->cfg.name, v->mx, v->dq, x->cfg.name, q->cfg.name);
         }
