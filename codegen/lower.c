@@ -437,8 +437,8 @@ static bool dq_variants(const Kgen *k) {
  * thirty-first to thirty-third sessions: 8B int4 at 128 tokens 232 us against the dq path's 378, at
  * 512 819 against 492), so from two row tiles on tmar (i4, below) or the dq variants take over,
  * and under FFNC_WQ_MIX=0; the quantized kernels keep up to 64. Its codes' ring takes the shared
- * memory that MX_STAGES bf16 stages leave (wqmx_code_stages). gemm_sm90p.cuh has the persistent form (WQ), not
- * compiled into plans while it loses to dq. */
+ * memory that MX_STAGES bf16 stages leave (wqmx_code_stages). gemm_sm90p.cuh has the persistent
+ * form (WQ), not compiled into plans while it loses to dq. */
 enum { MX_MIN_ROWS = 65, MX_MAX_ROWS = 128, MX_STAGES = 4 };
 static void add_mx_variant(Kgen *k, PlanKernel *pk, Buf *body) {
   static const char *const names[][2] = {{"tma_128x128x64", "tmaq_128x128x64"}, {"tma_128x224x64", "tmaq_128x224x64"}};

@@ -12,8 +12,8 @@
 //
 // BM = 64 or 128 tokens per tile, 128 merged weight rows per tile (two consumer warpgroups, one
 // 128-row group of the codes: one bulk copy a k-tile), k-tiles of 64. Grid (tiles_m * tiles_n, 1,
-// splits) as gemm_sm90, 384 threads, wqrs_smem_bytes(BM, STAGES) (quant.cuh) of dynamic shared memory, the
-// activations' tensor map in ((TmaMaps *)g.tma)->a with a box of 64 k x BM rows. g.B: the codes,
+// splits) as gemm_sm90, 384 threads, wqrs_smem_bytes(BM, STAGES) (quant.cuh) of dynamic shared
+// memory, the activations' tensor map in ((TmaMaps *)g.tma)->a with a box of 64 k x BM rows. g.B: the codes,
 // g.qs: the scales [S*N, groups], g.qg: the group (0, or a multiple of 64). Epilogue: the wq
 // kernels' functor (epi(row, col, ncols, v[S][2], rsum, rsumsq), gemm_wq.cuh: wq_finish).
 //
